@@ -1,0 +1,62 @@
+"""`PPOActor`: one per data-parallel worker; resolves the advantage plugins at start-up."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from areal.api.cli_args import PPOActorConfig
+from areal.trainer.ppo.advantage import CallOptions, ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
+from areal.utils.data import TrajBatchMeta, concat_batch
+
+logger = logging.getLogger("areal.actor")
+
+
+class PPOActor:
+    """The actor side of PPO: advantages in, policy update out.
+
+    Every configured function (stages, full replacement, custom GAE lambda) is
+    imported and checked here, in the worker's own process, so a bad path stops
+    the worker at initialisation with the stage and path in the message.
+    """
+
+    def __init__(self, config: PPOActorConfig, engine: Any = None):
+        if not isinstance(config, PPOActorConfig):
+            raise TypeError(f"PPOActor: config must be a PPOActorConfig, got {type(config).__name__}")
+        config.validate()
+        self.config = config
+        self.engine = engine
+        self.resolved: ResolvedAdvantage = resolve_advantage(config)
+
+    def compute_advantages(
+        self,
+        data: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        meta: TrajBatchMeta | None = None,
+        *,
+        advantage_shaping_mode: str = "additive",
+        gvpo_negative_scale: float = 0.2,
+        gvpo_zero_penalty: float = 0.4,
+        gvpo_zero_eps: float = 1e-6,
+    ) -> dict[str, Any]:
+        """Run the configured advantage computation and return a NEW batch dict.
+
+        `data` is one padded batch (with optional `meta`) or a list of trajectory
+        groups, which are concatenated with `concat_batch` (metadata derived).
+        `advantage_shaping_mode` and `gvpo_*` are the legacy call-time PRM choice;
+        an explicit `actor.advantage.process_adv_shaping` wins over it.
+        """
+        if not isinstance(data, Mapping):
+            if meta is not None:
+                raise ValueError("compute_advantages: pass meta only with a single batch dict, not with a list of groups")
+            data, meta = concat_batch(list(data))
+        options = CallOptions(advantage_shaping_mode, gvpo_negative_scale, gvpo_zero_penalty, gvpo_zero_eps)
+        return run_advantage_pipeline(data, meta, self.config, self.resolved, options)
+
+    def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
+        """One PPO update over `data` (the output of `compute_advantages`)."""
+        if self.engine is None:
+            raise RuntimeError("PPOActor.ppo_update needs a training engine; construct PPOActor(config, engine)")
+        from areal.trainer.ppo.update import ppo_update
+
+        return ppo_update(self.config, self.engine, data)

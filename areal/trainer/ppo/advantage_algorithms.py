@@ -1,0 +1,201 @@
+"""Built-in stage functions of the advantage pipeline and the temporal/process stage types.
+
+Every built-in is a small pure function on the public stage types, so a user plugin
+written against the same types is a drop-in replacement (`actor.advantage.<stage>`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from areal.trainer.ppo import gae as gae_kernels
+
+GAELambdaSpec = float | Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TemporalInputs:
+    """What a temporal estimator sees. All [B, T] tensors are next-token aligned.
+
+    Outcome, KL and folded process rewards are passed separately so that an
+    estimator can decide where each one goes (turn GAE keeps KL out of returns).
+    """
+
+    outcome_rewards: torch.Tensor  # [B, T] outcome score at each row's last generated position
+    kl_rewards: torch.Tensor  # [B, T] -kl_ctl * KL, zero at position seqlen-1
+    process_rewards: torch.Tensor  # [B, T] folded process rewards at turn ends (zeros when none)
+    values: torch.Tensor  # [B, T] critic values (zeros without a critic)
+    loss_mask: torch.Tensor  # [B, T] float, 1 where the position predicts a generated token
+    turn_ids: torch.Tensor | None  # [B, T] long, -1 outside generated turns, or None
+    is_truncated: torch.Tensor  # [B] bool
+    bootstrap_values: torch.Tensor  # [B] value at each row's last valid token
+    seqlens: torch.Tensor  # [B] long, attention-mask lengths
+    discount: float
+    gae_lambda: GAELambdaSpec  # a float or a resolved lambda function
+    gae_lambda_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    gae_lambda_source: str = "actor.gae_lambda"
+    meta: Any = None  # TrajBatchMeta
+
+    def compute_lambda(self, timestep_unit: str) -> torch.Tensor:
+        """Per-row lambda, resolving a callable `gae_lambda` in `timestep_unit` lengths."""
+        return gae_kernels.compute_gae_lambda(
+            self.gae_lambda,
+            loss_mask=self.loss_mask,
+            turn_ids=self.turn_ids,
+            timestep_unit=timestep_unit,
+            gae_lambda_kwargs=self.gae_lambda_kwargs,
+            source=self.gae_lambda_source,
+        )
+
+    def truncated_bootstrap(self) -> torch.Tensor:
+        """Bootstrap values where the row was cut off, zero where it ended."""
+        return torch.where(self.is_truncated, self.bootstrap_values.float(), torch.zeros_like(self.bootstrap_values, dtype=torch.float32))
+
+
+@dataclass(frozen=True)
+class TemporalResult:
+    advantages: torch.Tensor  # [B, T] actor advantages
+    returns: torch.Tensor  # [B, T] critic targets
+    total_rewards: torch.Tensor  # [B, T] token-aligned rewards for monitoring (KL included)
+
+
+@dataclass(frozen=True)
+class ProcessAdvantageInputs:
+    """What a process-advantage shaping function sees (critic returns are not included)."""
+
+    advantages: torch.Tensor  # [B, T] after advantage normalisation
+    token_rewards: torch.Tensor | None  # [B, T] aligned direct token rewards x loss_mask, or None
+    loss_mask: torch.Tensor  # [B, T] aligned float mask
+    meta: Any = None  # TrajBatchMeta
+
+
+# ---------------------------------------------------------------------------
+# Outcome reward shaping
+# ---------------------------------------------------------------------------
+
+
+def identity_outcome(inputs: Any) -> Any:
+    """Keep the (length-penalised) task reward as is, integer dtype included."""
+    from areal.trainer.ppo.advantage import OutcomeResult
+
+    return OutcomeResult(rewards=inputs.data["rewards"])
+
+
+# ---------------------------------------------------------------------------
+# Temporal estimators
+# ---------------------------------------------------------------------------
+
+
+def token_gae(inputs: TemporalInputs) -> TemporalResult:
+    """Token-level GAE: every generated token is a step; KL enters the recursion."""
+    rewards = inputs.kl_rewards + inputs.outcome_rewards + inputs.process_rewards
+    advantages, returns = gae_kernels.token_gae(
+        rewards,
+        inputs.values,
+        inputs.loss_mask,
+        discount=inputs.discount,
+        lam=inputs.compute_lambda("token"),
+        bootstrap=inputs.truncated_bootstrap(),
+    )
+    return TemporalResult(advantages=advantages, returns=returns, total_rewards=rewards)
+
+
+def turn_gae(inputs: TemporalInputs) -> TemporalResult:
+    """Turn-level GAE: every generated turn is a step.
+
+    Token KL is a local actor penalty: it is added to the advantages after the
+    recursion and never reaches the critic returns.
+    """
+    if inputs.turn_ids is None:
+        raise ValueError(
+            "estimator 'turn_gae': the batch has no 'turn_ids'; turn-level GAE needs the rollout to "
+            "provide turn_ids [B, T] (turn index on generated tokens, -1 elsewhere)"
+        )
+    rewards = inputs.outcome_rewards + inputs.process_rewards
+    advantages, returns = gae_kernels.turn_gae(
+        rewards,
+        inputs.values,
+        inputs.loss_mask,
+        inputs.turn_ids,
+        discount=inputs.discount,
+        lam=inputs.compute_lambda("turn"),
+        bootstrap=inputs.truncated_bootstrap(),
+    )
+    return TemporalResult(
+        advantages=advantages + inputs.kl_rewards,
+        returns=returns,
+        total_rewards=rewards + inputs.kl_rewards,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Process advantage shaping
+# ---------------------------------------------------------------------------
+
+
+def additive(inputs: ProcessAdvantageInputs) -> torch.Tensor:
+    """A + direct token advantages (the legacy PRM default)."""
+    if inputs.token_rewards is None:
+        return inputs.advantages
+    return inputs.advantages + inputs.token_rewards
+
+
+def check_gvpo_params(negative_scale: float, zero_penalty: float, zero_eps: float, *, where: str = "gvpo") -> None:
+    for name, value in (("negative_scale", negative_scale), ("zero_penalty", zero_penalty), ("zero_eps", zero_eps)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
+
+
+def gvpo(
+    inputs: ProcessAdvantageInputs,
+    *,
+    negative_scale: float = 0.2,
+    zero_penalty: float = 0.4,
+    zero_eps: float = 1e-6,
+) -> torch.Tensor:
+    """Sharpen outcome advantages where the process signal marks a failed step.
+
+    On active tokens whose process reward is negative: a negative advantage is
+    scaled by (1 + negative_scale), a ~zero one becomes -zero_penalty, and a
+    positive one is zeroed. Everything else is left as it is.
+    """
+    check_gvpo_params(negative_scale, zero_penalty, zero_eps)
+    advantages = inputs.advantages
+    if inputs.token_rewards is None:
+        return advantages
+    failed = (inputs.token_rewards < 0) & inputs.loss_mask.bool()
+    shaped = torch.where(failed & (advantages < -zero_eps), advantages * (1.0 + negative_scale), advantages)
+    shaped = torch.where(failed & (advantages.abs() <= zero_eps), torch.full_like(shaped, -zero_penalty), shaped)
+    return shaped.masked_fill(failed & (advantages > zero_eps), 0.0)
+
+
+def process_weighted(inputs: ProcessAdvantageInputs) -> torch.Tensor:
+    """Weight outcome advantages by process rewards p in [0, 1].
+
+    A >= 0 becomes A * p; A < 0 becomes p when the step was still judged useful
+    (p > 0), otherwise stays A.
+    """
+    advantages = inputs.advantages
+    p = inputs.token_rewards
+    if p is None:
+        return advantages
+    active = inputs.loss_mask.bool()
+    out_of_range = active & ~((p >= 0) & (p <= 1))
+    if bool(out_of_range.any()):
+        row, col = (int(i) for i in out_of_range.nonzero()[0])
+        raise ValueError(
+            "process_adv_shaping 'process_weighted': token_rewards must lie in [0, 1] on generated tokens; "
+            f"found {float(p[row, col])!r} at row {row}, aligned position {col}"
+        )
+    shaped = torch.where(advantages >= 0, advantages * p, torch.where(p > 0, p, advantages))
+    return torch.where(active, shaped, advantages)
+
+
+BUILTIN_OUTCOME = {"identity": identity_outcome}
+BUILTIN_ESTIMATORS = {"token_gae": token_gae, "turn_gae": turn_gae}
+BUILTIN_PROCESS = {"additive": additive, "gvpo": gvpo, "process_weighted": process_weighted}

@@ -1,0 +1,106 @@
+"""Validation of the padded rollout batch handed to `compute_advantages`.
+
+Every check names the field, what was found and what was expected, and runs
+before anything is computed, so a bad batch never produces a half result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+REQUIRED_KEYS = ("input_ids", "attention_mask", "loss_mask", "logprobs", "rewards")
+TOKEN_FLOAT_KEYS = ("logprobs", "values", "ref_logp", "prox_logp", "token_rewards")
+
+
+class BatchError(ValueError):
+    """The rollout batch is malformed; the message names the field."""
+
+
+def _where(t: torch.Tensor) -> str:
+    idx = t.nonzero()[0].tolist()
+    return "row " + str(idx[0]) + (f", position {idx[1]}" if len(idx) > 1 else "")
+
+
+def _check_binary(name: str, t: torch.Tensor) -> None:
+    if t.dtype == torch.bool:
+        return
+    bad = (t != 0) & (t != 1)
+    if bool(bad.any()):
+        raise BatchError(f"{name}: expected a binary 0/1 mask, found {t[bad][0].item()!r} at {_where(bad)}")
+
+
+def check_batch(data: Mapping[str, Any], *, recompute_prox: bool) -> None:
+    """Validate shapes, dtypes, devices and values of the batch fields the pipeline reads."""
+    if not isinstance(data, Mapping):
+        raise BatchError(f"batch: got {type(data).__name__}, expected a dict of tensors")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise BatchError(f"batch: missing required fields {missing} (have {sorted(data)})")
+    for key, value in data.items():
+        if key in REQUIRED_KEYS or key in TOKEN_FLOAT_KEYS or key in ("turn_ids", "is_truncated"):
+            if value is not None and not torch.is_tensor(value):
+                raise BatchError(f"{key}: got {type(value).__name__}, expected a torch.Tensor")
+    ids = data["input_ids"]
+    if ids.dim() != 2:
+        raise BatchError(f"input_ids: expected shape [B, T], got {tuple(ids.shape)}")
+    B, T = ids.shape
+    if B == 0 or T == 0:
+        raise BatchError(f"input_ids: expected a non-empty batch, got shape {tuple(ids.shape)}")
+    device = ids.device
+    for key, value in data.items():
+        if torch.is_tensor(value) and value.device != device:
+            raise BatchError(f"{key}: on device {value.device}, expected {device} like input_ids")
+    for key in ("attention_mask", "loss_mask", "logprobs", *TOKEN_FLOAT_KEYS, "turn_ids"):
+        value = data.get(key)
+        if value is not None and tuple(value.shape) != (B, T):
+            raise BatchError(f"{key}: expected shape {(B, T)} like input_ids, got {tuple(value.shape)}")
+    rewards = data["rewards"]
+    if tuple(rewards.shape) != (B,):
+        raise BatchError(f"rewards: expected one reward per row, shape {(B,)}, got {tuple(rewards.shape)}")
+    if rewards.dtype == torch.bool or rewards.is_complex():
+        raise BatchError(f"rewards: expected an integer or floating tensor, got {rewards.dtype}")
+    if rewards.is_floating_point() and not bool(torch.isfinite(rewards).all()):
+        bad = ~torch.isfinite(rewards)
+        raise BatchError(f"rewards: expected finite values, found {rewards[bad][0].item()!r} at {_where(bad)}")
+    for key in TOKEN_FLOAT_KEYS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if not value.is_floating_point():
+            raise BatchError(f"{key}: expected a floating tensor, got {value.dtype}")
+        bad = ~torch.isfinite(value)
+        if bool(bad.any()):
+            raise BatchError(f"{key}: expected finite values, found {value[bad][0].item()!r} at {_where(bad)}")
+    attn, loss = data["attention_mask"], data["loss_mask"]
+    _check_binary("attention_mask", attn)
+    _check_binary("loss_mask", loss)
+    seqlens = attn.long().sum(-1)
+    if bool((seqlens < 1).any()):
+        raise BatchError(f"attention_mask: every row needs at least one token, row {_where(seqlens < 1)} is empty")
+    positions = torch.arange(T, device=device)
+    not_right_padded = attn.bool() != (positions.unsqueeze(0) < seqlens.unsqueeze(1))
+    if bool(not_right_padded.any()):
+        raise BatchError(
+            f"attention_mask: expected right padding (ones then zeros), found a gap at {_where(not_right_padded)}"
+        )
+    outside = loss.bool() & ~attn.bool()
+    if bool(outside.any()):
+        raise BatchError(f"loss_mask: marks a padding position (attention_mask 0) at {_where(outside)}")
+    truncated = data.get("is_truncated")
+    if truncated is not None:
+        if tuple(truncated.shape) != (B,):
+            raise BatchError(f"is_truncated: expected one flag per row, shape {(B,)}, got {tuple(truncated.shape)}")
+        _check_binary("is_truncated", truncated)
+    turn_ids = data.get("turn_ids")
+    if turn_ids is not None:
+        from areal.trainer.ppo.gae import validate_turn_ids
+
+        validate_turn_ids(turn_ids, loss)
+    if recompute_prox and data.get("prox_logp") is None:
+        raise BatchError(
+            "prox_logp: actor.recompute_logprob=true (without use_decoupled_loss) needs the recomputed "
+            "'prox_logp' [B, T] in the batch, but it is missing"
+        )

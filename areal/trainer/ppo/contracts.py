@@ -1,0 +1,112 @@
+"""Run-time contracts for stage functions: outputs checked, inputs protected.
+
+Custom stages receive clones of the tensors they read, so a plugin that writes
+in place can never corrupt the caller's batch; the write is still detected
+(through tensor version counters) and reported with the stage and import path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+class StageContractError(RuntimeError):
+    """A stage function broke its contract; the message names the stage and path."""
+
+    def __init__(self, stage: str, implementation: str, problem: str):
+        self.stage = stage
+        self.implementation = implementation
+        super().__init__(f"advantage stage {stage!r} ({implementation}): {problem}")
+
+
+def clone_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict whose tensors are clones (other values shared)."""
+    return {k: (v.clone() if torch.is_tensor(v) else v) for k, v in data.items()}
+
+
+def clone_dataclass(obj: Any) -> Any:
+    """Shallow-copy a frozen stage-input dataclass with cloned tensors / mappings."""
+    changes = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if torch.is_tensor(value):
+            changes[f.name] = value.clone()
+        elif isinstance(value, Mapping) and f.name == "data":
+            changes[f.name] = clone_mapping(value)
+    return dataclasses.replace(obj, **changes)
+
+
+def snapshot(obj: Any) -> dict[str, tuple[int, int]]:
+    """Version counters and identities of every tensor reachable from a stage input."""
+    found: dict[str, tuple[int, int]] = {}
+
+    def visit(name: str, value: Any) -> None:
+        if torch.is_tensor(value):
+            found[name] = (id(value), value._version)
+        elif isinstance(value, Mapping):
+            found[name + "{}"] = (id(value), hash(tuple(sorted(map(str, value.keys())))))
+            for k, v in value.items():
+                visit(f"{name}[{k!r}]", v)
+
+    for f in dataclasses.fields(obj):
+        visit(f.name, getattr(obj, f.name))
+    return found
+
+
+def check_unmodified(before: dict[str, tuple[int, int]], obj: Any, stage: str, implementation: str) -> None:
+    after = snapshot(obj)
+    changed = [name for name, state in before.items() if after.get(name) != state]
+    if changed:
+        raise StageContractError(
+            stage,
+            implementation,
+            f"modified its inputs in place ({', '.join(sorted(changed))}); stage functions must return "
+            "new tensors and leave the input mapping and tensors untouched (the caller's batch was not changed)",
+        )
+
+
+def check_tensor(
+    stage: str,
+    implementation: str,
+    name: str,
+    value: Any,
+    *,
+    shape: tuple[int, ...],
+    device: torch.device,
+    floating: bool = True,
+    allow_integer: bool = False,
+) -> torch.Tensor:
+    """One output tensor: type, shape, device, dtype and finiteness."""
+    if not torch.is_tensor(value):
+        raise StageContractError(stage, implementation, f"{name}: returned {type(value).__name__}, expected a torch.Tensor")
+    if tuple(value.shape) != tuple(shape):
+        raise StageContractError(
+            stage, implementation, f"{name}: returned shape {tuple(value.shape)}, expected {tuple(shape)} (row order and count must be kept)"
+        )
+    if value.device != device:
+        raise StageContractError(stage, implementation, f"{name}: returned on device {value.device}, expected {device}")
+    if floating and not value.is_floating_point():
+        if not (allow_integer and not value.is_complex() and value.dtype != torch.bool):
+            raise StageContractError(stage, implementation, f"{name}: returned dtype {value.dtype}, expected a floating dtype")
+    if value.is_floating_point():
+        bad = ~torch.isfinite(value)
+        if bool(bad.any()):
+            where = bad.nonzero()[0].tolist()
+            raise StageContractError(
+                stage, implementation, f"{name}: returned non-finite {value[bad][0].item()!r} at index {where}; expected finite values"
+            )
+    return value
+
+
+def check_binary_mask(stage: str, implementation: str, name: str, value: torch.Tensor) -> None:
+    if value.dtype == torch.bool:
+        return
+    bad = (value != 0) & (value != 1)
+    if bool(bad.any()):
+        raise StageContractError(
+            stage, implementation, f"{name}: expected a binary 0/1 mask, found {value[bad][0].item()!r}"
+        )
