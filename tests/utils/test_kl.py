@@ -1,0 +1,69 @@
+"""KLEstimator: Schulman's k1/k2/k3 estimates, float32 output and the ±10 clamp."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from areal.utils.data import KLEstimator
+
+
+def test_k1_is_the_log_ratio():
+    logp = torch.tensor([-1.0, -2.0, -0.5])
+    ref = torch.tensor([-1.5, -1.0, -0.5])
+    assert KLEstimator("k1")(logp, ref).tolist() == [0.5, -1.0, 0.0]
+    assert KLEstimator()(logp, ref).tolist() == [0.5, -1.0, 0.0]  # k1 is the default
+
+
+def test_k2_is_half_the_squared_log_ratio():
+    logp = torch.tensor([-1.0, -2.0, -0.5])
+    ref = torch.tensor([-1.5, -1.0, -0.5])
+    assert KLEstimator("k2")(logp, ref).tolist() == [0.125, 0.5, 0.0]
+
+
+def test_k3_is_exp_minus_one_minus_log():
+    logp = torch.tensor([-1.0, -2.0, -0.5])
+    ref = torch.tensor([-1.5, -1.0, -0.5])
+    out = KLEstimator("k3")(logp, ref)
+    # r = 0.5: exp(-0.5) - 1 + 0.5; r = -1: exp(1) - 1 - 1
+    expected = torch.tensor([math.exp(-0.5) - 0.5, math.e - 2.0, 0.0])
+    torch.testing.assert_close(out, expected)
+    assert bool((out >= 0).all())
+
+
+def test_output_is_float32_from_other_dtypes():
+    logp = torch.tensor([[-1.0, -2.0]], dtype=torch.float64)
+    ref = torch.tensor([[-1.5, -1.0]], dtype=torch.bfloat16)
+    for kind in ("k1", "k2", "k3"):
+        out = KLEstimator(kind)(logp, ref)
+        assert out.dtype == torch.float32 and out.shape == (1, 2)
+
+
+def test_clamp_to_plus_minus_ten():
+    logp = torch.tensor([0.0, -30.0, 0.0])
+    ref = torch.tensor([-30.0, 0.0, -4.0])
+    assert KLEstimator("k1")(logp, ref).tolist() == [10.0, -10.0, 4.0]
+    assert KLEstimator("k2")(logp, ref).tolist() == [10.0, 10.0, 8.0]
+    assert KLEstimator("k3")(logp, ref).tolist()[1] == 10.0  # exp(30) - 31 is clamped
+    unclamped = KLEstimator("k1", apply_clamp=False)(logp, ref)
+    assert unclamped.tolist() == [30.0, -30.0, 4.0]
+    assert KLEstimator("k2", apply_clamp=False)(logp, ref).tolist() == [450.0, 450.0, 8.0]
+
+
+def test_inputs_not_modified():
+    logp = torch.tensor([-1.0, -2.0])
+    ref = torch.tensor([-3.0, 0.0])
+    KLEstimator("k3")(logp, ref)
+    assert logp.tolist() == [-1.0, -2.0] and ref.tolist() == [-3.0, 0.0]
+
+
+@pytest.mark.parametrize("kind", ["k4", "K1", "", "mse"])
+def test_unknown_kind_names_the_field_and_choices(kind):
+    with pytest.raises(ValueError) as info:
+        KLEstimator(kind)
+    message = str(info.value)
+    assert "actor.kl_estimator" in message
+    assert repr(kind) in message
+    assert "['k1', 'k2', 'k3']" in message
