@@ -81,13 +81,7 @@ class NormConfig:
 # Pluggable advantage stages
 # ---------------------------------------------------------------------------
 
-#: Built-in implementation names per stage. Anything else is a dotted import path.
-BUILTIN_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    "compute": ("default",),
-    "outcome_reward_shaping": ("auto", "identity"),
-    "estimator": ("auto", "token_gae", "turn_gae"),
-    "process_adv_shaping": ("auto", "additive", "gvpo", "process_weighted"),
-}
+from areal.api.builtin_stages import BUILTIN_STAGE_IMPLEMENTATIONS  # noqa: E402
 STAGE_NAMES: tuple[str, ...] = ("outcome_reward_shaping", "estimator", "process_adv_shaping")
 GVPO_PARAMS: tuple[str, ...] = ("negative_scale", "zero_penalty", "zero_eps")
 

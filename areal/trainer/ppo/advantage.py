@@ -196,12 +196,16 @@ def resolve_advantage(config: PPOActorConfig) -> ResolvedAdvantage:
         compute = ResolvedStage("compute", adv.compute.implementation, fn, custom=True, kwargs=dict(adv.compute.kwargs))
         identity = ResolvedStage("outcome_reward_shaping", "identity", algos.identity_outcome, custom=False)
         return ResolvedAdvantage(compute, identity, None, None, gae_lambda, lambda_kwargs, lambda_source)
+    from areal.trainer.ppo import peer_algorithms
+
     outcome_spec = adv.outcome_reward_shaping or StageSpec("identity")
-    outcome = _resolve_stage("outcome_reward_shaping", outcome_spec, algos.BUILTIN_OUTCOME, "identity")
+    outcome_builtins = {**algos.BUILTIN_OUTCOME, **peer_algorithms.OUTCOME}
+    outcome = _resolve_stage("outcome_reward_shaping", outcome_spec, outcome_builtins, "identity")
     estimator = None
     if adv.estimator is not None:
         default = f"{config.gae_timestep_unit}_gae"
-        estimator = _resolve_stage("estimator", adv.estimator, algos.BUILTIN_ESTIMATORS, default)
+        estimator_builtins = {**algos.BUILTIN_ESTIMATORS, **peer_algorithms.ESTIMATORS}
+        estimator = _resolve_stage("estimator", adv.estimator, estimator_builtins, default)
     process = None
     spec = adv.process_adv_shaping
     if spec is not None and spec.implementation != "auto":

@@ -1,0 +1,27 @@
+"""Names of the built-in stage implementations, per stage (no torch import here).
+
+The config layer checks names against this table without importing any stage
+code; `areal.trainer.ppo.advantage` maps the same names to functions. Anything
+not listed is treated as a dotted import path.
+"""
+
+from __future__ import annotations
+
+#: Core built-ins (advantage.md §2).
+CORE_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
+    "compute": ("default",),
+    "outcome_reward_shaping": ("auto", "identity"),
+    "estimator": ("auto", "token_gae", "turn_gae"),
+    "process_adv_shaping": ("auto", "additive", "gvpo", "process_weighted"),
+}
+
+#: Peer-algorithm stage functions (areal.trainer.ppo.peer_algorithms), by stage.
+PEER_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
+    "outcome_reward_shaping": (),
+    "estimator": (),
+}
+
+BUILTIN_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
+    stage: names + PEER_STAGE_IMPLEMENTATIONS.get(stage, ())
+    for stage, names in CORE_STAGE_IMPLEMENTATIONS.items()
+}

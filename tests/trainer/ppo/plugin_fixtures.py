@@ -1,0 +1,121 @@
+"""Plugins used by the tests, referenced by dotted path (`plugin_fixtures.<name>`)."""
+
+from __future__ import annotations
+
+import torch
+
+from areal.trainer.ppo.advantage import AdvantageResult, OutcomeResult, compute_default_advantages
+from areal.trainer.ppo.advantage_algorithms import TemporalResult, token_gae
+
+SEEN: dict[str, object] = {}
+
+
+def halve(inputs):
+    return OutcomeResult(rewards=inputs.data["rewards"].float() * 0.5)
+
+
+def shift(inputs, *, offset: float):
+    return OutcomeResult(rewards=inputs.data["rewards"].float() + offset)
+
+
+def int_rewards(inputs):
+    return OutcomeResult(rewards=inputs.data["rewards"].long())
+
+
+def wrong_shape(inputs):
+    return OutcomeResult(rewards=inputs.data["rewards"].float()[:-1])
+
+
+def nan_rewards(inputs):
+    r = inputs.data["rewards"].float().clone()
+    r[0] = float("nan")
+    return OutcomeResult(rewards=r)
+
+
+def not_a_result(inputs):
+    return inputs.data["rewards"].float()
+
+
+def inplace_outcome(inputs):
+    inputs.data["rewards"].mul_(2)
+    return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def adds_key(inputs):
+    inputs.data["sneaky"] = torch.zeros(1)
+    return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def raises(inputs):
+    raise RuntimeError("boom")
+
+
+def per_row_noise(inputs):
+    r = inputs.data["rewards"].float()
+    return OutcomeResult(rewards=r + torch.arange(r.numel(), dtype=r.dtype))
+
+
+def refs_wrong_count(inputs):
+    return OutcomeResult(rewards=inputs.data["rewards"].float(),
+                         normalization_rewards=torch.zeros(sum(inputs.meta.logical_group_sizes) + 1))
+
+
+def record_lambda(ctx, *, value: float = 0.9):
+    SEEN["timestep_unit"] = ctx.timestep_unit
+    SEEN["timestep_lengths"] = ctx.timestep_lengths.clone()
+    SEEN["turn_counts"] = ctx.turn_counts.clone()
+    SEEN["effective_token_lengths"] = ctx.effective_token_lengths.clone()
+    return torch.full_like(ctx.timestep_lengths, value, dtype=torch.float32)
+
+
+def vapo_from_turns(ctx, *, alpha: float):
+    turns = ctx.turn_counts.float()
+    return torch.where(turns > 0, (1 - 1 / (alpha * turns.clamp(min=1))).clamp(0, 1), torch.ones_like(turns))
+
+
+def estimator_bad_shape(inputs):
+    r = token_gae(inputs)
+    return TemporalResult(advantages=r.advantages[:, :-1], returns=r.returns, total_rewards=r.total_rewards)
+
+
+def estimator_nan(inputs):
+    r = token_gae(inputs)
+    adv = r.advantages.clone()
+    adv[0, 0] = float("inf")
+    return TemporalResult(advantages=adv, returns=r.returns, total_rewards=r.total_rewards)
+
+
+def estimator_inplace(inputs):
+    inputs.values.add_(1.0)
+    return token_gae(inputs)
+
+
+def estimator_tuple(inputs):
+    r = token_gae(inputs)
+    return r.advantages, r.returns
+
+
+def process_double(inputs):
+    return inputs.advantages * 2
+
+
+def process_bad(inputs):
+    return inputs.advantages[0]
+
+
+def replace_with_extra(inputs, *, key: str):
+    r = compute_default_advantages(inputs)
+    return AdvantageResult(**{**r.__dict__, "extras": {**r.extras, key: r.advantages}})
+
+
+def replace_non_binary_mask(inputs):
+    r = compute_default_advantages(inputs)
+    return AdvantageResult(**{**r.__dict__, "loss_mask": r.loss_mask * 0.5})
+
+
+def replace_wrong_shape(inputs):
+    r = compute_default_advantages(inputs)
+    return AdvantageResult(**{**r.__dict__, "returns": r.returns[:, 1:]})
+
+
+not_callable = 42
