@@ -13,6 +13,37 @@ from areal.utils.data import TrajBatchMeta, concat_batch
 logger = logging.getLogger("areal.actor")
 
 
+class WorkerInitError(RuntimeError):
+    """Plugin resolution failed on at least one data-parallel rank (raised on all of them)."""
+
+
+def _resolve_on_every_rank(config: PPOActorConfig) -> ResolvedAdvantage:
+    """Resolve the plugins; in a process group, agree on failure so no rank hangs.
+
+    Each rank imports the configured functions itself. If any rank fails, every
+    rank raises one error naming the failing ranks, stages and paths, instead of
+    the healthy ranks waiting forever in their first collective.
+    """
+    import torch.distributed as dist
+
+    resolved, error = None, None
+    try:
+        resolved = resolve_advantage(config)
+    except Exception as exc:  # reported below, on every rank
+        error = exc
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        if error is not None:
+            raise error
+        return resolved
+    rank = dist.get_rank()
+    reports: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(reports, None if error is None else f"rank {rank}: {error}")
+    failures = [r for r in reports if r]
+    if failures:
+        raise WorkerInitError("actor worker initialisation failed: " + "; ".join(failures)) from error
+    return resolved
+
+
 class PPOActor:
     """The actor side of PPO: advantages in, policy update out.
 
@@ -27,7 +58,7 @@ class PPOActor:
         config.validate()
         self.config = config
         self.engine = engine
-        self.resolved: ResolvedAdvantage = resolve_advantage(config)
+        self.resolved: ResolvedAdvantage = _resolve_on_every_rank(config)
 
     def compute_advantages(
         self,
