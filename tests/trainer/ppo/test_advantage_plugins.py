@@ -125,7 +125,7 @@ def test_loading_never_imports_user_code():
          "unknown gvpo parameters"),
         (["actor.advantage.process_adv_shaping.implementation=gvpo", "actor.advantage.process_adv_shaping.kwargs.zero_penalty=-1"],
          "zero_penalty"),
-        (["actor.advantage.estimator.implementation=gae"], "expected one of ['auto', 'token_gae', 'turn_gae']"),
+        (["actor.advantage.estimator.implementation=gae"], "expected one of ['auto', 'token_gae', 'turn_gae'"),
         (["actor.advantage.outcome_reward_shaping.implementation=identity", "actor.advantage.outcome_reward_shaping.kwargs.a=1"],
          "takes no kwargs"),
         (["actor.advantage.estimator.foo=1"], "actor.advantage.estimator.foo"),
