@@ -269,15 +269,77 @@ def bench_group_norm(n_pos: int, reps: int) -> None:
           f"   (max |diff| {diff:.1e})")
 
 
+def make_rollout_batch(n_rows: int, n_pos: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A padded rollout batch in the raw (unshifted) layout compute_advantages takes."""
+    gen = torch.Generator().manual_seed(seed)
+    seqlens = torch.randint(n_pos // 2, n_pos + 1, (n_rows,), generator=gen)
+    prompt = torch.randint(8, max(n_pos // 8, 9), (n_rows,), generator=gen)
+    pos = torch.arange(n_pos)[None]
+    attn = (pos < seqlens[:, None]).long()
+    loss = ((pos >= prompt[:, None]) & (pos < seqlens[:, None])).long()
+    return {
+        "input_ids": torch.randint(0, 1000, (n_rows, n_pos), generator=gen) * attn,
+        "attention_mask": attn,
+        "loss_mask": loss,
+        "logprobs": -torch.rand(n_rows, n_pos, generator=gen) * loss,
+        "ref_logp": -torch.rand(n_rows, n_pos, generator=gen),
+        "values": torch.randn(n_rows, n_pos, generator=gen),
+        "rewards": (torch.rand(n_rows, generator=gen) < 0.5).float(),
+        "is_truncated": seqlens == n_pos,
+    }
+
+
+_PEAK_MEMORY = """
+import resource, sys, torch
+sys.path.insert(0, {bench!r})
+torch.set_num_threads({threads})
+from bench_advantage import make_rollout_batch
+from areal.api.cli_args import NormConfig, PPOActorConfig
+from areal.trainer.ppo.actor import PPOActor
+actor = PPOActor(PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig()))
+actor.compute_advantages(make_rollout_batch(4, 64))  # imports, numba load
+batch = make_rollout_batch({rows}, {pos})
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = actor.compute_advantages(batch)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) * 1024 / ({rows} * {pos} * 4))
+"""
+
+
+def peak_extra_memory(n_rows: int, n_pos: int) -> float:
+    """Peak RSS growth of one compute_advantages call, in [B, T] float32 tensors.
+
+    Measured in a fresh process (ru_maxrss) after a warm-up call, so imports and
+    compiled kernels are not counted; the output tensors are.
+    """
+    code = _PEAK_MEMORY.format(bench=str(ROOT / "bench"), threads=torch.get_num_threads(), rows=n_rows, pos=n_pos)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
 def bench_pipeline(n_rows: int = 256, n_pos: int = 8192, reps: int = 3) -> None:
-    """Whole pipeline: PPOActor(...).compute_advantages. Hook for the lead to fill in."""
-    print(f"\n== whole pipeline: {n_rows} x {n_pos} ==")
-    try:
-        from areal.trainer.ppo.actor import PPOActor  # noqa: F401
-    except ImportError as exc:
-        print(f"skipped: {exc}")
-        return
-    print("skipped: PPOActor is importable but this benchmark is not written yet (bench_pipeline)")
+    """Whole default pipeline (kl_ctl 0.1, token GAE, batch adv_norm) against the 1.0.4 loop pipeline."""
+    print(f"\n== whole pipeline: {n_rows} x {n_pos}, kl_ctl 0.1, token GAE, batch adv_norm (ms) ==")
+    from reference_loops import reference_pipeline
+
+    from areal.api.cli_args import NormConfig, PPOActorConfig
+    from areal.trainer.ppo.actor import PPOActor
+
+    batch = make_rollout_batch(n_rows, n_pos)
+    actor = PPOActor(PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig()))
+    out = actor.compute_advantages(batch)
+    ref = reference_pipeline(batch)
+    for key in ("advantages", "returns", "kl_rewards", "tot_rewards"):
+        _check_close(f"pipeline {key}", out[key], ref[key])
+    ours = best_time(lambda: actor.compute_advantages(batch), reps=max(reps, 5))
+    theirs = best_time(lambda: reference_pipeline(batch), reps=reps)
+    print(f"{'1.0.4 loop pipeline':>22}{fmt_ms(theirs)}\n{'compute_advantages':>22}{fmt_ms(ours)}   {theirs / ours:.1f}x"
+          f"   (target 15x: {'met' if theirs / ours >= 15 else 'NOT met'})")
+    peak = peak_extra_memory(n_rows, n_pos)
+    print(f"peak extra memory of compute_advantages: {peak:.1f} x one [B, T] float32 tensor "
+          f"(target <= 8: {'met' if peak <= 8 else 'NOT met'})")
 
 
 def set_threads(n: int) -> None:

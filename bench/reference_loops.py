@@ -59,14 +59,14 @@ def reference_turn_gae(
         first_idx = torch.cumsum(counts, 0) - counts
         starts = gen_pos[first_idx].tolist()
         n_turns = len(starts)
-        # Turn k owns [start_k, start_{k+1}); positions before the first turn go to turn 0.
+        # Turn k spans [start_k, start_{k+1}); only its generated tokens carry its reward.
         bounds = [0] + starts[1:] + [n_pos]
         turn_values = [values[b, s] for s in starts]
         turn_adv = [None] * n_turns
         last = torch.zeros((), device=rewards.device)
         nextv = bootstrap[b].float()
         for k in range(n_turns - 1, -1, -1):
-            reward = rewards[b, bounds[k] : bounds[k + 1]].sum()
+            reward = (rewards[b, bounds[k] : bounds[k + 1]] * (ids[bounds[k] : bounds[k + 1]] >= 0)).sum()
             delta = reward + discount * nextv - turn_values[k]
             last = delta + discount * lam[b] * last
             turn_adv[k] = last
@@ -97,3 +97,32 @@ def reference_group_norm(
         out[start : start + size] = (xs - mean) / (var.sqrt() + eps) * ms
         start += size
     return out
+
+
+def reference_pipeline(data: dict[str, torch.Tensor], *, kl_ctl: float = 0.1, eps: float = 1e-5) -> dict[str, torch.Tensor]:
+    """The AReaL 1.0.4 default `compute_advantages` (token GAE loop, batch adv norm).
+
+    Same steps as our default pipeline with `kl_ctl`, k1 KL, discount = lambda = 1
+    and `adv_norm` at batch level; written the 1.0.4 way (vectorised except the
+    per-position GAE loop).
+    """
+    n_rows, n_pos = data["input_ids"].shape
+    rows = torch.arange(n_rows)
+    score = torch.clip(data["rewards"].float(), -20.0, 20.0)
+    loss_mask = torch.roll(data["loss_mask"].float(), shifts=-1, dims=-1)
+    old_logp = torch.roll(data["logprobs"], shifts=-1, dims=-1) * loss_mask
+    ref_logp = data["ref_logp"] * loss_mask
+    seqlens = data["attention_mask"].sum(-1).long()
+    no_eos = seqlens == n_pos
+    kl = -kl_ctl * (old_logp - ref_logp).clamp(-10, 10)
+    rewards = kl.clone()
+    rewards[rows, seqlens - 1] = 0
+    rewards[rows, torch.clip(seqlens - 2, min=0)] += score
+    values = data["values"]
+    adv, ret = reference_token_gae(rewards, values, loss_mask, 1.0, torch.ones(n_rows), values[:, -1] * no_eos)
+    m = loss_mask.double()
+    count = m.sum()
+    mean = (adv.double() * m).sum() / count
+    std = ((((adv.double() - mean) * m) ** 2).sum() / (count - 1)).sqrt()
+    adv = ((adv.double() - mean) * m / (std + eps)).float()
+    return {"advantages": adv, "returns": ret, "kl_rewards": kl, "tot_rewards": rewards, "loss_mask": loss_mask}

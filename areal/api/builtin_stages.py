@@ -17,8 +17,8 @@ CORE_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
 
 #: Peer-algorithm stage functions (areal.trainer.ppo.peer_algorithms), by stage.
 PEER_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    "outcome_reward_shaping": (),
-    "estimator": (),
+    "outcome_reward_shaping": ("opo", "gpg", "passk", "remax"),
+    "estimator": ("reinforce_return", "turn_reinforce_return"),
 }
 
 BUILTIN_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {

@@ -285,10 +285,11 @@ def _select_process(resolved: ResolvedAdvantage, config: PPOActorConfig, options
 
 def _run_outcome(stage: ResolvedStage, inputs: OutcomeRewardInputs, B: int, device: torch.device) -> OutcomeResult:
     result = _call_stage(stage, inputs)
+    if not stage.custom:  # built-ins are covered by tests, not re-checked on the hot path
+        return result
     if not isinstance(result, OutcomeResult):
         raise StageContractError(stage.stage, stage.implementation, f"returned {type(result).__name__}, expected OutcomeResult(rewards=...)")
-    check_tensor(stage.stage, stage.implementation, "rewards", result.rewards, shape=(B,), device=device,
-                 allow_integer=not stage.custom)
+    check_tensor(stage.stage, stage.implementation, "rewards", result.rewards, shape=(B,), device=device)
     if result.normalization_rewards is not None:
         n_logical = sum(inputs.meta.logical_group_sizes)
         check_tensor(stage.stage, stage.implementation, "normalization_rewards", result.normalization_rewards,
@@ -377,6 +378,8 @@ def _process_rewards(
 
 def _run_temporal(stage: ResolvedStage, inputs: TemporalInputs, B: int, T: int, device: torch.device) -> TemporalResult:
     result = _call_stage(stage, inputs)
+    if not stage.custom:
+        return result
     if not isinstance(result, TemporalResult):
         raise StageContractError(stage.stage, stage.implementation,
                                  f"returned {type(result).__name__}, expected TemporalResult(advantages, returns, total_rewards)")
@@ -514,9 +517,10 @@ def _default_fields(
     # 7. Process advantage shaping.
     process_inputs = ProcessAdvantageInputs(advantages=advantages, token_rewards=token_adv, loss_mask=loss_mask, meta=meta)
     if process_stage.custom or token_adv is not None:
-        shaped = _call_stage(process_stage, process_inputs, **process_kwargs)
-        advantages = check_tensor(process_stage.stage, process_stage.implementation, "advantages", shaped,
-                                  shape=(B, T), device=device)
+        advantages = _call_stage(process_stage, process_inputs, **process_kwargs)
+        if process_stage.custom:
+            check_tensor(process_stage.stage, process_stage.implementation, "advantages", advantages,
+                         shape=(B, T), device=device)
 
     # 8. Output.
     fields = {

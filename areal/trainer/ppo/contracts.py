@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from areal.trainer.ppo.batch_checks import all_finite
+
 
 class StageContractError(RuntimeError):
     """A stage function broke its contract; the message names the stage and path."""
@@ -92,7 +94,7 @@ def check_tensor(
     if floating and not value.is_floating_point():
         if not (allow_integer and not value.is_complex() and value.dtype != torch.bool):
             raise StageContractError(stage, implementation, f"{name}: returned dtype {value.dtype}, expected a floating dtype")
-    if value.is_floating_point():
+    if value.is_floating_point() and not all_finite(value):
         bad = ~torch.isfinite(value)
         if bool(bad.any()):
             where = bad.nonzero()[0].tolist()

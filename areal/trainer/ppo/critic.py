@@ -1,0 +1,59 @@
+"""PPOCritic: aligned value estimates for GAE, and a clipped value-regression update.
+
+Values are next-token aligned (position t = value of the state before
+predicting token t+1), which is what `PPOActor.compute_advantages` expects in
+`values`; the update regresses them onto the pipeline's `returns` on the
+aligned loss mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from areal.api.train_args import CriticConfig
+from areal.trainer.engine import ValueEngine
+from areal.trainer.ppo.loss import clipped_value_loss
+from areal.trainer.ppo.update import minibatch_slices
+
+
+class PPOCritic:
+    """Owns the value engine; one instance per data-parallel rank."""
+
+    def __init__(self, config: CriticConfig, engine: ValueEngine) -> None:
+        self.config = config
+        self.engine = engine
+
+    @torch.no_grad()
+    def compute_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
+        """Aligned values [B, T], zero past each row's sequence."""
+        model = self.engine.model
+        was_training = model.training
+        model.eval()
+        values = self.engine.forward_values(batch["input_ids"], batch["attention_mask"])
+        model.train(was_training)
+        return values * batch["attention_mask"].to(values.dtype)
+
+    def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
+        """One pass of clipped value regression onto `returns`; minibatch-averaged stats."""
+        for key in ("values", "returns", "loss_mask"):
+            if not isinstance(data.get(key), torch.Tensor):
+                raise KeyError(f"PPOCritic.ppo_update: batch lacks tensor '{key}'")
+        n_mb = self.config.ppo_n_minibatches or 1
+        slices = minibatch_slices(data["input_ids"].shape[0], n_mb)
+        totals = {"value_loss": 0.0, "value_clip_frac": 0.0, "critic_grad_norm": 0.0}
+        for sl in slices:
+            width = int(data["attention_mask"][sl].sum(-1).max().item())
+            cut = (sl, slice(0, max(width, 1)))
+            values = self.engine.forward_values(data["input_ids"][cut], data["attention_mask"][cut])
+            loss, clip_frac = clipped_value_loss(
+                values, data["values"][cut].float(), data["returns"][cut].float().detach(), data["loss_mask"][cut],
+                value_eps_clip=self.config.value_eps_clip,
+            )
+            norm = self.engine.optimizer_step(loss)
+            for key, value in (("value_loss", float(loss.detach())), ("value_clip_frac", clip_frac),
+                               ("critic_grad_norm", norm)):
+                totals[key] += value / len(slices)
+        return totals

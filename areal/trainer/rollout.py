@@ -1,0 +1,181 @@
+"""Multi-turn rollout of prompt groups and their export as trajectory-group dicts.
+
+`collect_episodes` runs every episode of a step in lock-step turns (one batched
+sampling call per turn). The exporters turn each prompt's episodes into the
+tensor dict that `areal.utils.data.concat_batch` takes: one row per episode, or
+one row per generated turn with `RolloutGroup` metadata (split rollouts).
+Layout (unshifted, right-padded): `loss_mask` 1 only on generated tokens,
+`turn_ids` the turn index there and -1 elsewhere, `logprobs` the behaviour
+log-prob of token t at t, `token_rewards` the turn's process score on its tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from areal.trainer.sampling import sample_continuations
+from areal.trainer.tasks.base import Episode, Task
+
+
+@dataclass
+class EpisodeRecord:
+    """Everything recorded about one sampled episode (unpadded lists)."""
+
+    tokens: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    turn_ids: list[int]
+    token_rewards: list[float]
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    reward: float = 0.0
+    truncated: bool = False
+
+    @classmethod
+    def start(cls, prompt_ids: Sequence[int]) -> EpisodeRecord:
+        n = len(prompt_ids)
+        return cls(list(prompt_ids), [0] * n, [0.0] * n, [-1] * n, [0.0] * n)
+
+    def add_turn(self, ids: Sequence[int], logprobs: Sequence[float], score: float | None) -> None:
+        start, turn = len(self.tokens), len(self.turn_spans)
+        self.tokens += ids
+        self.loss_mask += [1] * len(ids)
+        self.logprobs += logprobs
+        self.turn_ids += [turn] * len(ids)
+        self.token_rewards += [score or 0.0] * len(ids)
+        self.turn_spans.append((start, len(self.tokens)))
+
+    def add_environment(self, ids: Sequence[int]) -> None:
+        n = len(ids)
+        self.tokens += ids
+        self.loss_mask += [0] * n
+        self.logprobs += [0.0] * n
+        self.turn_ids += [-1] * n
+        self.token_rewards += [0.0] * n
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+@dataclass
+class _Live:
+    episode: Episode
+    record: EpisodeRecord
+    budget: int
+
+
+def collect_episodes(
+    model: PreTrainedModel,
+    task: Task,
+    problems: Sequence[Any],
+    n_samples: int,
+    *,
+    budget: int,
+    temperature: float,
+    generator: torch.Generator | None = None,
+    process_rewards: bool = False,
+    greedy: bool = False,
+) -> list[list[EpisodeRecord]]:
+    """Sample `n_samples` episodes per problem; returns one list of records per problem."""
+    live = []
+    for problem in problems:
+        for _ in range(n_samples):
+            episode = task.new_episode(problem, process_rewards=process_rewards)
+            live.append(_Live(episode, EpisodeRecord.start(episode.prompt_ids), budget))
+    active = list(live)
+    while active:
+        caps = [min(task.max_turn_tokens, item.budget) for item in active]
+        outs = sample_continuations(
+            model, [item.record.tokens for item in active], caps, task.stop_token_ids,
+            temperature=temperature, pad_id=task.pad_token_id, generator=generator, greedy=greedy,
+        )
+        still = []
+        for item, cap, out in zip(active, caps, outs):
+            cut_by_budget = not out.stopped and len(out.token_ids) < task.max_turn_tokens
+            result = item.episode.step(out.token_ids)
+            item.record.add_turn(out.token_ids, out.logprobs, result.process_score)
+            item.budget -= len(out.token_ids)
+            if result.done or cut_by_budget or item.budget <= 0:
+                item.record.truncated = cut_by_budget or not result.done
+                item.record.reward = float(item.episode.reward)
+                continue
+            item.record.add_environment(result.feedback_ids)
+            still.append(item)
+        active = still
+    return [[item.record for item in live[i * n_samples:(i + 1) * n_samples]] for i in range(len(problems))]
+
+
+def _pad_rows(rows: Sequence[Sequence[Any]], value: Any, dtype: torch.dtype) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), value, dtype=dtype)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(list(r), dtype=dtype)
+    return out
+
+
+def _rows_to_tensors(rows: Sequence[EpisodeRecord], pad_id: int, with_process: bool) -> dict[str, torch.Tensor]:
+    batch = {
+        "input_ids": _pad_rows([r.tokens for r in rows], pad_id, torch.long),
+        "attention_mask": _pad_rows([[1] * len(r.tokens) for r in rows], 0, torch.long),
+        "loss_mask": _pad_rows([r.loss_mask for r in rows], 0, torch.long),
+        "logprobs": _pad_rows([r.logprobs for r in rows], 0.0, torch.float32),
+        "turn_ids": _pad_rows([r.turn_ids for r in rows], -1, torch.long),
+        "rewards": torch.tensor([r.reward for r in rows], dtype=torch.float32),
+        "is_truncated": torch.tensor([r.truncated for r in rows], dtype=torch.bool),
+    }
+    if with_process:
+        batch["token_rewards"] = _pad_rows([r.token_rewards for r in rows], 0.0, torch.float32)
+    return batch
+
+
+def export_episodes(records: Sequence[EpisodeRecord], pad_id: int, *, with_process: bool = False) -> dict[str, Any]:
+    """One prompt group, one tensor row per episode."""
+    return _rows_to_tensors(records, pad_id, with_process)
+
+
+def turn_row(record: EpisodeRecord, turn: int) -> EpisodeRecord:
+    """The row for one turn: prefix context plus that turn; only that turn is trained on.
+
+    The row is a single-turn trajectory, so its turn carries turn id 0.
+    """
+    start, end = record.turn_spans[turn]
+    row = EpisodeRecord.start(record.tokens[:start])
+    row.add_turn(record.tokens[start:end], record.logprobs[start:end], None)
+    row.token_rewards[start:end] = record.token_rewards[start:end]
+    row.reward, row.truncated = record.reward, record.truncated
+    return row
+
+
+def export_turn_rows(
+    records: Sequence[EpisodeRecord], pad_id: int, *, with_process: bool = False, explicit_rewards: bool = False
+) -> dict[str, Any]:
+    """One prompt group, one tensor row per generated turn, plus its `RolloutGroup`.
+
+    Every row of an episode carries the episode's reward; `row_counts` maps rows
+    back to logical rollouts; `explicit_rewards` also ships the episode rewards as
+    the group's reference rewards.
+    """
+    from areal.utils.data import RolloutGroup
+
+    rows = [turn_row(rec, t) for rec in records for t in range(len(rec.turn_spans))]
+    batch: dict[str, Any] = _rows_to_tensors(rows, pad_id, with_process)
+    counts = [len(rec.turn_spans) for rec in records]
+    rewards = torch.tensor([rec.reward for rec in records], dtype=torch.float32) if explicit_rewards else None
+    batch["rollout_group"] = RolloutGroup(row_counts=counts, rewards=rewards)
+    return batch
+
+
+def add_reward_baselines(group: dict[str, Any], baseline: float) -> dict[str, Any]:
+    """ReMax-style `reward_baselines` [rows]: the prompt's greedy reward, repeated for each row."""
+    rows = group["input_ids"].shape[0]
+    return {**group, "reward_baselines": torch.full((rows,), float(baseline), dtype=torch.float32)}
+
+
+def sample_problems(task: Task, rng: random.Random, n: int) -> list[Any]:
+    return [task.sample_problem(rng) for _ in range(n)]
