@@ -290,27 +290,37 @@ def make_rollout_batch(n_rows: int, n_pos: int, seed: int = 0) -> dict[str, torc
 
 
 _PEAK_MEMORY = """
-import resource, sys, torch
+import ctypes, sys
+ctypes.CDLL("libc.so.6").mallopt(-3, 65536)  # M_MMAP_THRESHOLD fixed: big buffers go back to the OS on free
+import torch
 sys.path.insert(0, {bench!r})
 torch.set_num_threads({threads})
 from bench_advantage import make_rollout_batch
 from areal.api.cli_args import NormConfig, PPOActorConfig
 from areal.trainer.ppo.actor import PPOActor
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+
 actor = PPOActor(PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig()))
-actor.compute_advantages(make_rollout_batch(4, 64))  # imports, numba load
 batch = make_rollout_batch({rows}, {pos})
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+actor.compute_advantages(batch)  # warm-up: imports, compiled kernels
+open("/proc/self/clear_refs", "w").write("5")  # reset the peak-RSS counter
+before = status("VmRSS:")
 out = actor.compute_advantages(batch)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((after - before) * 1024 / ({rows} * {pos} * 4))
+print((status("VmHWM:") - before) / ({rows} * {pos} * 4))
 """
 
 
 def peak_extra_memory(n_rows: int, n_pos: int) -> float:
-    """Peak RSS growth of one compute_advantages call, in [B, T] float32 tensors.
+    """Peak RSS growth during one compute_advantages call, in [B, T] float32 tensors.
 
-    Measured in a fresh process (ru_maxrss) after a warm-up call, so imports and
-    compiled kernels are not counted; the output tensors are.
+    Measured in a fresh process after a warm-up call (imports and compiled kernels
+    are not counted; the returned tensors are). Large buffers are forced onto
+    mmap, so RSS follows live memory; the kernel's peak-RSS counter is reset
+    just before the call.
     """
     code = _PEAK_MEMORY.format(bench=str(ROOT / "bench"), threads=torch.get_num_threads(), rows=n_rows, pos=n_pos)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from areal.api.cli_args import NormConfig
+from areal.utils import norm_kernels
 
 __all__ = [
     "RolloutGroup",
@@ -542,10 +543,14 @@ class Normalization:
         inactive = loss_mask is not None and loss_mask.sum().item() == 0
         if inactive and not (_dist_active() and "batch" in (self.mean_level, self.std_level)):
             return x.to(torch.float32, copy=True)  # a copy: the caller may edit the result in place
-        _, denom, centered = self._compute(x, loss_mask, layout, reduce_group)
+        if norm_kernels.fused_available(x) and (loss_mask is None or loss_mask.device.type == "cpu"):
+            out = self._fused(x, loss_mask, layout, reduce_group)
+        else:
+            _, denom, centered = self._compute(x, loss_mask, layout, reduce_group)
+            out = (centered / denom).float()
         if inactive:
             return x.to(torch.float32, copy=True)
-        return (centered / denom).float()
+        return out
 
     @torch.no_grad()
     def statistics(
@@ -624,6 +629,57 @@ class Normalization:
             singleton = torch.tensor([m == 1 for m in members], dtype=torch.bool, device=device)
         return _GroupLayout(row_group=row_group, n_groups=len(sizes), singleton=singleton)
 
+    def _fused(
+        self, x: torch.Tensor, loss_mask: torch.Tensor | None, layout: _GroupLayout | None, reduce_group: Any
+    ) -> torch.Tensor:
+        """`_compute` for [B, T] CPU tensors with fused numba passes and no [B, T] temporaries.
+
+        Same float64 formulas, element by element; only [B]-sized statistics are
+        reduced (and all-reduced) here.
+        """
+        n_rows = x.shape[0]
+
+        def spread(value: torch.Tensor) -> torch.Tensor:
+            return value if value.ndim == 0 else value.index_select(0, layout.row_group)
+
+        zero = torch.zeros((), dtype=torch.float64)
+        row_self = torch.zeros((), dtype=torch.bool)
+        weight, row_total = norm_kernels.row_sums(x, loss_mask)
+        counts: dict[str, torch.Tensor] = {}
+        if self.mean_level is None:
+            stats = norm_kernels.RowStats(n_rows, False, zero, zero, zero, row_self)
+        else:
+            count, total = self._reduce(self.mean_level, [weight, row_total], layout, reduce_group)
+            counts[self.mean_level] = count
+            if self.mean_leave1out:
+                if self.mean_level == "group" and layout.singleton is not None:
+                    row_self = spread(layout.singleton)  # a singleton's baseline is itself
+                stats = norm_kernels.RowStats(n_rows, True, zero, spread(total), spread(count), row_self)
+            else:
+                mean = (total / count).masked_fill_(count == 0, 0.0)
+                stats = norm_kernels.RowStats(n_rows, False, spread(mean), zero, zero, row_self)
+        if self.std_level is None:
+            return norm_kernels.normalise(x, loss_mask, stats, torch.ones((), dtype=torch.float64))
+        squares = norm_kernels.row_squares(x, loss_mask, stats)
+        if self.std_level in counts:
+            count = counts[self.std_level]
+            (sq_total,) = self._reduce(self.std_level, [squares], layout, reduce_group)
+        else:
+            count, sq_total = self._reduce(self.std_level, [weight, squares], layout, reduce_group)
+        return norm_kernels.normalise(x, loss_mask, stats, spread(self._std(count, sq_total, layout) + self.eps))
+
+    def _std(self, count: torch.Tensor, sq_total: torch.Tensor, layout: _GroupLayout | None) -> torch.Tensor:
+        """Std from pooled counts and squared deviations, with AReaL's fallbacks to 1."""
+        if self.std_unbiased:
+            std = torch.sqrt(sq_total / (count - 1))
+            fallback = count <= 1
+            if self.std_level == "group" and layout.singleton is not None:
+                fallback = fallback | layout.singleton
+        else:
+            std = torch.sqrt(sq_total / count)
+            fallback = count == 0
+        return std.masked_fill_(fallback, 1.0)
+
     @staticmethod
     def _reduce(level: str, rows: list[torch.Tensor], layout: _GroupLayout | None,
                 reduce_group: Any) -> list[torch.Tensor]:
@@ -694,15 +750,7 @@ class Normalization:
             (sq_total,) = self._reduce(self.std_level, [squares], layout, reduce_group)
         else:
             count, sq_total = self._reduce(self.std_level, [row_weight, squares], layout, reduce_group)
-        if self.std_unbiased:
-            std = torch.sqrt(sq_total / (count - 1))
-            fallback = count <= 1
-            if self.std_level == "group" and layout.singleton is not None:
-                fallback = fallback | layout.singleton
-        else:
-            std = torch.sqrt(sq_total / count)
-            fallback = count == 0
-        return mean, spread(std.masked_fill_(fallback, 1.0) + self.eps), centered
+        return mean, spread(self._std(count, sq_total, layout) + self.eps), centered
 
 
 def _check_norm_inputs(x: torch.Tensor, loss_mask: torch.Tensor | None) -> None:
@@ -772,7 +820,7 @@ class KLEstimator:
             neg = -log_ratio
             kl = neg.exp() - 1 - neg
         if self.apply_clamp:
-            kl = kl.clamp(min=-10, max=10)
+            kl.clamp_(min=-10, max=10)  # kl is always a fresh tensor here
         return kl
 
     def __repr__(self) -> str:

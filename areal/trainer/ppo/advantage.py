@@ -466,16 +466,17 @@ def _default_fields(
     else:
         old_logp = torch.roll(data["logprobs"], shifts=-1, dims=-1) * loss_mask
     prox_logp = data.get("prox_logp") if config.use_decoupled_loss else old_logp
-    ref_logp = data.get("ref_logp")
-    ref_logp = torch.zeros_like(old_logp) if ref_logp is None else ref_logp * loss_mask
-    if data.get("ref_logp") is not None:
-        extras["ref_logp"] = ref_logp
     seqlens = data["attention_mask"].long().sum(-1)
     truncated = data.get("is_truncated")
     truncated = seqlens == T if truncated is None else truncated.to(torch.bool)
-    kl_rewards = -config.kl_ctl * KLEstimator(config.kl_estimator)(old_logp, ref_logp)
-    gae_kl = kl_rewards.clone()
-    gae_kl[rows, seqlens - 1] = 0
+    kl_rewards = _kl_rewards(old_logp, data.get("ref_logp"), loss_mask, config)
+    # KL at the position after each row's last token is not a reward. It is zero
+    # already unless that position is active (a row without prompt filling T), so
+    # the [B, T] copy is only made when it matters.
+    gae_kl = kl_rewards
+    if bool(kl_rewards[rows, seqlens - 1].any()):
+        gae_kl = kl_rewards.clone()
+        gae_kl[rows, seqlens - 1] = 0
     score = score.to(torch.float32)
     if config.mask_no_eos_with_zero:
         score = torch.where(truncated, torch.zeros_like(score), score)
@@ -484,12 +485,13 @@ def _default_fields(
     token_adv, folded = _process_rewards(data, loss_mask, turn_ids, truncated, config)
 
     # 5. Temporal estimator.
+    zeros = torch.zeros((), dtype=torch.float32, device=device).expand(B, T)  # a view, no memory
     values = data.get("values")
-    values = torch.zeros_like(kl_rewards) if values is None else values
+    values = zeros if values is None else values
     temporal_inputs = TemporalInputs(
         outcome_rewards=outcome_tok,
         kl_rewards=gae_kl,
-        process_rewards=folded if folded is not None else torch.zeros_like(kl_rewards),
+        process_rewards=folded if folded is not None else zeros,
         values=values,
         loss_mask=loss_mask,
         turn_ids=turn_ids,
@@ -503,6 +505,7 @@ def _default_fields(
         meta=meta,
     )
     temporal = _run_temporal(estimator, temporal_inputs, B, T, device)
+    del temporal_inputs, outcome_tok, folded  # free [B, T] buffers before normalisation
 
     # 6. Advantage normalisation.
     advantages = temporal.advantages
@@ -538,6 +541,14 @@ def _default_fields(
         del fields["prox_logp"]
     fields.update(extras)
     return fields
+
+
+def _kl_rewards(
+    old_logp: torch.Tensor, ref_logp: torch.Tensor | None, loss_mask: torch.Tensor, config: PPOActorConfig
+) -> torch.Tensor:
+    """-kl_ctl * KL(old || ref) on active positions (both log-probs masked)."""
+    ref = torch.zeros_like(old_logp) if ref_logp is None else ref_logp * loss_mask
+    return KLEstimator(config.kl_estimator)(old_logp, ref).mul_(-config.kl_ctl)
 
 
 # ---------------------------------------------------------------------------

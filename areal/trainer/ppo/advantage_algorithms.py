@@ -93,7 +93,8 @@ def identity_outcome(inputs: Any) -> Any:
 
 def token_gae(inputs: TemporalInputs) -> TemporalResult:
     """Token-level GAE: every generated token is a step; KL enters the recursion."""
-    rewards = inputs.kl_rewards + inputs.outcome_rewards + inputs.process_rewards
+    rewards = inputs.kl_rewards + inputs.outcome_rewards
+    rewards += inputs.process_rewards  # in place: `rewards` is ours
     advantages, returns = gae_kernels.token_gae(
         rewards,
         inputs.values,
