@@ -43,7 +43,7 @@ def all_finite(t: torch.Tensor) -> bool:
     """
     if not t.is_floating_point() or t.numel() == 0:
         return True
-    if bool(torch.isfinite(t.sum(dtype=torch.float64))):
+    if bool(torch.isfinite(t.sum())):
         return True
     return bool(torch.isfinite(t).all())
 
