@@ -248,8 +248,11 @@ def report_targets(rows: list[dict]) -> None:
 
 
 def bench_group_norm(n_pos: int, reps: int) -> None:
-    """Normalization at group level (1024 rows, groups of 8) against a per-group loop."""
-    print(f"\n== group normalisation: 1024 x {n_pos}, groups of 8 (ms) ==")
+    """Normalization at group level (1024 rows, groups of 8) against a per-group loop.
+
+    Two shapes: [1024] (reward normalisation, where the per-group Python overhead
+    dominates) and [1024, n_pos] (token-level advantage normalisation, memory-bound).
+    """
     try:
         from areal.api.cli_args import NormConfig
         from areal.utils.data import Normalization
@@ -257,16 +260,21 @@ def bench_group_norm(n_pos: int, reps: int) -> None:
         print(f"skipped: {exc}")
         return
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(1024, n_pos, generator=gen)
-    lengths = torch.randint(n_pos // 4, n_pos, (1024,), generator=gen)
-    mask = (torch.arange(n_pos)[None] < lengths[:, None]).float()
     groups = [8] * 128
     norm = Normalization(NormConfig(mean_level="group", std_level="group"))
-    ours = best_time(lambda: norm(x, loss_mask=mask, group_sizes=groups), reps)
-    ref = best_time(lambda: reference_group_norm(x, mask, groups), reps)
-    diff = float((norm(x, loss_mask=mask, group_sizes=groups) - reference_group_norm(x, mask, groups)).abs().max())
-    print(f"{'per-group loop':>16}{fmt_ms(ref)}\n{'Normalization':>16}{fmt_ms(ours)}   {ref / ours:.1f}x"
-          f"   (max |diff| {diff:.1e})")
+    for shape in ((1024,), (1024, n_pos)):
+        print(f"\n== group normalisation: {' x '.join(map(str, shape))}, groups of 8 (ms) ==")
+        x = torch.randn(*shape, generator=gen)
+        if len(shape) == 1:
+            mask = torch.ones_like(x)
+        else:
+            lengths = torch.randint(n_pos // 4, n_pos, (1024,), generator=gen)
+            mask = (torch.arange(n_pos)[None] < lengths[:, None]).float()
+        ours = best_time(lambda: norm(x, loss_mask=mask, group_sizes=groups), reps)
+        ref = best_time(lambda: reference_group_norm(x, mask, groups), reps)
+        diff = float((norm(x, loss_mask=mask, group_sizes=groups) - reference_group_norm(x, mask, groups)).abs().max())
+        print(f"{'per-group loop':>16}{fmt_ms(ref)}\n{'Normalization':>16}{fmt_ms(ours)}   {ref / ours:.1f}x"
+              f"   (max |diff| {diff:.1e})")
 
 
 def make_rollout_batch(n_rows: int, n_pos: int, seed: int = 0) -> dict[str, torch.Tensor]:
