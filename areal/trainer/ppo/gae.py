@@ -298,7 +298,7 @@ def compute_gae_lambda(
     and its result is checked. Every error names `source` (the config field
     or import path) so a misconfigured run points at the culprit.
     """
-    ctx = _lambda_context(loss_mask, turn_ids, timestep_unit, source)
+    _check_lambda_unit(loss_mask, turn_ids, timestep_unit, source)
     kwargs = dict(gae_lambda_kwargs or {})
     if isinstance(gae_lambda, bool) or not (
         isinstance(gae_lambda, (int, float)) or callable(gae_lambda)
@@ -316,6 +316,7 @@ def compute_gae_lambda(
             )
         value = _check_lambda_number(gae_lambda, source)
         return torch.full((n_rows,), value, dtype=torch.float32, device=loss_mask.device)
+    ctx = _lambda_context(loss_mask, turn_ids, timestep_unit, source)  # only functions need lengths
     try:
         result = gae_lambda(ctx, **kwargs)
     except Exception as exc:
@@ -324,20 +325,24 @@ def compute_gae_lambda(
     return _check_lambda_result(result, n_rows, loss_mask.device, source)
 
 
-def _lambda_context(
-    loss_mask: torch.Tensor, turn_ids: torch.Tensor | None, unit: str, source: str
-) -> GAELambdaContext:
+def _check_lambda_unit(loss_mask: Any, turn_ids: torch.Tensor | None, unit: str, source: str) -> None:
+    """The cheap checks, done for constants too (no pass over the data)."""
     if unit not in TIMESTEP_UNITS:
         raise ValueError(f"{source}: timestep_unit {unit!r}, expected one of {list(TIMESTEP_UNITS)}")
     if not isinstance(loss_mask, torch.Tensor) or loss_mask.dim() != 2:
         raise ValueError(f"{source}: loss_mask must be an aligned [B, T] tensor, got {_describe(loss_mask)}")
+    if turn_ids is None and unit == "turn":
+        raise ValueError(
+            f"{source}: timestep_unit 'turn' needs turn_ids, but the batch has none; "
+            "expected an aligned integer turn_ids tensor (or use timestep_unit 'token')"
+        )
+
+
+def _lambda_context(
+    loss_mask: torch.Tensor, turn_ids: torch.Tensor | None, unit: str, source: str
+) -> GAELambdaContext:
     tokens = (loss_mask != 0).sum(dim=1)
     if turn_ids is None:
-        if unit == "turn":
-            raise ValueError(
-                f"{source}: timestep_unit 'turn' needs turn_ids, but the batch has none; "
-                "expected an aligned integer turn_ids tensor (or use timestep_unit 'token')"
-            )
         turns = (tokens > 0).long()
     else:
         _check_turn_dtype_shape(turn_ids, loss_mask, f"{source}: turn_ids")
