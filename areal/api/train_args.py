@@ -191,7 +191,15 @@ class RolloutConfig:
 
 @dataclass
 class TrainConfig:
-    """Optimisation schedule of the policy. Minibatches and KL live in `actor`."""
+    """Optimisation schedule of the policy. Minibatches and KL live in `actor`.
+
+    `num_threads` is per process (per rank under torchrun). `dist_timeout_s`
+    bounds every collective of a data-parallel run, so a dead rank makes the
+    others fail instead of waiting (null: torch's default, 30 min for gloo).
+    `debug_param_checksum` makes rank 0 write `param_checksums.jsonl`: after
+    every step, one checksum per rank of the policy (critic, reference), to
+    check that the replicas stay identical.
+    """
 
     steps: int = 500
     lr: float = 5e-4
@@ -199,6 +207,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     num_threads: int = 2
     log_every: int = 1
+    dist_timeout_s: float | None = None
+    debug_param_checksum: bool = False
 
     def __post_init__(self) -> None:
         _check_int("train.steps", self.steps, 1)
@@ -207,6 +217,9 @@ class TrainConfig:
         _check_float("train.grad_clip", self.grad_clip, 0.0, open_low=True)
         _check_int("train.num_threads", self.num_threads, 1)
         _check_int("train.log_every", self.log_every, 1)
+        if self.dist_timeout_s is not None:
+            _check_float("train.dist_timeout_s", self.dist_timeout_s, 0.0, open_low=True)
+        _check_bool("train.debug_param_checksum", self.debug_param_checksum)
 
 
 @dataclass

@@ -8,9 +8,15 @@ locally without communication. Batch-level statistics are all-reduced inside
 `areal.utils.data.Normalization`; training metrics are averaged across ranks
 with `reduce_metrics`.
 
-Everything except the `init_distributed` / `barrier` / `destroy` /
-`reduce_metrics` wrappers is a pure function of its arguments, so every rank
-computes the same assignment from the same global list of groups.
+The trainer dispatches *prompts* before rollout with `assign_prompts_to_ranks`
+(round-robin by prompt index: token counts do not exist yet), so each rank rolls
+out and trains on whole groups only. Gradients are synchronised with
+`all_reduce_gradients` (one flat all-reduce per dtype) and replicas start equal
+through `broadcast_module`.
+
+The dispatch functions are pure functions of their arguments, so every rank
+computes the same assignment from the same global list of prompts or groups;
+the other helpers are collectives that every rank must call in the same order.
 """
 
 from __future__ import annotations
@@ -28,8 +34,13 @@ import torch.distributed as dist
 
 __all__ = [
     "DistContext",
+    "all_gather_objects",
+    "all_reduce_gradients",
+    "all_reduce_tensor",
     "assign_groups_to_ranks",
+    "assign_prompts_to_ranks",
     "barrier",
+    "broadcast_module",
     "destroy",
     "group_token_counts",
     "init_distributed",
@@ -97,6 +108,26 @@ def assign_groups_to_ranks(group_token_counts: Sequence[int], world_size: int) -
         assignment[rank].append(index)
         heapq.heappush(heap, (tokens + counts[index], n_groups + 1, rank))
     return [sorted(indices) for indices in assignment]
+
+
+def assign_prompts_to_ranks(n_prompts: int, world_size: int) -> list[list[int]]:
+    """Prompt indices per rank, round-robin (`rank, rank + W, ...`), for dispatch BEFORE rollout.
+
+    The trainer samples the step's global prompt list identically on every rank
+    and each rank rolls out only its own prompts, so a prompt's whole group is
+    born on one rank. Token counts (what `assign_groups_to_ranks` balances) exist
+    only after rollout, hence the index rule: ranks differ by at most one prompt,
+    and with `n_prompts` a multiple of `world_size * n_minibatches` and equal
+    group sizes, the ranks' k-th local minibatches together are exactly the k-th
+    minibatch of the whole batch (so the update equals the 1-process update).
+    """
+    world_size = _check_world_size(world_size)
+    if isinstance(n_prompts, bool) or not isinstance(n_prompts, int) or n_prompts < world_size:
+        raise ValueError(
+            f"assign_prompts_to_ranks: {n_prompts!r} prompts per step cannot be spread over {world_size} ranks "
+            f"without splitting a prompt group; use rollout.batch_size >= {world_size} (the number of ranks)"
+        )
+    return [list(range(rank, n_prompts, world_size)) for rank in range(world_size)]
 
 
 def group_token_counts(groups: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -258,6 +289,104 @@ def destroy(ctx: DistContext | None = None) -> None:
     """Leave the process group (safe to call when none was initialised)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------
+# Collectives used by the trainer (no-ops in a single process)
+# ---------------------------------------------------------------------------
+
+
+def _comm_device(ctx: DistContext | None, tensor: torch.Tensor) -> torch.device:
+    """nccl only moves CUDA tensors: communicate on the rank's device there, in place elsewhere."""
+    if ctx is not None and ctx.device.type == "cuda" and dist.get_backend() == "nccl":
+        return ctx.device
+    return tensor.device
+
+
+def all_reduce_tensor(tensor: torch.Tensor, ctx: DistContext | None, op: Any = None) -> torch.Tensor:
+    """A reduced copy of `tensor` over all ranks (`op` defaults to SUM); the input itself when not live."""
+    if not _live(ctx):
+        return tensor
+    work = tensor.detach().to(_comm_device(ctx, tensor), copy=True)
+    dist.all_reduce(work, op=dist.ReduceOp.SUM if op is None else op)
+    return work.to(tensor.device)
+
+
+def all_gather_objects(obj: Any, ctx: DistContext | None) -> list[Any]:
+    """Every rank's `obj`, in rank order (`[obj]` in a single process)."""
+    if not _live(ctx):
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_module(module: torch.nn.Module, ctx: DistContext | None, src: int = 0) -> None:
+    """Copy rank `src`'s parameters and buffers into every replica (as DDP does at construction).
+
+    Ranks seed their initialisation identically already; the broadcast makes
+    "replicas start equal" a guarantee rather than a property of the init code.
+    """
+    if not _live(ctx):
+        return
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            work = tensor.data.to(_comm_device(ctx, tensor.data), copy=True)
+            dist.broadcast(work, src=src)
+            tensor.data.copy_(work)
+
+
+def _flat_buffer_dtype(dtype: torch.dtype) -> torch.dtype:
+    # half-precision gradients are summed in float32, float64 stays float64
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def all_reduce_gradients(
+    parameters: Sequence[torch.nn.Parameter], ctx: DistContext | None, *, local_ok: bool = True
+) -> list[int]:
+    """SUM every parameter's gradient over ranks; returns the ranks whose `local_ok` was False.
+
+    Call it after `backward()` and before clipping, so clipping sees the
+    synchronised gradient and every replica takes the same optimiser step.
+    Gradients are packed into one flat buffer per dtype (a few collectives per
+    step, whatever the number of tensors). A parameter whose gradient is None on
+    some rank contributes zeros there; it keeps None only if it is None on every
+    rank, so optimisers treat it identically everywhere. `local_ok=False` (e.g.
+    a non-finite loss) is reported in the same collective, so every rank can
+    refuse the step together instead of one rank raising while others wait.
+    """
+    if not _live(ctx):
+        return [] if local_ok else [0]
+    params = [p for p in parameters if p.requires_grad]
+    world, rank = dist.get_world_size(), dist.get_rank()
+    ref = params[0].detach() if params else torch.zeros(1)
+    device = _comm_device(ctx, ref)
+    # per parameter: does it have a gradient here; per rank: is its step healthy
+    flags = torch.zeros(len(params) + world, dtype=torch.float64, device=device)
+    for i, p in enumerate(params):
+        if p.grad is not None:
+            flags[i] = 1.0
+    if not local_ok:
+        flags[len(params) + rank] = 1.0
+    dist.all_reduce(flags, op=dist.ReduceOp.SUM)
+    by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+    for p in params:
+        by_dtype.setdefault(_flat_buffer_dtype(p.dtype), []).append(p)
+    for buffer_dtype, group in by_dtype.items():
+        pieces = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1) for p in group]
+        flat = torch.cat([t.to(device=device, dtype=buffer_dtype) for t in pieces])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in group:
+            n = p.numel()
+            summed = flat[offset:offset + n].view_as(p).to(device=p.device, dtype=p.dtype)
+            offset += n
+            p.grad = summed
+    have_grad = flags[: len(params)].tolist()
+    for p, count in zip(params, have_grad):
+        if count == 0:
+            p.grad = None
+    return [r for r, bad in enumerate(flags[len(params):].tolist()) if bad]
 
 
 # ---------------------------------------------------------------------------

@@ -1,7 +1,13 @@
 """Entry point: `python -m areal.trainer.main --config FILE [key=value ...]`.
 
 Dotted overrides go straight to `areal.api.cli_args.load_config`, as on AReaL's
-command line. Exit status: 0 done, 1 bad config, 130 interrupted (outputs kept).
+command line. Exit status: 0 done, 1 bad config (or a plugin that does not
+resolve, on any rank), 130 interrupted (outputs kept).
+
+Data parallel: `torchrun --nproc_per_node=N -m areal.trainer.main --config ...`.
+Every rank loads the same config, joins the process group (`init_distributed`:
+gloo on CPU, nccl on GPU) and runs its own `Trainer`; without torchrun's
+environment no process group is created and the run is the single-process one.
 """
 
 from __future__ import annotations
@@ -29,18 +35,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
-        from areal.trainer.trainer import Trainer
-
-        trainer = Trainer(cfg)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 1
-    except (ImportError, ValueError, TypeError) as exc:  # e.g. an advantage plugin that does not resolve
-        print(f"error while building the trainer: {exc}", file=sys.stderr)
+    import torch.distributed as dist
+
+    from areal.trainer.distributed import destroy, init_distributed
+    from areal.trainer.ppo.actor import WorkerInitError
+    from areal.trainer.trainer import Trainer
+
+    joined_here = not (dist.is_available() and dist.is_initialized())
+    try:
+        ctx = init_distributed(timeout=cfg.train.dist_timeout_s)
+    except (ValueError, RuntimeError) as exc:  # a broken torchrun environment or rendezvous
+        print(f"error while joining the process group: {exc}", file=sys.stderr)
         return 1
-    result = trainer.run()
-    print(result.summary(cfg.experiment_name, cfg.train.steps), flush=True)
-    return 130 if result.interrupted else 0
+    try:
+        try:
+            trainer = Trainer(cfg, ctx)
+        except ConfigError as exc:
+            print(f"config error: {exc}", file=sys.stderr)
+            return 1
+        # a plugin that does not resolve: ImportError/ValueError/TypeError in one process; in a process
+        # group WorkerInitError (a RuntimeError), raised on every rank and naming the failing ranks
+        except (WorkerInitError, ImportError, ValueError, TypeError) as exc:
+            print(f"error while building the trainer: {exc}", file=sys.stderr)
+            return 1
+        result = trainer.run()
+        if ctx.is_main:
+            print(result.summary(cfg.experiment_name, cfg.train.steps), flush=True)
+        return 130 if result.interrupted else 0
+    finally:
+        if joined_here:  # leave only a process group this call created
+            destroy(ctx)
 
 
 if __name__ == "__main__":

@@ -20,22 +20,29 @@ def _plain(value: Any) -> Any:
 
 
 class MetricsWriter:
-    """Append-only JSONL file; one object per training step."""
+    """Append-only JSONL file; one object per training step.
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("w", encoding="utf-8")
+    `path=None` keeps the records in memory only: data-parallel ranks other
+    than 0 hold the same (reduced) rows but must not write the shared file.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = None if path is None else Path(path)
+        self._fh = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.path.open("w", encoding="utf-8")
         self.records: list[dict[str, Any]] = []
 
     def write(self, record: Mapping[str, Any]) -> None:
         row = {k: _plain(v) for k, v in record.items()}
-        self._fh.write(json.dumps(row) + "\n")
-        self._fh.flush()
+        if self._fh is not None:
+            self._fh.write(json.dumps(row) + "\n")
+            self._fh.flush()
         self.records.append(row)
 
     def close(self) -> None:
-        if not self._fh.closed:
+        if self._fh is not None and not self._fh.closed:
             self._fh.close()
 
 

@@ -177,5 +177,29 @@ def add_reward_baselines(group: dict[str, Any], baseline: float) -> dict[str, An
     return {**group, "reward_baselines": torch.full((rows,), float(baseline), dtype=torch.float32)}
 
 
+def groups_to_device(groups: Sequence[dict[str, Any]], device: torch.device) -> list[dict[str, Any]]:
+    """The trajectory-group dicts with every tensor (including `RolloutGroup.rewards`) on `device`.
+
+    Rollouts are exported on CPU; a data-parallel rank on a GPU moves them before
+    `concat_batch`, so the batch, its metadata and the advantage pipeline's
+    all-reduces (nccl needs CUDA tensors) live on the rank's device.
+    """
+    import dataclasses
+
+    from areal.utils.data import RolloutGroup
+
+    out = []
+    for group in groups:
+        moved: dict[str, Any] = {}
+        for key, value in group.items():
+            if isinstance(value, torch.Tensor):
+                value = value.to(device)
+            elif isinstance(value, RolloutGroup) and value.rewards is not None:
+                value = dataclasses.replace(value, rewards=value.rewards.to(device))
+            moved[key] = value
+        out.append(moved)
+    return out
+
+
 def sample_problems(task: Task, rng: random.Random, n: int) -> list[Any]:
     return [task.sample_problem(rng) for _ in range(n)]

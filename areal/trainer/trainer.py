@@ -5,11 +5,21 @@ module only prepares its inputs (aligned `ref_logp`, `values`, `prox_logp`) and
 consumes its output. GRPO = `critic.enabled: false` with group reward
 normalisation; PPO = a critic whose values feed GAE and which regresses on the
 pipeline's `returns`.
+
+Data parallelism (`torchrun`, see docs/distributed.md): one `Trainer` per rank,
+given the rank's `DistContext`. Every rank samples the same global prompt list
+(shared seed), rolls out only its round-robin share of the prompts (whole
+groups), and trains its replica with gradients summed over ranks; metrics are
+reduced across ranks and only rank 0 writes files. Without a process group the
+loop is exactly the single-process one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -19,8 +29,16 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from areal.api.cli_args import ConfigError, config_to_yaml
+from areal.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, config_to_yaml
 from areal.api.train_args import ExperimentConfig
+from areal.trainer.distributed import (
+    DistContext,
+    all_gather_objects,
+    assign_prompts_to_ranks,
+    barrier,
+    broadcast_module,
+    reduce_metrics,
+)
 from areal.trainer.engine import PolicyEngine, ValueEngine, reference_logprobs
 from areal.trainer.metrics import MetricsWriter, masked_stats, window_mean
 from areal.trainer.model import build_critic, build_policy, frozen_copy
@@ -33,6 +51,7 @@ from areal.trainer.rollout import (
     collect_episodes,
     export_episodes,
     export_turn_rows,
+    groups_to_device,
     sample_problems,
 )
 from areal.trainer.tasks import make_task
@@ -80,6 +99,28 @@ def _special_ids(tokenizer: Any) -> dict[str, int]:
             "eos_token_id": tokenizer.eos_token_id}
 
 
+def shipped_actor_config(config: PPOActorConfig) -> PPOActorConfig:
+    """The actor config as a remote worker receives it: serialised to JSON and rebuilt (and re-validated)."""
+    return actor_config_from_dict(json.loads(json.dumps(config_to_dict(config))))
+
+
+def module_checksum(module: torch.nn.Module) -> str:
+    """sha256 of a module's state dict (names, dtypes, shapes and bytes): equal iff the replicas are equal."""
+    digest = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+#: How metrics are averaged over ranks: per episode, per active (loss-mask) token; every other
+#: metric has equal weights (the update statistics are all-reduced inside the update and gradient
+#: norms are of the synchronised gradient, so they are the same on every rank; `seconds` is a mean).
+_EPISODE_KEYS = ("reward_mean", "success_rate", "response_tokens", "turns", "truncated_frac")
+_TOKEN_KEYS = ("adv_mean", "_adv_sq_mean", "kl", "process_reward_mean")
+
+
 def _warn_unused_process_shaping(cfg: ExperimentConfig) -> None:
     """A process stage without process rewards is valid config but probably not what was meant."""
     spec = cfg.actor.advantage.process_adv_shaping
@@ -89,41 +130,68 @@ def _warn_unused_process_shaping(cfg: ExperimentConfig) -> None:
 
 
 class Trainer:
-    """Builds everything from an `ExperimentConfig` and runs `train.steps` steps."""
+    """Builds everything from an `ExperimentConfig` and runs `train.steps` steps.
 
-    def __init__(self, cfg: ExperimentConfig) -> None:
+    `ctx` is this process's place in a data-parallel job (`init_distributed()`);
+    None or a 1-rank context is the plain single-process trainer on CPU.
+    """
+
+    def __init__(self, cfg: ExperimentConfig, ctx: DistContext | None = None) -> None:
         self.cfg = cfg
+        self.ctx = ctx if ctx is not None and ctx.is_distributed else DistContext()
+        # single process: CPU as always; data parallel: the rank's device (cuda:<local_rank> under nccl)
+        self.device = self.ctx.device if self.ctx.is_distributed else torch.device("cpu")
+        # prompts are dispatched before rollout, round-robin, so a prompt's whole group stays on one rank
+        if cfg.rollout.batch_size < self.ctx.world_size:  # the same verdict on every rank: no collective yet
+            raise ConfigError(
+                f"rollout.batch_size: got {cfg.rollout.batch_size}, but the job has {self.ctx.world_size} ranks; "
+                "batch_size is the global number of prompts per step and a prompt group is never split, so use "
+                f"rollout.batch_size >= {self.ctx.world_size}"
+            )
+        self.prompt_indices = assign_prompts_to_ranks(cfg.rollout.batch_size, self.ctx.world_size)[self.ctx.rank]
         torch.set_num_threads(cfg.train.num_threads)
-        torch.manual_seed(cfg.seed)
-        self.rng = random.Random(cfg.seed)
-        self.generator = torch.Generator().manual_seed(cfg.seed + 1)
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
+        self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
+        # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + 1_000_003 * self.ctx.rank)
         self.task = make_task(cfg.task.name, cfg.task.kwargs)
         tok = self.task.tokenizer
         needed = self.task.max_sequence_length(cfg.generation_budget)
-        self.policy = build_policy(cfg.model, len(tok), _special_ids(tok))
+        self.policy = build_policy(cfg.model, len(tok), _special_ids(tok)).to(self.device)
         limit = getattr(self.policy.config, "max_position_embeddings", needed)
         if needed > limit:
             raise ConfigError(f"model.max_position_embeddings: {limit} is shorter than the task's trajectories "
                               f"(up to {needed} tokens)")
+        broadcast_module(self.policy, self.ctx)
         self.reference = frozen_copy(self.policy) if cfg.actor.kl_ctl != 0 else None
         self.engine = PolicyEngine(self.policy, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
-                                   grad_clip=cfg.train.grad_clip)
-        self.actor = PPOActor(cfg.actor, self.engine)
+                                   grad_clip=cfg.train.grad_clip, ctx=self.ctx)
+        # built from the serialised config, as a remote worker would; resolves the plugins in this
+        # process and, in a process group, raises WorkerInitError on every rank if any rank fails
+        self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
         self.critic = None
         if cfg.critic.enabled:
-            model = build_critic(cfg.model, len(tok), _special_ids(tok))
+            model = build_critic(cfg.model, len(tok), _special_ids(tok)).to(self.device)
+            broadcast_module(model, self.ctx)
             self.critic = PPOCritic(cfg.critic, ValueEngine(model, lr=cfg.critic.lr,
                                                              weight_decay=cfg.critic.weight_decay,
-                                                             grad_clip=cfg.critic.grad_clip))
+                                                             grad_clip=cfg.critic.grad_clip, ctx=self.ctx))
         self.run_dir = Path(cfg.output.dir) / cfg.experiment_name
-        _warn_unused_process_shaping(cfg)
+        if self.ctx.is_main:
+            _warn_unused_process_shaping(cfg)
 
     # -- one step ---------------------------------------------------------------------------
 
     def rollout(self) -> tuple[list[dict[str, Any]], list[EpisodeRecord]]:
-        """Sample this step's prompt groups and export them as trajectory-group dicts."""
+        """Sample this rank's prompt groups and export them as trajectory-group dicts.
+
+        The global prompt list is drawn identically on every rank; this rank
+        rolls out its round-robin share (all prompts in a single process).
+        """
         cfg = self.cfg
         problems = sample_problems(self.task, self.rng, cfg.rollout.batch_size)
+        if self.ctx.is_distributed:
+            problems = [problems[i] for i in self.prompt_indices]
         groups = collect_episodes(
             self.policy, self.task, problems, cfg.rollout.n_samples, budget=cfg.generation_budget,
             temperature=cfg.sampling_temperature, generator=self.generator, process_rewards=cfg.rollout.prm.enabled,
@@ -141,6 +209,8 @@ class Trainer:
                 temperature=cfg.sampling_temperature, greedy=True,
             )
             dicts = [add_reward_baselines(d, g[0].reward) for d, g in zip(dicts, greedy)]
+        if self.device.type != "cpu":
+            dicts = groups_to_device(dicts, self.device)
         return dicts, [rec for g in groups for rec in g]
 
     def prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +242,36 @@ class Trainer:
         if self.critic is not None:
             stats.update(self.critic.ppo_update(data))
         seconds = time.perf_counter() - start
-        return StepOutput(self._metrics(step, records, data, stats, seconds), batch, data, records)
+        row = self._metrics(step, records, data, stats, seconds)
+        if self.ctx.is_distributed:
+            row = self._reduce_metrics(row, records, data)
+        return StepOutput(row, batch, data, records)
+
+    def _reduce_metrics(self, row: dict[str, Any], records: list[EpisodeRecord],
+                        data: dict[str, Any]) -> dict[str, Any]:
+        """The step's metrics over all ranks (the same row on every rank).
+
+        Episode means are weighted by each rank's episodes, token means by its
+        active tokens; the update statistics are global already. `adv_std` is
+        rebuilt from the pooled first and second moments; `tokens_per_s` is all
+        ranks' generated tokens per (mean) step time.
+        """
+        n_episodes, n_tokens = float(len(records)), float(data["loss_mask"].sum())
+        local = {k: float(v) for k, v in row.items() if k != "step" and v is not None and k != "tokens_per_s"}
+        local["_adv_sq_mean"] = row["adv_std"] ** 2 + row["adv_mean"] ** 2
+        local["_generated"] = float(sum(r.generated_tokens for r in records))
+        local.pop("adv_std")
+        weights = {k: n_episodes if k in _EPISODE_KEYS else n_tokens if k in _TOKEN_KEYS else 1.0 for k in local}
+        out = reduce_metrics(local, self.ctx, weights=weights)
+        reduced: dict[str, Any] = {"step": row["step"]}
+        for key in row:
+            if key == "step":
+                continue
+            reduced[key] = out.get(key)
+        reduced["adv_std"] = math.sqrt(max(out["_adv_sq_mean"] - out["adv_mean"] ** 2, 0.0))
+        generated = out["_generated"] * self.ctx.world_size
+        reduced["tokens_per_s"] = generated / out["seconds"] if out["seconds"] > 0 else None
+        return reduced
 
     def _metrics(self, step: int, records: list[EpisodeRecord], data: dict[str, Any],
                  stats: dict[str, float], seconds: float) -> dict[str, float]:
@@ -205,13 +304,33 @@ class Trainer:
 
     # -- the run ----------------------------------------------------------------------------
 
+    def _write_checksums(self, fh: Any, step: int) -> None:
+        """`train.debug_param_checksum`: every rank's model checksums, one JSON line per step (rank 0 writes)."""
+        models = {"policy": self.policy, "reference": self.reference,
+                  "critic": None if self.critic is None else self.critic.engine.model}
+        mine = {name: module_checksum(m) for name, m in models.items() if m is not None}
+        ranks = all_gather_objects(mine, self.ctx)
+        if fh is not None:
+            row = {"step": step, **{name: [r[name] for r in ranks] for name in mine}}
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+
     def run(self) -> RunResult:
-        """Train for `train.steps`; Ctrl-C stops early but still writes metrics, plot and summary."""
-        cfg = self.cfg
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
-        writer = MetricsWriter(self.run_dir / "metrics.jsonl")
-        bar = tqdm(total=cfg.train.steps, desc=cfg.experiment_name, disable=not cfg.output.progress_bar,
+        """Train for `train.steps`; Ctrl-C stops early but still writes metrics, plot and summary.
+
+        Under data parallelism every rank runs the loop (collectives each step);
+        only rank 0 writes config.yaml, metrics.jsonl, the plot and checkpoints
+        and shows the progress bar.
+        """
+        cfg, main = self.cfg, self.ctx.is_main
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
+        writer = MetricsWriter(self.run_dir / "metrics.jsonl" if main else None)
+        checksums = None
+        if cfg.train.debug_param_checksum and main:
+            checksums = (self.run_dir / "param_checksums.jsonl").open("w", encoding="utf-8")
+        bar = tqdm(total=cfg.train.steps, desc=cfg.experiment_name, disable=not (cfg.output.progress_bar and main),
                    dynamic_ncols=True)
         begin, interrupted, done = time.perf_counter(), False, 0
         try:
@@ -219,6 +338,8 @@ class Trainer:
                 row = self.step(step).metrics
                 row["elapsed"] = time.perf_counter() - begin
                 writer.write(row)
+                if cfg.train.debug_param_checksum:
+                    self._write_checksums(checksums, step)
                 done = step + 1
                 bar.update(1)
                 if done % cfg.train.log_every == 0:
@@ -228,14 +349,21 @@ class Trainer:
         finally:
             bar.close()
             writer.close()
-        return self._finish(writer.records, done, interrupted, time.perf_counter() - begin)
+            if checksums is not None:
+                checksums.close()
+        result = self._finish(writer.records, done, interrupted, time.perf_counter() - begin)
+        if not interrupted:
+            barrier(self.ctx)  # ranks leave together, after rank 0 has written everything
+        return result
 
     def _finish(self, records: list[dict[str, Any]], done: int, interrupted: bool, seconds: float) -> RunResult:
         cfg = self.cfg
         plot_path = None
         if cfg.output.plot and records:
-            plot_path = plot_curves(records, self.run_dir / "curves.png", title=cfg.experiment_name)
-        if cfg.output.save_checkpoint:
+            plot_path = self.run_dir / "curves.png"
+            if self.ctx.is_main:
+                plot_curves(records, plot_path, title=cfg.experiment_name)
+        if cfg.output.save_checkpoint and self.ctx.is_main:
             ckpt = self.run_dir / "checkpoint"
             self.policy.save_pretrained(ckpt)
             self.task.tokenizer.save_pretrained(ckpt)

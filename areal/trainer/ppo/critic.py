@@ -4,6 +4,11 @@ Values are next-token aligned (position t = value of the state before
 predicting token t+1), which is what `PPOActor.compute_advantages` expects in
 `values`; the update regresses them onto the pipeline's `returns` on the
 aligned loss mask.
+
+Under data parallelism the update follows the policy update's rules
+(`areal.trainer.ppo.update.plan_minibatches`): the same number of minibatches
+on every rank, losses scaled by local / global active tokens, gradients summed
+by the engine, statistics global on every rank.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import torch
 from areal.api.train_args import CriticConfig
 from areal.trainer.engine import ValueEngine
 from areal.trainer.ppo.loss import clipped_value_loss
-from areal.trainer.ppo.update import minibatch_slices
+from areal.trainer.ppo.update import plan_minibatches
 
 
 class PPOCritic:
@@ -42,9 +47,10 @@ class PPOCritic:
             if not isinstance(data.get(key), torch.Tensor):
                 raise KeyError(f"PPOCritic.ppo_update: batch lacks tensor '{key}'")
         n_mb = self.config.ppo_n_minibatches or 1
-        slices = minibatch_slices(data["input_ids"].shape[0], n_mb)
+        plan = plan_minibatches(data, n_mb, self.engine)
+        slices = plan.slices
         totals = {"value_loss": 0.0, "value_clip_frac": 0.0, "critic_grad_norm": 0.0}
-        for sl in slices:
+        for i, sl in enumerate(slices):
             width = int(data["attention_mask"][sl].sum(-1).max().item())
             cut = (sl, slice(0, max(width, 1)))
             values = self.engine.forward_values(data["input_ids"][cut], data["attention_mask"][cut])
@@ -52,8 +58,9 @@ class PPOCritic:
                 values, data["values"][cut].float(), data["returns"][cut].float().detach(), data["loss_mask"][cut],
                 value_eps_clip=self.config.value_eps_clip,
             )
-            norm = self.engine.optimizer_step(loss)
-            for key, value in (("value_loss", float(loss.detach())), ("value_clip_frac", clip_frac),
+            share = 1.0 if plan.shares is None else plan.shares[i]
+            norm = self.engine.optimizer_step(loss if plan.shares is None else loss * share)
+            for key, value in (("value_loss", float(loss.detach()) * share), ("value_clip_frac", clip_frac * share),
                                ("critic_grad_norm", norm)):
                 totals[key] += value / len(slices)
-        return totals
+        return plan.reduce_stats(totals, global_keys=("critic_grad_norm",))

@@ -5,16 +5,28 @@
 (`advantages`, `logprobs`, `loss_mask`, `prox_logp`) is next-token aligned.
 Minibatch scheduling is AReaL's: `ppo_n_minibatches` contiguous row slices,
 one optimiser step each, one pass per batch.
+
+Data parallelism (the engine has a live `DistContext`): every rank runs the same
+number of minibatches (`ppo_n_minibatches` capped by the smallest rank's row
+count), and each minibatch loss is scaled by local / global active tokens
+before the engine sums gradients over ranks. The step therefore follows the
+token mean over the union of the ranks' k-th minibatches, exactly what one
+process computes when that union is its k-th minibatch (see
+`areal.trainer.distributed.assign_prompts_to_ranks` for when it is). Returned
+statistics are global on every rank.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+import torch.distributed as dist
 
 from areal.api.cli_args import PPOActorConfig
+from areal.trainer.distributed import DistContext, all_reduce_tensor
 from areal.trainer.ppo.loss import masked_mean, ppo_policy_loss
 
 _REQUIRED = ("input_ids", "attention_mask", "loss_mask", "logprobs", "advantages")
@@ -34,6 +46,49 @@ def minibatch_slices(n_rows: int, n_minibatches: int) -> list[slice]:
     n = max(1, min(n_minibatches, n_rows))
     bounds = [round(i * n_rows / n) for i in range(n + 1)]
     return [slice(bounds[i], bounds[i + 1]) for i in range(n)]
+
+
+@dataclass
+class MinibatchPlan:
+    """Row slices of this rank's batch, and per slice its share of the global active tokens."""
+
+    slices: list[slice]
+    shares: list[float] | None  # None: single process (no scaling at all)
+    ctx: DistContext | None
+
+    def reduce_stats(self, totals: dict[str, float], global_keys: tuple[str, ...] = ()) -> dict[str, float]:
+        """Sum the token-weighted contributions over ranks; `global_keys` are identical everywhere already."""
+        if self.shares is None:
+            return totals
+        keys = [k for k in totals if k not in global_keys]
+        summed = all_reduce_tensor(torch.tensor([totals[k] for k in keys], dtype=torch.float64), self.ctx)
+        return {k: (float(summed[keys.index(k)]) if k in keys else v) for k, v in totals.items()}
+
+
+def _live_ctx(engine: Any) -> DistContext | None:
+    ctx = getattr(engine, "ctx", None)
+    return ctx if isinstance(ctx, DistContext) and ctx.is_distributed else None
+
+
+def plan_minibatches(data: Mapping[str, Any], n_minibatches: int, engine: Any) -> MinibatchPlan:
+    """The minibatch slices every rank agrees on, with each slice's token share.
+
+    Single process: `minibatch_slices` as always. Data parallel: the count is
+    capped by the smallest rank's row count (every rank must take the same
+    number of optimiser steps or the gradient all-reduce would hang), and the
+    active tokens (`loss_mask`) of each slice are summed over ranks.
+    """
+    rows = data["input_ids"].shape[0]
+    ctx = _live_ctx(engine)
+    if ctx is None:
+        return MinibatchPlan(minibatch_slices(rows, n_minibatches), None, None)
+    fewest = int(all_reduce_tensor(torch.tensor([rows], dtype=torch.float64), ctx, dist.ReduceOp.MIN))
+    slices = minibatch_slices(rows, max(1, min(n_minibatches, fewest)))
+    mask = data["loss_mask"]
+    local = torch.tensor([float(mask[sl].sum()) for sl in slices], dtype=torch.float64)
+    total = all_reduce_tensor(local, ctx)
+    shares = [float(n / t) if t > 0 else 0.0 for n, t in zip(local.tolist(), total.tolist())]
+    return MinibatchPlan(slices, shares, ctx)
 
 
 def _proximal(config: PPOActorConfig, data: Mapping[str, Any]) -> torch.Tensor:
@@ -59,12 +114,13 @@ def _check_batch(data: Mapping[str, Any]) -> None:
 
 
 def ppo_update(config: PPOActorConfig, engine: PolicyEngineLike, data: Mapping[str, Any]) -> dict[str, float]:
-    """One PPO pass over `data`; returns minibatch-averaged statistics."""
+    """One PPO pass over `data`; returns minibatch-averaged statistics (global under data parallelism)."""
     _check_batch(data)
     proximal = _proximal(config, data)
     totals: dict[str, float] = {}
-    slices = minibatch_slices(data["input_ids"].shape[0], config.ppo_n_minibatches)
-    for sl in slices:
+    plan = plan_minibatches(data, config.ppo_n_minibatches, engine)
+    slices = plan.slices
+    for i, sl in enumerate(slices):
         width = int(data["attention_mask"][sl].sum(-1).max().item())
         cut = (sl, slice(0, max(width, 1)))
         mask = data["loss_mask"][cut]
@@ -76,13 +132,14 @@ def ppo_update(config: PPOActorConfig, engine: PolicyEngineLike, data: Mapping[s
             eps_clip=config.eps_clip, eps_clip_higher=config.eps_clip_higher, c_clip=config.c_clip,
             behav_imp_weight_cap=config.behav_imp_weight_cap, decoupled=config.use_decoupled_loss,
         )
-        grad_norm = engine.optimizer_step(loss)
+        share = 1.0 if plan.shares is None else plan.shares[i]
+        grad_norm = engine.optimizer_step(loss if plan.shares is None else loss * share)
         step = {
-            "policy_loss": float(loss.detach()),
-            "entropy": float(masked_mean(entropy.detach(), mask)),
-            "grad_norm": grad_norm,
-            **vars(stats),
+            "policy_loss": float(loss.detach()) * share,
+            "entropy": float(masked_mean(entropy.detach(), mask)) * share,
+            "grad_norm": grad_norm,  # of the synchronised gradient: the same on every rank
+            **{k: v * share for k, v in vars(stats).items()},
         }
         for key, value in step.items():
             totals[key] = totals.get(key, 0.0) + value / len(slices)
-    return totals
+    return plan.reduce_stats(totals, global_keys=("grad_norm",))
