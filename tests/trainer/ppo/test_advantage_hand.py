@@ -113,3 +113,16 @@ def test_multi_turn_row_with_tool_gap_token_and_turn_gae():
     turn = run(batch, kl_ctl=0.0, gae_timestep_unit="turn")
     torch.testing.assert_close(turn["advantages"][0], torch.tensor([0.5, 0.5, 0.0, 0.0, 0.75, 0.75, 0.0]))
     torch.testing.assert_close(turn["returns"][0], torch.tensor([1.0, 1.0, 9.0, 9.0, 1.0, 1.0, 9.0]))
+
+
+def test_mopd_behaviour_logprobs_are_the_rollout_ones_even_when_recomputed():
+    """With MOPD teacher targets, `mopd_behavior_logprobs` keeps the aligned, masked rollout
+    log-probs although recompute_logprob replaces `logprobs` by prox_logp."""
+    prox = torch.full((2, 5), -0.25)
+    batch = two_rows(prox_logp=prox, mopd_teacher_logp_sum=torch.zeros(2, 5))
+    out = run(batch, recompute_logprob=True)
+    expected = torch.tensor([[0.0, -1, -2, -3, 0], [-1.0, -1, -1, 0, 0]])
+    torch.testing.assert_close(out["mopd_behavior_logprobs"], expected)
+    assert not out["mopd_behavior_logprobs"].requires_grad
+    torch.testing.assert_close(out["logprobs"], prox * out["loss_mask"])
+    assert "mopd_behavior_logprobs" not in run(two_rows())
