@@ -11,15 +11,13 @@ pays the process start-up once.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 from dist_cases import CASES, OUT_KEYS
+from dist_launch import clean_env, free_port, run_bounded
 
 from areal.trainer.ppo.actor import PPOActor
 from areal.utils.data import concat_batch
@@ -43,31 +41,9 @@ _KNOWN_BAD = {
 }
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                              "MASTER_PORT")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")])
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def _run_bounded(cmds: list[list[str]], envs: list[dict[str, str]], timeout: float) -> list[tuple[int, str]]:
-    """Start the commands together; kill every process tree that outlives `timeout`."""
-    procs = [subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, start_new_session=True) for cmd, env in zip(cmds, envs)]
-    results = []
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=timeout)
-            results.append((proc.returncode, out))
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"distributed job did not finish within {timeout} s (a rank hung): {cmds}")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    return results
+def _run_merged(cmds, envs, timeout) -> list[tuple[int, str]]:
+    """run_bounded with each command's stdout and stderr as one log."""
+    return [(code, out + err) for code, out, err in run_bounded(cmds, envs, timeout)]
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +51,7 @@ def rank_outputs(tmp_path_factory) -> list[dict]:
     out_dir = tmp_path_factory.mktemp("dist_advantages")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            str(WORKER), "advantages", str(out_dir)]
-    [(code, log)] = _run_bounded([cmd], [_env()], JOB_TIMEOUT_S)
+    [(code, log)] = _run_merged([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{log[-4000:]}"
     return [torch.load(out_dir / f"rank{r}.pt") for r in range(2)]
 
@@ -148,22 +124,16 @@ def test_metrics_are_token_weighted_means_over_ranks(rank_outputs):
         assert reduced["only_rank0"] == 7.0  # averaged over the ranks that report it
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_plugin_failing_on_one_rank_stops_both_ranks_with_the_cause():
     """rank 1 cannot import the plugin; rank 0 can, but must not wait forever in its first collective."""
-    port = str(_free_port())
+    port = str(free_port())
     envs = []
     for rank in range(2):
-        env = _env()
+        env = clean_env()
         env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         envs.append(env)
     cmd = [sys.executable, str(WORKER), "plugin"]
-    results = _run_bounded([cmd, cmd], envs, timeout=90)
+    results = _run_merged([cmd, cmd], envs, timeout=90)
     for rank, (code, log) in enumerate(results):
         assert code != 0, f"rank {rank} exited 0:\n{log}"
         assert "WorkerInitError" in log, log

@@ -17,9 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +27,7 @@ if __name__ == "__main__":  # launched by torchrun as the update worker
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from dist_launch import clean_env, free_port, run_bounded  # noqa: E402
 
 from areal.api.cli_args import PPOActorConfig  # noqa: E402
 from areal.api.train_args import CriticConfig, ModelConfig  # noqa: E402
@@ -49,33 +47,6 @@ UPDATE_TOL = 1e-5
 # ---------------------------------------------------------------------------
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")])
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def _run_bounded(cmds: list[list[str]], envs: list[dict[str, str]], timeout: float) -> list[tuple[int, str, str]]:
-    """Start the commands together; kill every process tree that outlives `timeout`."""
-    procs = [subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True) for cmd, env in zip(cmds, envs)]
-    results = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            results.append((proc.returncode, out, err))
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"distributed job did not finish within {timeout} s (a rank hung): {cmds}")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    return results
-
-
 def _torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
 
@@ -83,7 +54,7 @@ def _torchrun(*args: str) -> list[str]:
 def _train_two_ranks(tmp_path: Path, config: str, *extra: str) -> tuple[Path, str]:
     cmd = _torchrun("-m", "areal.trainer.main", "--config", str(ROOT / "examples" / config), *TINY,
                     f"output.dir={tmp_path}", "train.debug_param_checksum=true", *extra)
-    [(code, out, err)] = _run_bounded([cmd], [_env()], JOB_TIMEOUT_S)
+    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     name = Path(config).stem
     return tmp_path / name, out + err
@@ -135,23 +106,17 @@ def test_ppo_with_critic_trains_on_two_ranks_with_identical_replicas(tmp_path: P
     assert all(math.isfinite(r["value_loss"]) for r in rows)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> None:
     """rank 1 cannot import the plugin (tests/trainer/dist_rank_plugin.py); rank 0 must not wait for it."""
-    port = str(_free_port())
+    port = str(free_port())
     envs = []
     for rank in range(2):
-        env = _env()
+        env = clean_env()
         env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         envs.append(env)
     cmd = [sys.executable, "-m", "areal.trainer.main", "--config", str(ROOT / "examples" / "grpo_arith.yaml"), *TINY,
            f"output.dir={tmp_path}", "actor.advantage.outcome_reward_shaping={implementation: dist_rank_plugin.halve}"]
-    results = _run_bounded([cmd, cmd], envs, timeout=90)
+    results = run_bounded([cmd, cmd], envs, timeout=90)
     for rank, (code, out, err) in enumerate(results):
         assert code == 1, f"rank {rank} exited {code}:\n{out}\n{err}"
         assert err.startswith("error while building the trainer: actor worker initialisation failed: rank 1: "
@@ -229,7 +194,7 @@ def _update_worker(out_dir: str) -> None:
 
 def test_two_rank_update_equals_one_process_update(tmp_path: Path) -> None:
     cmd = _torchrun(str(Path(__file__)), "update", str(tmp_path))
-    [(code, out, err)] = _run_bounded([cmd], [_env()], JOB_TIMEOUT_S)
+    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert [r["groups"] for r in ranks] == [[0, 2], [1, 3]]

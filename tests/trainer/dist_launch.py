@@ -1,0 +1,51 @@
+"""Launching multi-process jobs from tests: clean environment, free port, bounded wait."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+_RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def clean_env() -> dict[str, str]:
+    """The current environment without rank variables, with the repo and tests importable."""
+    env = {k: v for k, v in os.environ.items() if k not in _RANK_VARS}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_bounded(cmds: list[list[str]], envs: list[dict[str, str]], timeout: float) -> list[tuple[int, str, str]]:
+    """Start the commands together; kill every process tree that outlives `timeout`.
+
+    Returns (exit code, stdout, stderr) per command; a hang fails the test.
+    """
+    procs = [subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) for cmd, env in zip(cmds, envs)]
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            results.append((proc.returncode, out, err))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"distributed job did not finish within {timeout} s (a rank hung): {cmds}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return results
