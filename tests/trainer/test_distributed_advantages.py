@@ -10,7 +10,6 @@ pays the process start-up once.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
