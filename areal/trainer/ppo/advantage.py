@@ -11,6 +11,7 @@ The caller's batch is never modified; a new dict is returned.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -577,9 +578,7 @@ def _default_stage_config(config: PPOActorConfig) -> PPOActorConfig:
     """The same actor config with `compute` reset to the default (stages unconfigured)."""
     from areal.api.cli_args import AdvantageConfig
 
-    clone = copy.copy(config)
-    object.__setattr__(clone, "advantage", AdvantageConfig())
-    return clone
+    return dataclasses.replace(config, advantage=AdvantageConfig())
 
 
 def _run_full_replacement(
