@@ -76,13 +76,15 @@ def _token_rows_serial(r, v, m, coef, boot, g, adv, ret):
         _gae_row(r[b], v[b], m[b], coef[b], boot[b], g, adv[b], ret[b])
 
 
-def _turn_starts_row(ids, m, starts):
-    """Record where each turn of one row starts; return (n_turns, error code).
+def _turn_starts_row(ids, m, r, starts, sums):
+    """Record where each turn of one row starts and sum its rewards; return (n_turns, error code).
 
     Generated tokens (id >= 0) must agree with the mask (except at the last
     position, never a step) and ids must not decrease along them. The mask
     check is a separate branch-free loop so it vectorises; the caller
-    locates the first offence for the message.
+    locates the first offence for the message. `sums[k]` is the float64 sum of
+    the rewards on turn k's generated tokens (prompt / environment positions
+    belong to no turn), accumulated in position order in the same pass.
     """
     n_pos = ids.shape[0]
     mismatches = 0
@@ -96,24 +98,14 @@ def _turn_starts_row(ids, m, starts):
         tid = ids[t]
         if tid > prev:  # first token of a new turn
             starts[n_turns] = t
+            sums[n_turns] = 0.0
             n_turns += 1
             prev = tid
         elif tid >= 0 and tid < prev:
             return n_turns, TURN_DECREASING
+        if tid >= 0:
+            sums[n_turns - 1] += r[t]
     return n_turns, TURN_OK
-
-
-def _generated_sum(x, ids):
-    """float64 sum of a 1-D slice over generated positions (ids >= 0) only.
-
-    Rewards on environment / prompt positions are not part of any turn, as in
-    AReaL's turn-level GAE (and as token GAE skips masked positions).
-    """
-    a0 = 0.0
-    for i in range(x.shape[0]):
-        if ids[i] >= 0:
-            a0 += x[i]
-    return a0
 
 
 def _turn_segment(starts, n_turns, n_pos, k):
@@ -147,7 +139,8 @@ def _turn_row(r, v, ids, m, c, boot, g, adv, ret):
     """
     n_pos = r.shape[0]
     starts = np.empty(n_pos + 1, dtype=np.int64)
-    n_turns, code = _turn_starts_row(ids, m, starts)
+    sums = np.empty(n_pos + 1, dtype=np.float64)
+    n_turns, code = _turn_starts_row(ids, m, r, starts, sums)
     if code != TURN_OK or n_turns == 0:
         for t in range(n_pos):
             adv[t] = np.float32(0.0)
@@ -157,8 +150,7 @@ def _turn_row(r, v, ids, m, c, boot, g, adv, ret):
     turn_r = np.zeros(width, dtype=np.float32)
     turn_v = np.zeros(width, dtype=np.float32)
     for k in range(n_turns):
-        lo, hi = _turn_segment(starts, n_turns, n_pos, k)
-        turn_r[k] = np.float32(_generated_sum(r[lo:hi], ids[lo:hi]))
+        turn_r[k] = np.float32(sums[k])
         turn_v[k] = v[starts[k]]
     steps = np.ones(width, dtype=np.float32)
     turn_adv = np.empty(width, dtype=np.float32)
@@ -188,7 +180,6 @@ if NUMBA_AVAILABLE:
     _step = numba.njit(cache=True, nogil=True, inline="always")(_step)
     _gae_row = _jit(_gae_row)
     _turn_starts_row = _jit(_turn_starts_row)
-    _generated_sum = _jit(_generated_sum)
     _turn_segment = _jit(_turn_segment)
     _fill_turn = _jit(_fill_turn)
     _turn_row = _jit(_turn_row)
