@@ -23,6 +23,18 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+def rank_envs(world_size: int) -> list[dict[str, str]]:
+    """One environment per rank for launching the ranks by hand (no torchrun), on a free port."""
+    port = str(free_port())
+    envs = []
+    for rank in range(world_size):
+        env = clean_env()
+        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port)
+        envs.append(env)
+    return envs
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

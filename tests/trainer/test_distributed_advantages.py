@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from dist_cases import CASES, OUT_KEYS
-from dist_launch import clean_env, free_port, run_bounded
+from dist_launch import clean_env, rank_envs, run_bounded
 
 from areal.trainer.ppo.actor import PPOActor
 from areal.utils.data import concat_batch
@@ -125,12 +125,7 @@ def test_metrics_are_token_weighted_means_over_ranks(rank_outputs):
 
 def test_plugin_failing_on_one_rank_stops_both_ranks_with_the_cause():
     """rank 1 cannot import the plugin; rank 0 can, but must not wait forever in its first collective."""
-    port = str(free_port())
-    envs = []
-    for rank in range(2):
-        env = clean_env()
-        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        envs.append(env)
+    envs = rank_envs(2)
     cmd = [sys.executable, str(WORKER), "plugin"]
     results = _run_merged([cmd, cmd], envs, timeout=90)
     for rank, (code, log) in enumerate(results):

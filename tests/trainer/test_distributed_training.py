@@ -27,7 +27,7 @@ if __name__ == "__main__":  # launched by torchrun as the update worker
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from dist_launch import clean_env, free_port, run_bounded  # noqa: E402
+from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
 
 from areal.api.cli_args import PPOActorConfig  # noqa: E402
 from areal.api.train_args import CriticConfig, ModelConfig  # noqa: E402
@@ -108,12 +108,7 @@ def test_ppo_with_critic_trains_on_two_ranks_with_identical_replicas(tmp_path: P
 
 def test_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> None:
     """rank 1 cannot import the plugin (tests/trainer/dist_rank_plugin.py); rank 0 must not wait for it."""
-    port = str(free_port())
-    envs = []
-    for rank in range(2):
-        env = clean_env()
-        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        envs.append(env)
+    envs = rank_envs(2)
     cmd = [sys.executable, "-m", "areal.trainer.main", "--config", str(ROOT / "examples" / "grpo_arith.yaml"), *TINY,
            f"output.dir={tmp_path}", "actor.advantage.outcome_reward_shaping={implementation: dist_rank_plugin.halve}"]
     results = run_bounded([cmd, cmd], envs, timeout=90)
