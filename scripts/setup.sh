@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a project-local venv with the tested, pinned dependencies.
+#   ./scripts/setup.sh                 core only (what the main job needs)
+#   ./scripts/setup.sh test verl trl   core plus the named extras of pyproject.toml
+# Extras already installed are kept: asking for fewer never uninstalls, so the
+# main job after the test set-up installs nothing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -10,10 +14,17 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.areal-setup-stamp
 want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+have_hash="" have_extras=""
+if [ -f "$stamp" ]; then
+  have_hash="$(sed -n 1p "$stamp")"
+  have_extras="$(sed -n 2p "$stamp")"
+fi
+[ "$have_hash" = "$want" ] || have_extras=""
+extras="$(printf '%s\n' $have_extras "$@" | sed '/^$/d' | sort -u | paste -sd, -)"
+if [ "$have_hash" != "$want" ] || [ "$extras" != "$(printf '%s\n' $have_extras | sed '/^$/d' | sort -u | paste -sd, -)" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   # torch first, exactly pinned, so nothing later can pull a CUDA build.
   .venv/bin/python -m pip install --quiet -c constraints.txt "torch==2.13.0"
-  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[test]"
-  echo "$want" > "$stamp"
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".${extras:+[$extras]}"
+  printf '%s\n%s\n' "$want" "${extras//,/ }" > "$stamp"
 fi
