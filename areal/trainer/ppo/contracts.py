@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from areal.trainer.ppo.batch_checks import BatchError, all_finite
 from areal.trainer.ppo.stage_types import ALLOWED_EXTRAS, AdvantageResult, OutcomeResult, TemporalResult
-
-if TYPE_CHECKING:
-    from areal.trainer.ppo.stage_resolution import ResolvedStage
 
 
 class StageContractError(RuntimeError):
@@ -123,6 +121,17 @@ def check_binary_mask(stage: str, implementation: str, name: str, value: torch.T
 # ---------------------------------------------------------------------------
 # Calling stages under their contracts
 # ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedStage:
+    """One stage's resolved function (`stage_resolution`); `custom` ones run under the contracts."""
+
+    stage: str
+    implementation: str
+    fn: Callable[..., Any]
+    custom: bool
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 def call_stage(stage: ResolvedStage, inputs: Any, **kwargs: Any) -> Any:

@@ -6,17 +6,14 @@ Pure tensor functions on [B] rewards; nothing here loops over rows or tokens.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from areal.api.cli_args import PPOActorConfig
-from areal.trainer.ppo.contracts import StageContractError
+from areal.trainer.ppo.contracts import ResolvedStage, StageContractError
 from areal.trainer.ppo.stage_types import OutcomeResult
 from areal.utils.data import Normalization, TrajBatchMeta
-
-if TYPE_CHECKING:
-    from areal.trainer.ppo.stage_resolution import ResolvedStage
 
 
 def apply_length_penalty(data: Mapping[str, Any], config: PPOActorConfig) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -9,7 +9,7 @@ arguments: the legacy PRM mode against an explicit `process_adv_shaping`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,6 +17,7 @@ import torch
 from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
 from areal.trainer.ppo import advantage_algorithms as algos
 from areal.trainer.ppo import peer_algorithms
+from areal.trainer.ppo.contracts import ResolvedStage
 from areal.trainer.ppo.lambda_fn import BUILTIN_LAMBDAS
 from areal.utils.dynamic_import import bind_kwargs, resolve_function
 
@@ -31,17 +32,6 @@ __all__ = [
 ]
 
 PRM_MODES = ("additive", "gvpo", "process_weighted")
-
-
-@dataclass(frozen=True)
-class ResolvedStage:
-    """One stage's function; `custom` stages run under the run-time contracts."""
-
-    stage: str
-    implementation: str
-    fn: Callable[..., Any]
-    custom: bool
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
