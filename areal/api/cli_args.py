@@ -77,6 +77,15 @@ class NormConfig:
             )
 
 
+def _check_norm_eps(field: str, norm: NormConfig | None) -> None:
+    """The pipeline divides by std + eps: with eps 0, a group of equal values gives 0 / 0."""
+    if norm is not None and norm.std_level is not None and norm.eps <= 0:
+        raise ConfigError(
+            f"{field}.eps: got {norm.eps!r}, expected a number > 0 when std_level is set (a group or batch "
+            "whose values are all equal has std 0, and (x - mean) / (std + 0) is 0/0 = NaN)"
+        )
+
+
 # ---------------------------------------------------------------------------
 # Pluggable advantage stages
 # ---------------------------------------------------------------------------
@@ -282,8 +291,9 @@ class PPOActorConfig:
 
     def validate(self) -> None:
         p = "actor."
-        for name in ("reward_bias", "kl_ctl"):
-            _check_number(p + name, getattr(self, name))
+        _check_number(p + "reward_bias", self.reward_bias)
+        # A negative coefficient would reward divergence from the reference policy.
+        _check_number(p + "kl_ctl", self.kl_ctl, low=0.0)
         _check_number(p + "reward_scaling", self.reward_scaling)
         _check_number(p + "reward_clip", self.reward_clip, low=0.0, low_open=True, allow_inf=True)
         _check_number(p + "discount", self.discount, low=0.0, high=1.0)
@@ -328,6 +338,7 @@ class PPOActorConfig:
                 setattr(self, name, NormConfig(**value))
             elif value is not None and not isinstance(value, NormConfig):
                 raise ConfigError(f"{p}{name}: got {value!r}, expected null or a NormConfig mapping")
+            _check_norm_eps(p + name, getattr(self, name))
         _check_number(p + "eps_clip", self.eps_clip, low=0.0, low_open=True)
         for name in ("eps_clip_higher", "behav_imp_weight_cap"):
             if getattr(self, name) is not None:

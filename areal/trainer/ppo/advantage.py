@@ -32,6 +32,7 @@ from areal.trainer.ppo.contracts import (
     check_temporal_result,
     check_tensor,
 )
+from areal.trainer.ppo.output_guard import GuardContext, guard_outputs
 from areal.trainer.ppo.placement import (
     AlignedBatch,
     align_batch,
@@ -89,7 +90,7 @@ def run_advantage_pipeline(
     options: CallOptions = CallOptions(),
 ) -> dict[str, Any]:
     """Validate the batch, run the configured computation, return a NEW output dict."""
-    check_batch(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
+    stats = check_batch(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
     n_rows = data["input_ids"].shape[0]
     meta_complete = meta is not None
     if meta is None:
@@ -100,6 +101,8 @@ def run_advantage_pipeline(
         fields = _run_full_replacement(data, meta, meta_complete, config, resolved.compute, options)
     else:
         fields = _default_fields(data, meta, meta_complete, config, resolved, options)
+    guard_outputs(fields, GuardContext(config, resolved, options, stats, meta, meta_complete,
+                                       data.get("token_rewards") is not None))
     out = dict(data)
     out.update(fields)
     return out
