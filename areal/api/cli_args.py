@@ -7,11 +7,15 @@ dataclass validates itself on construction and names the offending field.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from areal.api.config_errors import LoadError, merge_layer, parse_override
+from areal.api.config_values import plain
 
 _NORM_LEVELS = ("batch", "group", None)
 
@@ -75,6 +79,19 @@ class NormConfig:
             raise ConfigError(
                 f"NormConfig.group_size: got {self.group_size!r}, expected an integer >= 1"
             )
+
+
+def _build(field: str, cls: type, value: Mapping[str, Any]) -> Any:
+    """A config section from a mapping (a DictConfig included); unknown keys name the field."""
+    value = plain(value)
+    if any(not isinstance(k, str) for k in value):
+        raise ConfigError(f"{field}: got {value!r}, expected a mapping with string keys")
+    try:
+        return cls(**value)
+    except TypeError as exc:
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(value) - set(names))
+        raise ConfigError(f"{field}: unknown keys {unknown}, expected a subset of {names} ({exc})") from None
 
 
 def _check_norm_eps(field: str, norm: NormConfig | None) -> None:
@@ -147,8 +164,13 @@ class StageSpec:
             )
         if self.kwargs is None:
             self.kwargs = {}
+        if isinstance(self.kwargs, Mapping):  # a DictConfig or another mapping: stored as a plain dict
+            self.kwargs = plain(self.kwargs)
         if not isinstance(self.kwargs, dict):
-            raise ConfigError(f"{where}.kwargs: got {self.kwargs!r}, expected a mapping")
+            raise ConfigError(
+                f"{where}.kwargs: got {plain(self.kwargs)!r} ({type(self.kwargs).__name__}), expected a mapping "
+                "of keyword arguments"
+            )
         _check_json_value(f"{where}.kwargs", self.kwargs)
 
     @property
@@ -231,13 +253,15 @@ def _as_stage_spec(value: Any, stage: str) -> StageSpec:
         return value
     if isinstance(value, str):
         return StageSpec(implementation=value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
+        value = plain(value)
         unknown = sorted(set(value) - {"implementation", "kwargs"})
         if unknown:
             raise ConfigError(
                 f"actor.advantage.{stage}: unknown keys {unknown}, expected 'implementation' and 'kwargs'"
             )
-        return StageSpec(implementation=value.get("implementation", "auto"), kwargs=dict(value.get("kwargs") or {}))
+        kwargs = value.get("kwargs")
+        return StageSpec(implementation=value.get("implementation", "auto"), kwargs={} if kwargs is None else kwargs)
     raise ConfigError(
         f"actor.advantage.{stage}: got {value!r}, expected null or {{implementation: ..., kwargs: {{...}}}}"
     )
@@ -302,6 +326,8 @@ class PPOActorConfig:
         for name in ("overlong_reward_penalty", "mask_no_eos_with_zero", "token_rewards_as_adv",
                      "use_decoupled_loss", "recompute_logprob"):
             _check_bool(p + name, getattr(self, name))
+        if isinstance(self.gae_lambda_kwargs, Mapping):
+            self.gae_lambda_kwargs = plain(self.gae_lambda_kwargs)
         if isinstance(self.gae_lambda, str):
             if not self.gae_lambda or ("." not in self.gae_lambda and not self.gae_lambda.isidentifier()):
                 raise ConfigError(
@@ -334,8 +360,8 @@ class PPOActorConfig:
             _check_number(p + "overlong_penalty_factor", self.overlong_penalty_factor, low=0.0)
         for name in ("reward_norm", "adv_norm"):
             value = getattr(self, name)
-            if isinstance(value, dict):
-                setattr(self, name, NormConfig(**value))
+            if isinstance(value, Mapping):
+                setattr(self, name, _build(f"{p}{name}", NormConfig, value))
             elif value is not None and not isinstance(value, NormConfig):
                 raise ConfigError(f"{p}{name}: got {value!r}, expected null or a NormConfig mapping")
             _check_norm_eps(p + name, getattr(self, name))
@@ -349,8 +375,8 @@ class PPOActorConfig:
                 or self.ppo_n_minibatches < 1:
             raise ConfigError(f"{p}ppo_n_minibatches: got {self.ppo_n_minibatches!r}, expected an integer >= 1")
         _check_number(p + "temperature", self.temperature, low=0.0, low_open=True)
-        if isinstance(self.advantage, dict):
-            self.advantage = AdvantageConfig(**self.advantage)
+        if isinstance(self.advantage, Mapping):
+            self.advantage = _build(f"{p}advantage", AdvantageConfig, self.advantage)
         elif not isinstance(self.advantage, AdvantageConfig):
             raise ConfigError(f"{p}advantage: got {self.advantage!r}, expected an AdvantageConfig mapping")
         else:
@@ -398,24 +424,23 @@ def load_config(
 
         schema = ExperimentConfig
     try:
-        base = OmegaConf.structured(schema)
-        layers = [base]
+        merged = OmegaConf.structured(schema)
         if source is not None:
             if isinstance(source, Mapping):
-                layers.append(OmegaConf.create(dict(source)))
+                layer, label = OmegaConf.create(plain(dict(source))), "the config mapping"
             else:
                 path = os.fspath(source)
                 if not os.path.isfile(path):
                     raise ConfigError(f"config file {path!r} does not exist")
-                layers.append(OmegaConf.load(path))
-        overrides = list(overrides)
+                layer, label = OmegaConf.load(path), f"config file {path!r}"
+            merged = merge_layer(merged, layer, label)
         for item in overrides:
-            if "=" not in item or not item.split("=", 1)[0].strip():
+            if not isinstance(item, str) or "=" not in item or not item.split("=", 1)[0].strip():
                 raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. actor.kl_ctl=0.05")
-        if overrides:
-            layers.append(OmegaConf.from_dotlist(overrides))
-        merged = OmegaConf.merge(*layers)
+            merged = merge_layer(merged, parse_override(item), f"override {item!r}")
         return OmegaConf.to_object(merged)
+    except LoadError as exc:
+        raise ConfigError(str(exc)) from None
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None)
         detail = str(exc).splitlines()[0]

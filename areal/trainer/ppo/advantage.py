@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
-from areal.trainer.ppo.batch_checks import check_batch
+from areal.trainer.ppo.batch_checks import check_batch, check_meta
 from areal.trainer.ppo.contracts import (
     call_stage,
     check_full_result,
@@ -33,6 +33,7 @@ from areal.trainer.ppo.contracts import (
     check_tensor,
 )
 from areal.trainer.ppo.output_guard import GuardContext, guard_outputs
+from areal.trainer.ppo.outputs import unalias
 from areal.trainer.ppo.placement import (
     AlignedBatch,
     align_batch,
@@ -89,14 +90,20 @@ def run_advantage_pipeline(
     resolved: ResolvedAdvantage,
     options: CallOptions = CallOptions(),
 ) -> dict[str, Any]:
-    """Validate the batch, run the configured computation, return a NEW output dict."""
+    """Validate the batch, run the configured computation, return a NEW output dict.
+
+    Every field the pipeline emits is a tensor of its own (never the caller's);
+    the batch's other fields are passed through as the caller's tensors. One
+    sharing is by design: without `use_decoupled_loss`, `prox_logp` is the same
+    tensor as `logprobs` (the proximal policy is the behaviour policy).
+    """
     stats = check_batch(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
     n_rows = data["input_ids"].shape[0]
     meta_complete = meta is not None
     if meta is None:
         meta = _synthesise_meta(config, n_rows)
     else:
-        meta.validate(n_rows)
+        check_meta(meta, n_rows)
     if resolved.compute is not None:
         fields = _run_full_replacement(data, meta, meta_complete, config, resolved.compute, options)
     else:
@@ -104,7 +111,7 @@ def run_advantage_pipeline(
     guard_outputs(fields, GuardContext(config, resolved, options, stats, meta, meta_complete,
                                        data.get("token_rewards") is not None))
     out = dict(data)
-    out.update(fields)
+    out.update(unalias(fields, data))
     return out
 
 

@@ -224,3 +224,14 @@ def check_batch(data: Mapping[str, Any], *, recompute_prox: bool) -> BatchStats:
             "'prox_logp' [B, T] in the batch, but it is missing"
         )
     return BatchStats(n_rows, n_pos, max_abs)
+
+
+def check_meta(meta: Any, n_rows: int) -> None:
+    """`meta` must be the `TrajBatchMeta` of this batch (from `concat_batch`), references included."""
+    from areal.utils.batch_meta import TrajBatchMeta
+
+    if not isinstance(meta, TrajBatchMeta):
+        raise BatchError(
+            f"meta: got {type(meta).__name__}, expected a TrajBatchMeta (as returned by concat_batch) or None"
+        )
+    meta.validate(n_rows)
