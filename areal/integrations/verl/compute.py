@@ -53,7 +53,8 @@ def _check_inputs(spec: PipelineSpec, keys: set[str]) -> None:
         if missing:
             raise ConfigError(
                 f"{spec.source}: actor.kl_ctl={spec.actor.kl_ctl} needs {missing} in the DataProto; verl computes "
-                "ref_log_prob only with a reference policy (e.g. actor_rollout_ref.actor.use_kl_loss=True), or set "
+                "ref_log_prob only with a reference policy: set actor_rollout_ref.actor.use_kl_loss=True (with "
+                "actor_rollout_ref.actor.kl_loss_coef=0.0 only the areal KL reward remains), or set "
                 "actor.kl_ctl=0.0"
             )
 
