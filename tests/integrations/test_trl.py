@@ -208,3 +208,24 @@ def test_token_reward_function_of_wrong_length_is_named(model_dir, tmp_path):
     trainer = ts.make_trainer(model_dir, tmp_path, str(PRESETS / "grpo.yaml"), token_reward_func=short, steps=1)
     with pytest.raises(ValueError, match=r"token_reward_func 'short': completion \d+ has \d+ tokens but \d+ token rewards"):
         trainer.train()
+
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
+
+
+def test_trls_losses_take_the_token_level_advantages_unchanged(model_dir, tmp_path):
+    """Every TRL loss_type gives the same loss for per-row advantages [B] and the same values as [B, T]."""
+    trainer = ts.make_trainer(model_dir, tmp_path, str(PRESETS / "grpo.yaml"), steps=1)
+    trainer.train()
+    inputs = trainer._buffered_inputs[0]
+    assert inputs["advantages"].dim() == 2  # what the subclass hands TRL's loss
+    per_row = inputs["advantages"][:, 0].clone()  # GRPO: one value per completion, on every token
+    mask = inputs["completion_mask"].bool()
+    assert bool((inputs["advantages"][mask] == per_row[:, None].expand_as(mask)[mask]).all())
+    for loss_type in LOSS_TYPES:
+        for level in ("token", "sequence"):
+            trainer.loss_type, trainer.importance_sampling_level = loss_type, level
+            with torch.no_grad():
+                token = trainer._compute_loss(trainer.model, {**inputs, "advantages": inputs["advantages"]})
+                row = trainer._compute_loss(trainer.model, {**inputs, "advantages": per_row})
+            assert torch.isfinite(token) and abs(float(token) - float(row)) <= 1e-6, (loss_type, level)
