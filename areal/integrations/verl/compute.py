@@ -34,6 +34,11 @@ def verl_compute_advantage() -> Any:
     if "fn" not in _original:
         from verl.trainer.ppo import ray_trainer
 
+        if ray_trainer.compute_advantage is compute_advantage:
+            raise RuntimeError(
+                "verl.trainer.ppo.ray_trainer.compute_advantage was replaced by areal's wrapper before verl's own "
+                "was recorded, so other estimators could not be delegated; install it with patch_compute_advantage()"
+            )
         _original["fn"] = ray_trainer.compute_advantage
     return _original["fn"]
 
