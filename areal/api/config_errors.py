@@ -104,34 +104,62 @@ def _unwrap_optional(declared: Any) -> Any:
 
 
 def _expected(merged: Any, path: tuple[str, ...]) -> str:
+    import dataclasses
+    import types
     import typing
 
     declared = _declared_type(merged, path)
     if declared is None:
         return "which the schema does not accept there"
+    optional = typing.get_origin(declared) in (typing.Union, types.UnionType) and type(None) in typing.get_args(declared)
     declared = _unwrap_optional(declared)
     origin = typing.get_origin(declared) or declared
-    if origin is dict or (isinstance(origin, type) and issubclass(origin, Mapping)):
-        return "expected a mapping"
-    if origin in (list, tuple):
-        return "expected a list"
-    return f"expected {getattr(origin, '__name__', origin)}"
+    if dataclasses.is_dataclass(origin):
+        text = f"a mapping of {origin.__name__} fields"
+    elif origin is dict or (isinstance(origin, type) and issubclass(origin, Mapping)):
+        text = "a mapping"
+    elif origin in (list, tuple):
+        text = "a list"
+    else:
+        text = f"a {getattr(origin, '__name__', origin)}"
+    return f"expected {text}{' or null' if optional else ''}"
 
 
 def merge_layer(merged: Any, data: Mapping[str, Any], source: str) -> Any:
-    """`merged` with `data` merged in; a failure names the key, what was found and the source."""
+    """`merged` with `data` merged in; a failure names the key, what was found, what was expected, the source.
+
+    The wording does not depend on OmegaConf's version: its own message is kept in parentheses.
+    """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         return OmegaConf.merge(merged, data)
     except (OmegaConfBaseException, TypeError, ValueError) as exc:
+        original = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         key = getattr(exc, "full_key", None)
-        path = None if key else locate(merged, data)
-        key = key or (".".join(path) if path else "config")
-        detail = str(exc).splitlines()[0] if isinstance(exc, OmegaConfBaseException) else str(exc)
-        if path and not isinstance(exc, OmegaConfBaseException):
-            value = OmegaConf.select(OmegaConf.create(dict(data)), key, default=None)
-            value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-            detail = f"got {value!r} ({type(value).__name__}), {_expected(merged, path)}"
-        raise LoadError(f"{key}: {detail} (from {source})") from None
+        path = tuple(key.split(".")) if key else locate(merged, data)
+        if not path:
+            raise LoadError(f"config: {original} (from {source})") from None
+        found = _value_at(data, path)
+        if found is _MISSING:
+            raise LoadError(f"{'.'.join(path)}: {original} (from {source})") from None
+        raise LoadError(
+            f"{'.'.join(path)}: got {found!r} ({type(found).__name__}), {_expected(merged, path)} "
+            f"({original}; from {source})"
+        ) from None
+
+
+_MISSING = object()
+
+
+def _value_at(data: Any, path: tuple[str, ...]) -> Any:
+    from omegaconf import OmegaConf
+
+    for key in path:
+        if OmegaConf.is_config(data):
+            data = OmegaConf.to_container(data, resolve=False)
+        if not isinstance(data, Mapping) or key not in data:
+            return _MISSING
+        data = data[key]
+    return OmegaConf.to_container(data, resolve=False) if OmegaConf.is_config(data) else data
