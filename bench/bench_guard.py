@@ -7,6 +7,7 @@ Usage:
 For each config, every round times, back to back and in a rotating order:
   * `compute_advantages` as shipped (guard on);
   * `compute_advantages` with the guard replaced by a no-op (guard off);
+  * `compute_advantages` as shipped once more (A/A: how far two identical runs differ);
   * the guard alone on the outputs of the last call (what it costs in place);
   * a naive guard that scans every guarded [B, T] output (the cost the bounds avoid);
   * what collecting the magnitudes adds to the batch checks: max |values| by
@@ -62,10 +63,11 @@ def measure(cfg: PPOActorConfig, n_rows: int, n_pos: int, rounds: int) -> dict[s
     meta = advantage_module._synthesise_meta(cfg, n_rows)
     ctx = GuardContext(cfg, actor.resolved, CallOptions(), stats, meta, False, False)
     real_guard = advantage_module.guard_outputs
-    holder: dict[str, object] = {}
+    holder: dict[str, float] = {}
 
+    # No variant keeps its outputs past its own step, so all of them allocate alike.
     def on() -> None:
-        holder["out"] = actor.compute_advantages(batch)
+        actor.compute_advantages(batch)
 
     def off() -> None:
         advantage_module.guard_outputs = lambda fields, ctx: None
@@ -75,22 +77,22 @@ def measure(cfg: PPOActorConfig, n_rows: int, n_pos: int, rounds: int) -> dict[s
             advantage_module.guard_outputs = real_guard
 
     def guard_alone() -> None:
-        on()  # fresh outputs, as the guard sees them in place (just written)
-        holder["guard"] = timed(lambda: guard_outputs(holder["out"], ctx))
+        out = actor.compute_advantages(batch)  # fresh outputs, as the guard sees them in place (just written)
+        holder["guard"] = timed(lambda: guard_outputs(out, ctx))
 
     def naive_alone() -> None:
-        on()
-        holder["naive"] = timed(lambda: [all_finite(holder["out"][k]) for k in GUARDED_FIELDS])
+        out = actor.compute_advantages(batch)
+        holder["naive"] = timed(lambda: [all_finite(out[k]) for k in GUARDED_FIELDS])
 
     def extra() -> None:
-        on()  # the batch is cold again, as in a real call
+        actor.compute_advantages(batch)  # the batch is cold again, as in a real call
         values = batch["values"]
         magnitude = timed(lambda: _finite_magnitude("values", values))
-        on()
+        actor.compute_advantages(batch)
         holder["extra"] = magnitude - timed(lambda: all_finite(values))
 
-    samples: dict[str, list[float]] = {"on": [], "off": [], "guard": [], "naive": [], "extra": []}
-    steps = [("on", on), ("off", off), ("guard", guard_alone), ("naive", naive_alone), ("extra", extra)]
+    samples: dict[str, list[float]] = {"on": [], "off": [], "on2": [], "guard": [], "naive": [], "extra": []}
+    steps = [("on", on), ("off", off), ("on2", on), ("guard", guard_alone), ("naive", naive_alone), ("extra", extra)]
     for r in range(rounds):
         k = r % len(steps)
         for name, fn in steps[k:] + steps[:k]:  # rotate the order against drift
@@ -98,8 +100,16 @@ def measure(cfg: PPOActorConfig, n_rows: int, n_pos: int, rounds: int) -> dict[s
             samples[name].append(holder.pop(name) if name in holder else elapsed)
     result = {k: statistics.median(v) for k, v in samples.items()}
     # on and off of the same round ran back to back: their paired ratio cancels slow drifts of the load
-    result["paired"] = statistics.median((a - b) / b for a, b in zip(samples["on"], samples["off"]))
+    paired = [(a - b) / b for a, b in zip(samples["on"], samples["off"])]
+    same = [(a - b) / b for a, b in zip(samples["on"], samples["on2"])]  # A/A: the noise yardstick
+    result["paired"], result["aa"] = statistics.median(paired), statistics.median(same)
+    result["aa_iqr"] = _iqr(same)
     return result
+
+
+def _iqr(values: list[float]) -> float:
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return q3 - q1
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,13 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     set_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), medians of {args.rounds} rounds (ms)")
-    print(f"{'config':<52}{'B x T':>12}{'on':>9}{'off':>9}{'(on-off)/off':>14}{'paired':>8}{'guard':>8}"
+    print(f"{'config':<52}{'B x T':>12}{'on':>9}{'off':>9}{'(on-off)/off':>14}{'paired':>8}{'A/A':>7}{'A/A IQR':>9}{'guard':>8}"
           f"{'guard/on':>10}{'extra':>8}{'extra/on':>10}{'naive':>8}{'naive/on':>10}")
     for n_rows, n_pos in args.sizes:
         for label, make in CONFIGS.items():
             m = measure(make(), n_rows, n_pos, args.rounds)
             print(f"{label:<52}{f'{n_rows}x{n_pos}':>12}{m['on'] * 1e3:9.2f}{m['off'] * 1e3:9.2f}"
-                  f"{(m['on'] - m['off']) / m['off']:14.1%}{m['paired']:8.1%}{m['guard'] * 1e3:8.3f}{m['guard'] / m['on']:10.2%}"
+                  f"{(m['on'] - m['off']) / m['off']:14.1%}{m['paired']:8.1%}{m['aa']:7.1%}{m['aa_iqr']:9.1%}{m['guard'] * 1e3:8.3f}{m['guard'] / m['on']:10.2%}"
                   f"{m['extra'] * 1e3:8.3f}{m['extra'] / m['on']:10.2%}"
                   f"{m['naive'] * 1e3:8.2f}{m['naive'] / m['on']:10.1%}", flush=True)
 

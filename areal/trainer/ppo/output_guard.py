@@ -14,6 +14,8 @@ on the finished fields, in two steps:
    TD errors, normalisation divides by at least `eps`, the KL is clamped to
    ±10, ...). A field whose bound is below `SAFE_MAGNITUDE` cannot hold a
    non-finite value, so it is not read again.
+   Under `torch.distributed`, batch-level statistics mix every rank's values,
+   so the input magnitudes are then all-reduced (MAX) first.
 2. Only a field without such a bound (huge magnitudes, `eps` 0, a custom
    stage of unknown magnitude upstream, a built-in the proofs do not cover)
    is scanned. A non-finite value raises `NonFiniteOutputError` naming the
@@ -32,13 +34,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from areal.api.cli_args import NormConfig, PPOActorConfig
 from areal.trainer.ppo.batch_checks import BatchStats, all_finite
 from areal.trainer.ppo.stage_resolution import CallOptions, ResolvedAdvantage, select_process
 from areal.utils.data import TrajBatchMeta
 
-__all__ = ["GuardContext", "NonFiniteOutputError", "SAFE_MAGNITUDE", "guard_outputs", "output_bounds"]
+__all__ = ["GuardContext", "NonFiniteOutputError", "SAFE_MAGNITUDE", "guard_outputs", "magnitudes", "output_bounds"]
 
 INF = math.inf
 #: Below this magnitude every float32 output and float64 statistic of the pipeline stays finite:
@@ -147,16 +150,43 @@ def _reference_magnitude(meta: TrajBatchMeta) -> float:
     return max((_max_abs(g.rewards) for g in groups if g is not None and g.rewards is not None), default=0.0)
 
 
-def score_bound(rewards: torch.Tensor, ctx: GuardContext) -> Bound:
+def _crosses_ranks(cfg: PPOActorConfig) -> bool:
+    """Batch-level statistics are all-reduced: another rank's magnitudes reach this rank's outputs."""
+    norms = [n for n in (cfg.reward_norm, cfg.adv_norm) if n is not None]
+    if not any("batch" in (n.mean_level, n.std_level) for n in norms):
+        return False
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def magnitudes(rewards: torch.Tensor, ctx: GuardContext) -> dict[str, float]:
+    """The largest |value| of every input the bounds start from, over all ranks when statistics cross them.
+
+    The all-reduce (MAX of four numbers) runs only when a batch-level normalisation
+    already all-reduces in the same call, on every rank alike (they share the config).
+    """
+    local = {
+        "rewards": _max_abs(rewards),
+        "references": _reference_magnitude(ctx.meta),
+        "values": ctx.stats.magnitude("values"),
+        "token_rewards": ctx.stats.magnitude("token_rewards"),
+    }
+    if not _crosses_ranks(ctx.config):
+        return local
+    both = torch.tensor(list(local.values()), dtype=torch.float64, device=rewards.device)
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    return dict(zip(local, both.tolist()))
+
+
+def score_bound(mags: Mapping[str, float], ctx: GuardContext) -> Bound:
     """The placed outcome score: scaled rewards, then reward normalisation."""
     cfg = ctx.config
-    raw = _scaled(_max_abs(rewards), cfg)
+    raw = _scaled(mags["rewards"], cfg)
     if cfg.reward_norm is None:
         return raw
     if ctx.meta_complete:
         if ctx.resolved.outcome.implementation != "identity":
             return UNKNOWN  # it may have returned shaped references, which the guard does not see
-        refs = _scaled(_reference_magnitude(ctx.meta), cfg)
+        refs = _scaled(mags["references"], cfg)
         raw = Bound(max(raw.value, refs.value))
     return normalised(raw, cfg.reward_norm)
 
@@ -199,15 +229,16 @@ def process_bound(advantages: Bound, parts: Mapping[str, Bound], ctx: GuardConte
 
 def output_bounds(fields: Mapping[str, Any], ctx: GuardContext) -> dict[str, Bound]:
     """Bounds of every guarded field plus the parts they are made of (for the diagnosis)."""
-    cfg, stats = ctx.config, ctx.stats
-    process = Bound(stats.magnitude("token_rewards"))
+    cfg = ctx.config
+    mags = magnitudes(fields["rewards"], ctx)
+    process = Bound(mags["token_rewards"])
     none = Bound(0.0)
     parts = {
-        "score": score_bound(fields["rewards"], ctx),
+        "score": score_bound(mags, ctx),
         "kl": Bound(KL_CLAMP * abs(cfg.kl_ctl)),
         "folded": process if ctx.has_token_rewards and not cfg.token_rewards_as_adv else none,
         "direct": process if ctx.has_token_rewards and cfg.token_rewards_as_adv else none,
-        "values": Bound(stats.magnitude("values")),
+        "values": Bound(mags["values"]),
     }
     temporal = temporal_bounds(parts, ctx)
     adv = temporal["temporal"] if cfg.adv_norm is None else normalised(temporal["temporal"], cfg.adv_norm)
@@ -295,8 +326,9 @@ def _process_cause(ctx: GuardContext, value: float) -> str:
 
 
 def _values_cause(ctx: GuardContext, value: float) -> str:
-    return (f"values reach {value:.3g} in magnitude: the estimator's TD errors r + discount * V(t+1) - V(t) "
-            "and returns A + V leave the float32 range (critic values must stay far inside it)")
+    where = " (on some data-parallel rank; batch statistics mix all ranks)" if _crosses_ranks(ctx.config) else ""
+    return (f"values reach {value:.3g} in magnitude{where}: the estimator's TD errors r + discount * V(t+1) - "
+            "V(t) and returns A + V leave the float32 range (critic values must stay far inside it)")
 
 
 def _temporal_cause(ctx: GuardContext, value: float) -> str:

@@ -209,3 +209,20 @@ def test_extreme_inputs_never_return_non_finite_outputs(cfg, seed, values, proce
     with pytest.raises(NonFiniteOutputError) as err:
         guard_outputs(fields, ctx)
     assert err.value.field in non_finite and "probable cause" in str(err.value)
+
+
+def test_a_rank_does_not_return_non_finite_outputs_from_another_ranks_overflow():
+    """Batch statistics cross ranks, so the bounds must too: rank 0 raises instead of returning NaN."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from dist_launch import rank_envs, run_bounded
+
+    worker = Path(__file__).resolve().parent / "dist_guard_worker.py"
+    results = run_bounded([[sys.executable, str(worker)]] * 2, rank_envs(2), timeout=120)
+    logs = [out + err for _, out, err in results]
+    assert all(code == 0 for code, _, _ in results), logs
+    assert "rank 0: raised NonFiniteOutputError: advantages:" in logs[0], logs[0]
+    assert "values reach 3e+38 in magnitude (on some data-parallel rank" in logs[0], logs[0]
+    assert "rank 1: raised NonFiniteOutputError:" in logs[1], logs[1]
