@@ -375,35 +375,33 @@ def load_config(
 ) -> Any:
     """Load an experiment config from a YAML file or mapping plus dotted overrides.
 
-    `overrides` look like `actor.advantage.estimator.implementation=turn_gae`, as on
-    AReaL's command line. User code is never imported here; every value is checked
-    against the typed schema and the dataclass validators, and errors name the key.
+    Layers, in merge order: the files of a `defaults:` list (paths relative to
+    the including file, recursively), the file itself, then `overrides` such as
+    `actor.advantage.estimator.implementation=turn_gae` (AReaL's command line).
+    A stage given as a bare string means `{implementation: NAME, kwargs: {}}`
+    (see `areal.api.compose`). User code is never imported here; every value is
+    checked against the typed schema and the dataclass validators, and errors
+    name the key (and the file it came from).
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
+
+    from areal.api.compose import file_layers, mapping_layers, merge_layers, override_layer
 
     if schema is None:
         from areal.api.train_args import ExperimentConfig
 
         schema = ExperimentConfig
+    layers = []
+    if isinstance(source, Mapping):
+        layers = mapping_layers(source)
+    elif source is not None:
+        layers = file_layers(source)
+    extra = override_layer(overrides)
+    if extra is not None:
+        layers.append(extra)
+    merged = merge_layers(schema, layers)
     try:
-        base = OmegaConf.structured(schema)
-        layers = [base]
-        if source is not None:
-            if isinstance(source, Mapping):
-                layers.append(OmegaConf.create(dict(source)))
-            else:
-                path = os.fspath(source)
-                if not os.path.isfile(path):
-                    raise ConfigError(f"config file {path!r} does not exist")
-                layers.append(OmegaConf.load(path))
-        overrides = list(overrides)
-        for item in overrides:
-            if "=" not in item or not item.split("=", 1)[0].strip():
-                raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. actor.kl_ctl=0.05")
-        if overrides:
-            layers.append(OmegaConf.from_dotlist(overrides))
-        merged = OmegaConf.merge(*layers)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None)

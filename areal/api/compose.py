@@ -1,0 +1,178 @@
+"""Config composition: `defaults:` lists, bare-string stages, layered merging.
+
+A YAML file may start with `defaults: [base.yaml, ...]`: those files (paths
+relative to the including file, each possibly with its own `defaults:`) are
+merged in order, then the file itself, then the command-line overrides. This is
+Hydra's defaults list reduced to what a single experiment file needs; Hydra
+itself is not used because it owns the command line, the working directory and
+the output folders, all of which the trainer manages itself.
+
+Stage nodes (`actor.advantage.<stage>`) get one rule OmegaConf does not have: a
+layer that names an implementation different from the one configured so far
+replaces the stage (its kwargs belonged to the old implementation), and a bare
+string `estimator: turn_gae` means `{implementation: turn_gae, kwargs: {}}`. A
+layer that only sets `kwargs` (or repeats the implementation) updates them.
+
+This module stays import-light: OmegaConf and the config dataclasses only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from areal.api.cli_args import STAGE_NAMES, ConfigError, StageSpec
+
+#: The key that lists a file's base files.
+DEFAULTS_KEY = "defaults"
+_ALL_STAGES = ("compute", *STAGE_NAMES)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One mapping to merge, and where it came from (for error messages)."""
+
+    source: str
+    data: dict[str, Any]
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        loaded = OmegaConf.load(path)
+    except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"config file {path!r}: cannot parse YAML: {detail}") from None
+    if not OmegaConf.is_dict(loaded):
+        raise ConfigError(f"config file {path!r}: expected a mapping at the top level, got a list")
+    return OmegaConf.to_container(loaded, resolve=False)
+
+
+def _default_entries(data: dict[str, Any], source: str) -> list[str]:
+    entries = data.pop(DEFAULTS_KEY, None)
+    if entries is None:
+        return []
+    if isinstance(entries, str) or not isinstance(entries, list):
+        raise ConfigError(f"{DEFAULTS_KEY} (in {source}): got {entries!r}, expected a list of YAML file paths "
+                          "relative to this file, e.g. defaults: [../grpo_arith.yaml]")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, str) or not entry:
+            raise ConfigError(f"{DEFAULTS_KEY}[{i}] (in {source}): got {entry!r}, expected a YAML file path")
+    return entries
+
+
+def file_layers(path: str | os.PathLike, _stack: tuple[str, ...] = ()) -> list[Layer]:
+    """The layers of a YAML file: its `defaults:` (recursively, in order), then the file itself."""
+    path = os.fspath(path)
+    real = os.path.realpath(path)
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} does not exist")
+    data = _read_yaml(path)
+    entries = _default_entries(data, path)
+    layers: list[Layer] = []
+    here = os.path.dirname(real)
+    for i, entry in enumerate(entries):
+        target = os.path.join(here, os.path.expanduser(entry))
+        if not os.path.isfile(target):
+            raise ConfigError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} resolves to {os.path.normpath(target)!r}, "
+                              "which does not exist (paths are relative to the including file)")
+        chain = (*_stack, real)
+        if os.path.realpath(target) in chain:
+            cycle = " -> ".join(os.path.basename(p) for p in (*chain, os.path.realpath(target)))
+            raise ConfigError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} forms a cycle: {cycle}")
+        layers.extend(file_layers(target, chain))
+    layers.append(Layer(path, data))
+    return layers
+
+
+def mapping_layers(source: Mapping[str, Any]) -> list[Layer]:
+    """Layers of an in-memory config: its `defaults:` (relative to the working directory), then itself."""
+    data = dict(source)
+    entries = _default_entries(data, "the config mapping")
+    layers: list[Layer] = []
+    for entry in entries:
+        layers.extend(file_layers(os.path.expanduser(entry)))
+    layers.append(Layer("the config mapping", data))
+    return layers
+
+
+def override_layer(overrides: Sequence[str]) -> Layer | None:
+    """Dotted `key=value` overrides as one layer (None when there are none)."""
+    from omegaconf import OmegaConf
+
+    overrides = list(overrides)
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. actor.kl_ctl=0.05")
+        if item.split("=", 1)[0].strip() == DEFAULTS_KEY:
+            raise ConfigError(f"override {item!r}: {DEFAULTS_KEY} can only be given inside a YAML file")
+    if not overrides:
+        return None
+    return Layer("the command line", OmegaConf.to_container(OmegaConf.from_dotlist(overrides), resolve=False))
+
+
+def stage_prefix(schema: type) -> tuple[str, ...] | None:
+    """Where the `AdvantageConfig` sits in `schema` (None when it has none)."""
+    from areal.api.cli_args import AdvantageConfig, PPOActorConfig
+
+    if schema is AdvantageConfig:
+        return ()
+    if not dataclasses.is_dataclass(schema):
+        return None
+    names = {f.name for f in dataclasses.fields(schema)}
+    if schema is PPOActorConfig or "advantage" in names:
+        return ("advantage",)
+    if "actor" in names:
+        return ("actor", "advantage")
+    return None
+
+
+def _node(data: Any, keys: Sequence[str]) -> Any:
+    for key in keys:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _replace_stages(merged: Any, layer: dict[str, Any], prefix: tuple[str, ...]) -> None:
+    """Apply the stage rule: a stage naming a new implementation starts from a fresh StageSpec."""
+    from omegaconf import OmegaConf
+
+    section = _node(layer, prefix)
+    if not isinstance(section, dict):
+        return
+    for stage in _ALL_STAGES:
+        value = section.get(stage)
+        if isinstance(value, str):
+            value = section[stage] = {"implementation": value, "kwargs": {}}
+        if not isinstance(value, dict) or not isinstance(value.get("implementation"), str):
+            continue
+        key = ".".join((*prefix, stage))
+        current = OmegaConf.select(merged, key)
+        if current is None or current.get("implementation") != value["implementation"]:
+            OmegaConf.update(merged, key, StageSpec(implementation=value["implementation"]), merge=False)
+
+
+def merge_layers(schema: type, layers: Sequence[Layer]) -> Any:
+    """The structured `schema` config with every layer merged in order; errors name the key and the source."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    merged = OmegaConf.structured(schema)
+    prefix = stage_prefix(schema)
+    for layer in layers:
+        try:
+            if prefix is not None:
+                _replace_stages(merged, layer.data, prefix)
+            merged = OmegaConf.merge(merged, layer.data)
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", None) or "config"
+            raise ConfigError(f"{key} (in {layer.source}): {str(exc).splitlines()[0]}") from None
+    return merged
