@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import torch.distributed as dist
 
+    from areal.trainer.checkpoint import CheckpointError
     from areal.trainer.distributed import destroy, init_distributed
     from areal.trainer.ppo.actor import WorkerInitError
     from areal.trainer.trainer import Trainer
@@ -69,7 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (WorkerInitError, ImportError, ValueError, TypeError) as exc:
             print(f"error while building the trainer: {exc}", file=sys.stderr)
             return 1
-        result = trainer.run()
+        try:
+            result = trainer.run()
+        except (ConfigError, CheckpointError) as exc:  # a checkpoint that does not fit this run
+            print(f"error while resuming: {exc}", file=sys.stderr)
+            return 1
         if ctx.is_main:
             print(result.summary(cfg.experiment_name, cfg.train.steps), flush=True)
         return 130 if result.interrupted else 0
