@@ -14,6 +14,8 @@ is on disk in every sink.
 from __future__ import annotations
 
 import logging
+import secrets
+import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -78,6 +80,12 @@ class TensorBoardSink:
         self.writer.close()
 
 
+def _new_run_id() -> str:
+    """A W&B-style run id: 8 characters of [a-z0-9] (wandb's own helper moved between versions)."""
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(8))
+
+
 class WandbSink:
     """A Weights & Biases run (offline by default) in `<run_dir>/wandb/`; a resumed run keeps its id."""
 
@@ -89,7 +97,7 @@ class WandbSink:
         id_file = folder / WANDB_ID_FILE
         run_id = id_file.read_text(encoding="utf-8").strip() if resumed and id_file.is_file() else None
         if not run_id:
-            run_id = wandb.util.generate_id()
+            run_id = _new_run_id()
             id_file.write_text(run_id, encoding="utf-8")
         self.run = wandb.init(
             project=cfg.output.wandb_project or "areal", group=cfg.experiment_name,
