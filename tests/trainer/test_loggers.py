@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,7 @@ def test_wandb_offline_run_holds_the_rows_and_a_resume_keeps_the_run_id(tmp_path
 
     common = [*TINY, f"output.dir={tmp_path / 'runs'}", "output.loggers=[jsonl,wandb]", "output.wandb_project=t"]
     first = Trainer(load_config(DEFAULT, [*common, "train.steps=2"])).run()
+    time.sleep(1.1)  # wandb names offline folders by the second: two segments in one second would share one
     second = Trainer(load_config(DEFAULT, [*common, "train.steps=3", "train.resume=auto"])).run()
     assert second.resumed_from == first.run_dir / "checkpoints" / "step_2"
     segments = sorted((first.run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
