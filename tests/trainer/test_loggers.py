@@ -86,6 +86,9 @@ def test_wandb_offline_run_holds_the_rows_and_a_resume_keeps_the_run_id(tmp_path
     time.sleep(1.1)  # wandb names offline folders by the second: two segments in one second would share one
     second = Trainer(load_config(DEFAULT, [*common, "train.steps=3", "train.resume=auto"])).run()
     assert second.resumed_from == first.run_dir / "checkpoints" / "step_2"
+    import wandb
+
+    wandb.teardown()  # the service process writes the run files; stopping it drains everything to disk
     segments = sorted((first.run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(segments) == 2
     (id1, rows1), (id2, rows2) = history_rows(segments[0]), history_rows(segments[1])
