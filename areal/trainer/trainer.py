@@ -386,7 +386,7 @@ class Trainer:
         if cfg.output.plot and records:
             plot_path = self.run_dir / "curves.png"
             if self.ctx.is_main:
-                plot_curves(records, plot_path, title=cfg.experiment_name)
+                plot_curves(records, plot_path, title=cfg.experiment_name, smoothing=cfg.output.plot_smoothing)
         return RunResult(
             run_dir=self.run_dir, metrics_path=self.run_dir / "metrics.jsonl", plot_path=plot_path,
             steps_done=done, interrupted=interrupted, seconds=seconds,
