@@ -11,7 +11,9 @@ Stage nodes (`actor.advantage.<stage>`) get one rule OmegaConf does not have: a
 layer that names an implementation different from the one configured so far
 replaces the stage (its kwargs belonged to the old implementation), and a bare
 string `estimator: turn_gae` means `{implementation: turn_gae, kwargs: {}}`. A
-layer that only sets `kwargs` (or repeats the implementation) updates them.
+layer that only sets `kwargs` (or repeats the implementation) updates them. The
+task follows the same rule: a new `task.name` starts from empty `task.kwargs`,
+so `task.name=guess` on top of the arithmetic run does not inherit its kwargs.
 
 This module stays import-light: OmegaConf and the config dataclasses only.
 """
@@ -160,6 +162,17 @@ def _replace_stages(merged: Any, layer: dict[str, Any], prefix: tuple[str, ...])
             OmegaConf.update(merged, key, StageSpec(implementation=value["implementation"]), merge=False)
 
 
+def _reset_task_kwargs(merged: Any, layer: dict[str, Any]) -> None:
+    """A layer naming another task drops the previous task's kwargs (they are task-specific)."""
+    from omegaconf import OmegaConf
+
+    task = layer.get("task")
+    if not isinstance(task, dict) or not isinstance(task.get("name"), str):
+        return
+    if OmegaConf.select(merged, "task.name") != task["name"]:
+        OmegaConf.update(merged, "task.kwargs", {}, merge=False)
+
+
 def merge_layers(schema: type, layers: Sequence[Layer]) -> Any:
     """The structured `schema` config with every layer merged in order; errors name the key and the source."""
     from omegaconf import OmegaConf
@@ -171,6 +184,8 @@ def merge_layers(schema: type, layers: Sequence[Layer]) -> Any:
         try:
             if prefix is not None:
                 _replace_stages(merged, layer.data, prefix)
+            if "task" in merged:
+                _reset_task_kwargs(merged, layer.data)
             merged = OmegaConf.merge(merged, layer.data)
         except OmegaConfBaseException as exc:
             key = getattr(exc, "full_key", None) or "config"

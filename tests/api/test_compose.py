@@ -162,3 +162,12 @@ def test_print_config_output_loads_back_to_the_same_config(tmp_path: Path) -> No
 def test_print_config_reports_a_bad_config(capsys: pytest.CaptureFixture) -> None:
     assert main(["--config", str(DEFAULT), "--print-config", "train.steps=0"]) == 1
     assert "train.steps: got 0" in capsys.readouterr().err
+
+
+def test_a_new_task_name_starts_from_empty_task_kwargs(tmp_path: Path) -> None:
+    cfg = load_config(DEFAULT, ["task.name=guess"])
+    assert cfg.task.name == "guess" and cfg.task.kwargs == {}
+    cfg = load_config(DEFAULT, ["task.name=guess", "task.kwargs.num_range=4"])
+    assert cfg.task.kwargs == {"num_range": 4}
+    same = load_config(DEFAULT, ["task.name=arith", "task.kwargs.max_operand=3"])
+    assert same.task.kwargs == {"min_operand": 0, "max_operand": 3, "op": "add"}
