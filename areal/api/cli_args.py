@@ -386,27 +386,42 @@ def load_config(
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from areal.api.compose import file_layers, mapping_layers, merge_layers, override_layer
+    from areal.api.compose import CompositionError, file_layers, mapping_layers, merge_layers, override_layer
 
     if schema is None:
         from areal.api.train_args import ExperimentConfig
 
         schema = ExperimentConfig
-    layers = []
-    if isinstance(source, Mapping):
-        layers = mapping_layers(source)
-    elif source is not None:
-        layers = file_layers(source)
-    extra = override_layer(overrides)
-    if extra is not None:
-        layers.append(extra)
-    merged = merge_layers(schema, layers)
+    try:
+        layers = mapping_layers(source) if isinstance(source, Mapping) else [] if source is None else \
+            file_layers(source)
+        extra = override_layer(overrides)
+        merged = merge_layers(schema, [*layers, *([extra] if extra else [])], _named_nodes(schema))
+    except CompositionError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None)
         detail = str(exc).splitlines()[0]
         raise ConfigError(f"{key or 'config'}: {detail}") from None
+
+
+def _named_nodes(schema: type) -> list[Any]:
+    """The nodes whose kwargs belong to a name: every advantage stage, and the task (see areal.api.compose)."""
+    import dataclasses
+
+    from areal.api.compose import NamedNode
+
+    names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else set()
+    prefix = () if schema is AdvantageConfig else ("advantage",) if "advantage" in names else \
+        ("actor", "advantage") if "actor" in names else None
+    nodes = [] if prefix is None else [
+        NamedNode((*prefix, stage), "implementation", fresh=lambda name: StageSpec(implementation=name),
+                  bare_string=True) for stage in ("compute", *STAGE_NAMES)]
+    if "task" in names:
+        nodes.append(NamedNode(("task",), "name"))
+    return nodes
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

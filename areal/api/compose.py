@@ -15,22 +15,40 @@ layer that only sets `kwargs` (or repeats the implementation) updates them. The
 task follows the same rule: a new `task.name` starts from empty `task.kwargs`,
 so `task.name=guess` on top of the arithmetic run does not inherit its kwargs.
 
-This module stays import-light: OmegaConf and the config dataclasses only.
+This module knows no schema: which nodes follow the naming rule is passed in as
+`NamedNode`s (`areal.api.cli_args.load_config` lists the stages and the task),
+so it imports nothing from areal and adds no import circle. Its errors are
+`CompositionError`s; `load_config` re-raises them as `ConfigError`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from areal.api.cli_args import STAGE_NAMES, ConfigError, StageSpec
-
 #: The key that lists a file's base files.
 DEFAULTS_KEY = "defaults"
-_ALL_STAGES = ("compute", *STAGE_NAMES)
+
+
+class CompositionError(ValueError):
+    """A `defaults:` list, a YAML file or a layer is wrong; the message names the key and the file."""
+
+
+@dataclass(frozen=True)
+class NamedNode:
+    """A node selected by name whose kwargs belong to that name (a stage, the task).
+
+    `fresh(name)` is the node to start from when a layer names another
+    implementation (None: keep the node, empty its `kwargs`); `bare_string`
+    lets `key: NAME` stand for `{name_key: NAME, kwargs: {}}`.
+    """
+
+    path: tuple[str, ...]
+    name_key: str
+    fresh: Callable[[str], Any] | None = None
+    bare_string: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,9 +68,9 @@ def _read_yaml(path: str) -> dict[str, Any]:
         loaded = OmegaConf.load(path)
     except (yaml.YAMLError, OmegaConfBaseException) as exc:
         detail = " ".join(str(exc).split())
-        raise ConfigError(f"config file {path!r}: cannot parse YAML: {detail}") from None
+        raise CompositionError(f"config file {path!r}: cannot parse YAML: {detail}") from None
     if not OmegaConf.is_dict(loaded):
-        raise ConfigError(f"config file {path!r}: expected a mapping at the top level, got a list")
+        raise CompositionError(f"config file {path!r}: expected a mapping at the top level, got a list")
     return OmegaConf.to_container(loaded, resolve=False)
 
 
@@ -61,11 +79,11 @@ def _default_entries(data: dict[str, Any], source: str) -> list[str]:
     if entries is None:
         return []
     if isinstance(entries, str) or not isinstance(entries, list):
-        raise ConfigError(f"{DEFAULTS_KEY} (in {source}): got {entries!r}, expected a list of YAML file paths "
+        raise CompositionError(f"{DEFAULTS_KEY} (in {source}): got {entries!r}, expected a list of YAML file paths "
                           "relative to this file, e.g. defaults: [../grpo_arith.yaml]")
     for i, entry in enumerate(entries):
         if not isinstance(entry, str) or not entry:
-            raise ConfigError(f"{DEFAULTS_KEY}[{i}] (in {source}): got {entry!r}, expected a YAML file path")
+            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {source}): got {entry!r}, expected a YAML file path")
     return entries
 
 
@@ -74,7 +92,7 @@ def file_layers(path: str | os.PathLike, _stack: tuple[str, ...] = ()) -> list[L
     path = os.fspath(path)
     real = os.path.realpath(path)
     if not os.path.isfile(path):
-        raise ConfigError(f"config file {path!r} does not exist")
+        raise CompositionError(f"config file {path!r} does not exist")
     data = _read_yaml(path)
     entries = _default_entries(data, path)
     layers: list[Layer] = []
@@ -82,12 +100,12 @@ def file_layers(path: str | os.PathLike, _stack: tuple[str, ...] = ()) -> list[L
     for i, entry in enumerate(entries):
         target = os.path.join(here, os.path.expanduser(entry))
         if not os.path.isfile(target):
-            raise ConfigError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} resolves to {os.path.normpath(target)!r}, "
+            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} resolves to {os.path.normpath(target)!r}, "
                               "which does not exist (paths are relative to the including file)")
         chain = (*_stack, real)
         if os.path.realpath(target) in chain:
             cycle = " -> ".join(os.path.basename(p) for p in (*chain, os.path.realpath(target)))
-            raise ConfigError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} forms a cycle: {cycle}")
+            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} forms a cycle: {cycle}")
         layers.extend(file_layers(target, chain))
     layers.append(Layer(path, data))
     return layers
@@ -111,28 +129,12 @@ def override_layer(overrides: Sequence[str]) -> Layer | None:
     overrides = list(overrides)
     for item in overrides:
         if not isinstance(item, str) or "=" not in item or not item.split("=", 1)[0].strip():
-            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. actor.kl_ctl=0.05")
+            raise CompositionError(f"override {item!r}: expected KEY=VALUE, e.g. actor.kl_ctl=0.05")
         if item.split("=", 1)[0].strip() == DEFAULTS_KEY:
-            raise ConfigError(f"override {item!r}: {DEFAULTS_KEY} can only be given inside a YAML file")
+            raise CompositionError(f"override {item!r}: {DEFAULTS_KEY} can only be given inside a YAML file")
     if not overrides:
         return None
     return Layer("the command line", OmegaConf.to_container(OmegaConf.from_dotlist(overrides), resolve=False))
-
-
-def stage_prefix(schema: type) -> tuple[str, ...] | None:
-    """Where the `AdvantageConfig` sits in `schema` (None when it has none)."""
-    from areal.api.cli_args import AdvantageConfig, PPOActorConfig
-
-    if schema is AdvantageConfig:
-        return ()
-    if not dataclasses.is_dataclass(schema):
-        return None
-    names = {f.name for f in dataclasses.fields(schema)}
-    if schema is PPOActorConfig or "advantage" in names:
-        return ("advantage",)
-    if "actor" in names:
-        return ("actor", "advantage")
-    return None
 
 
 def _node(data: Any, keys: Sequence[str]) -> Any:
@@ -143,51 +145,40 @@ def _node(data: Any, keys: Sequence[str]) -> Any:
     return data
 
 
-def _replace_stages(merged: Any, layer: dict[str, Any], prefix: tuple[str, ...]) -> None:
-    """Apply the stage rule: a stage naming a new implementation starts from a fresh StageSpec."""
+def _apply_naming_rule(merged: Any, layer: dict[str, Any], node: NamedNode) -> None:
+    """A layer naming another implementation than `merged` has starts that node afresh."""
     from omegaconf import OmegaConf
 
-    section = _node(layer, prefix)
-    if not isinstance(section, dict):
+    parent = _node(layer, node.path[:-1])
+    if not isinstance(parent, dict):
         return
-    for stage in _ALL_STAGES:
-        value = section.get(stage)
-        if isinstance(value, str):
-            value = section[stage] = {"implementation": value, "kwargs": {}}
-        if not isinstance(value, dict) or not isinstance(value.get("implementation"), str):
-            continue
-        key = ".".join((*prefix, stage))
-        current = OmegaConf.select(merged, key)
-        if current is None or current.get("implementation") != value["implementation"]:
-            OmegaConf.update(merged, key, StageSpec(implementation=value["implementation"]), merge=False)
-
-
-def _reset_task_kwargs(merged: Any, layer: dict[str, Any]) -> None:
-    """A layer naming another task drops the previous task's kwargs (they are task-specific)."""
-    from omegaconf import OmegaConf
-
-    task = layer.get("task")
-    if not isinstance(task, dict) or not isinstance(task.get("name"), str):
+    value = parent.get(node.path[-1])
+    if node.bare_string and isinstance(value, str):
+        value = parent[node.path[-1]] = {node.name_key: value, "kwargs": {}}
+    if not isinstance(value, dict) or not isinstance(value.get(node.name_key), str):
         return
-    if OmegaConf.select(merged, "task.name") != task["name"]:
-        OmegaConf.update(merged, "task.kwargs", {}, merge=False)
+    key = ".".join(node.path)
+    current = OmegaConf.select(merged, key)
+    if current is not None and current.get(node.name_key) == value[node.name_key]:
+        return
+    if node.fresh is not None:
+        OmegaConf.update(merged, key, node.fresh(value[node.name_key]), merge=False)
+    elif current is not None:
+        OmegaConf.update(merged, f"{key}.kwargs", {}, merge=False)
 
 
-def merge_layers(schema: type, layers: Sequence[Layer]) -> Any:
+def merge_layers(schema: type, layers: Sequence[Layer], named: Sequence[NamedNode] = ()) -> Any:
     """The structured `schema` config with every layer merged in order; errors name the key and the source."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     merged = OmegaConf.structured(schema)
-    prefix = stage_prefix(schema)
     for layer in layers:
         try:
-            if prefix is not None:
-                _replace_stages(merged, layer.data, prefix)
-            if "task" in merged:
-                _reset_task_kwargs(merged, layer.data)
+            for node in named:
+                _apply_naming_rule(merged, layer.data, node)
             merged = OmegaConf.merge(merged, layer.data)
         except OmegaConfBaseException as exc:
             key = getattr(exc, "full_key", None) or "config"
-            raise ConfigError(f"{key} (in {layer.source}): {str(exc).splitlines()[0]}") from None
+            raise CompositionError(f"{key} (in {layer.source}): {str(exc).splitlines()[0]}") from None
     return merged
