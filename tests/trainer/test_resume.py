@@ -34,7 +34,7 @@ STEPS = 10
 TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
         "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
         "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}",
-        "actor.advantage.outcome_reward_shaping={implementation: tests.trainer.stateful_stage.running_baseline, "
+        "actor.advantage.outcome_reward_shaping={implementation: stateful_stage.running_baseline, "
         "kwargs: {decay: 0.5}}"]
 WALL_CLOCK = ("seconds", "elapsed", "tokens_per_s")
 JOB_TIMEOUT_S = 240
@@ -74,7 +74,7 @@ def assert_same_run(run_dir: Path, reference: Path) -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The uninterrupted run, in this process."""
-    from tests.trainer.stateful_stage import running_baseline
+    from stateful_stage import running_baseline
 
     running_baseline.reset()
     out = tmp_path_factory.mktemp("reference")
@@ -94,7 +94,7 @@ def _resume(out: Path, capsys: pytest.CaptureFixture) -> str:
 
     The stage object is reset first, as a new process would have it: only the checkpoint restores it.
     """
-    from tests.trainer.stateful_stage import running_baseline
+    from stateful_stage import running_baseline
 
     running_baseline.reset()
     capsys.readouterr()
@@ -176,7 +176,7 @@ def test_a_kill_during_a_save_resumes_from_the_previous_checkpoint(tmp_path: Pat
 
 def test_resume_from_an_older_checkpoint_replaces_the_later_history(tmp_path: Path, reference: Path) -> None:
     """In process: continue from step 2 of a run that got to 6; rows, checkpoints and events after 2 are redone."""
-    from tests.trainer.stateful_stage import running_baseline
+    from stateful_stage import running_baseline
 
     running_baseline.reset()
     common = [*TINY, f"output.dir={tmp_path}", "experiment_name=run"]
