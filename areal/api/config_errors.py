@@ -6,15 +6,16 @@ an int into a structured node (`actor.adv_norm=2`), of a list into a mapping
 `yaml.ScannerError`). These helpers parse each override on its own, so a YAML
 error names the override, and, when a merge fails without a key, find the key
 by merging the layer's entries one by one (only on failure, so loading costs
-nothing extra). They know no schema and import nothing from `areal`.
+nothing extra), then the override that set it. `areal.api.compose` calls them;
+they know no schema and import nothing from `areal`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["LoadError", "merge_layer", "parse_override"]
+__all__ = ["LoadError", "describe_merge_error", "locate", "override_for", "parse_override"]
 
 
 class LoadError(ValueError):
@@ -125,29 +126,33 @@ def _expected(merged: Any, path: tuple[str, ...]) -> str:
     return f"expected {text}{' or null' if optional else ''}"
 
 
-def merge_layer(merged: Any, data: Mapping[str, Any], source: str) -> Any:
-    """`merged` with `data` merged in; a failure names the key, what was found, what was expected, the source.
+def describe_merge_error(exc: BaseException, merged: Any, data: Mapping[str, Any]) -> tuple[str, str]:
+    """(dotted key, what was found and expected) for a failed merge of `data` into `merged`.
 
-    The wording does not depend on OmegaConf's version: its own message is kept in parentheses.
+    OmegaConf's own message is kept (alone for an unknown key, in parentheses
+    otherwise), so the wording does not depend on its version.
     """
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        return OmegaConf.merge(merged, data)
-    except (OmegaConfBaseException, TypeError, ValueError) as exc:
-        original = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        key = getattr(exc, "full_key", None)
-        path = tuple(key.split(".")) if key else locate(merged, data)
-        if not path:
-            raise LoadError(f"config: {original} (from {source})") from None
-        found = _value_at(data, path)
-        if found is _MISSING:
-            raise LoadError(f"{'.'.join(path)}: {original} (from {source})") from None
-        raise LoadError(
-            f"{'.'.join(path)}: got {found!r} ({type(found).__name__}), {_expected(merged, path)} "
-            f"({original}; from {source})"
-        ) from None
+    original = (str(exc).splitlines() or [type(exc).__name__])[0]
+    key = getattr(exc, "full_key", None) if isinstance(exc, OmegaConfBaseException) else None
+    path = tuple(key.split(".")) if key else locate(merged, data)
+    if not path:
+        return "config", original
+    found = _value_at(data, path)
+    if found is _MISSING or _declared_type(merged, path) is None:
+        return ".".join(path), original
+    return ".".join(path), f"got {found!r} ({type(found).__name__}), {_expected(merged, path)} ({original})"
+
+
+def override_for(key: str, overrides: Sequence[str]) -> str | None:
+    """The override that set `key` (or a key above or below it), the last one if several did."""
+    found = None
+    for item in overrides:
+        target = item.split("=", 1)[0].strip()
+        if target == key or key.startswith(target + ".") or target.startswith(key + "."):
+            found = item
+    return found
 
 
 _MISSING = object()
