@@ -161,7 +161,7 @@ def _crosses_ranks(cfg: PPOActorConfig) -> bool:
 def magnitudes(rewards: torch.Tensor, ctx: GuardContext) -> dict[str, float]:
     """The largest |value| of every input the bounds start from, over all ranks when statistics cross them.
 
-    The all-reduce (MAX of four numbers) runs only when a batch-level normalisation
+    The all-reduce (MAX of five numbers) runs only when a batch-level normalisation
     already all-reduces in the same call, on every rank alike (they share the config).
     """
     local = {
@@ -169,6 +169,7 @@ def magnitudes(rewards: torch.Tensor, ctx: GuardContext) -> dict[str, float]:
         "references": _reference_magnitude(ctx.meta),
         "values": ctx.stats.magnitude("values"),
         "token_rewards": ctx.stats.magnitude("token_rewards"),
+        "n_pos": float(ctx.stats.n_pos),  # ranks pad to their own width: the widest bounds them all
     }
     if not _crosses_ranks(ctx.config):
         return local
@@ -207,7 +208,7 @@ def temporal_bounds(parts: Mapping[str, Bound], ctx: GuardContext) -> dict[str, 
     if name not in BOUNDED_ESTIMATORS:
         return {"tot_rewards": UNKNOWN, "returns": UNKNOWN, "temporal": UNKNOWN}
     rewards = _add(parts["kl"], parts["score"], parts["folded"])
-    steps = _scale(_add(rewards, _scale(parts["values"], 2.0)), float(ctx.stats.n_pos))
+    steps = _scale(_add(rewards, _scale(parts["values"], 2.0)), parts["n_pos"].value)
     return {"tot_rewards": rewards, "returns": _add(steps, parts["values"]), "temporal": _add(steps, parts["kl"])}
 
 
@@ -239,6 +240,7 @@ def output_bounds(fields: Mapping[str, Any], ctx: GuardContext) -> dict[str, Bou
         "folded": process if ctx.has_token_rewards and not cfg.token_rewards_as_adv else none,
         "direct": process if ctx.has_token_rewards and cfg.token_rewards_as_adv else none,
         "values": Bound(mags["values"]),
+        "n_pos": Bound(mags["n_pos"]),
     }
     temporal = temporal_bounds(parts, ctx)
     adv = temporal["temporal"] if cfg.adv_norm is None else normalised(temporal["temporal"], cfg.adv_norm)
