@@ -59,21 +59,24 @@ def _load(auto_cls: Any, cfg: ModelConfig) -> PreTrainedModel:
         raise ConfigError(f"{where}: cannot load the checkpoint ({type(exc).__name__}: {exc}){hint}") from exc
 
 
-def _check_vocab(model: PreTrainedModel, tokenizer: Any, cfg: ModelConfig) -> None:
+def _check_vocab(model: PreTrainedModel, vocab_size: int, cfg: ModelConfig) -> None:
     rows = model.get_input_embeddings().num_embeddings
-    if len(tokenizer) > rows:
-        raise ConfigError(f"model.path={cfg.path!r}: the tokenizer has {len(tokenizer)} tokens but the model's "
+    if vocab_size > rows:
+        raise ConfigError(f"model.path={cfg.path!r}: the tokenizer has {vocab_size} tokens but the model's "
                           f"embedding has only {rows} rows; the checkpoint and its tokenizer do not match")
 
 
-def build_policy(cfg: ModelConfig, tokenizer: Any) -> PreTrainedModel:
-    """The trainable policy (seed torch before calling for a reproducible init)."""
+def build_policy(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> PreTrainedModel:
+    """The trainable policy (seed torch before calling for a reproducible init).
+
+    `vocab_size` / `special` come from the tokenizer (`len(tok)`, `special_ids(tok)`):
+    they size a random-init model and are checked against a checkpoint.
+    """
     if cfg.path is None:
-        model = AutoModelForCausalLM.from_config(tiny_config(cfg, len(tokenizer), special_ids(tokenizer)))
-        model = model.to(_DTYPES[cfg.dtype])
+        model = AutoModelForCausalLM.from_config(tiny_config(cfg, vocab_size, special)).to(_DTYPES[cfg.dtype])
     else:
         model = _load(AutoModelForCausalLM, cfg)
-        _check_vocab(model, tokenizer, cfg)
+        _check_vocab(model, vocab_size, cfg)
     model.train()
     return model
 
@@ -105,10 +108,10 @@ class ValueModel(nn.Module):
         return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
 
 
-def build_critic(cfg: ModelConfig, tokenizer: Any) -> ValueModel:
+def build_critic(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> ValueModel:
     """The critic: the policy's architecture (or checkpoint backbone) with a zero-initialised value head."""
     if cfg.path is None:
-        backbone = AutoModel.from_config(tiny_config(cfg, len(tokenizer), special_ids(tokenizer)))
+        backbone = AutoModel.from_config(tiny_config(cfg, vocab_size, special))
     else:
         backbone = _load(AutoModel, cfg)
     critic = ValueModel(backbone).to(_DTYPES[cfg.dtype])

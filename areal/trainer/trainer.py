@@ -42,7 +42,7 @@ from areal.trainer.distributed import (
 from areal.trainer.engine import PolicyEngine, ValueEngine, reference_logprobs
 from areal.trainer.metrics import MetricsWriter, masked_stats, window_mean
 from areal.trainer.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
-from areal.trainer.model import build_critic, build_policy, frozen_copy
+from areal.trainer.model import build_critic, build_policy, frozen_copy, special_ids
 from areal.trainer.plot import plot_curves
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.critic import PPOCritic
@@ -154,7 +154,7 @@ class Trainer:
         parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
         self.tokenizer = build_tokenizer(cfg.model, getattr(parts.task, "vocabulary", None),
                                          getattr(parts.task, "stop_words", ()) or ())
-        self.policy = build_policy(cfg.model, self.tokenizer).to(self.device)
+        self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
         self.task = build_runtime(cfg, parts, self.tokenizer, self.policy)
         self.prompt_source = make_prompt_source(cfg, parts, self.rng)
         self.evaluator = Evaluator(cfg.eval, make_eval_rows(cfg, parts), cfg.train.steps)
@@ -167,7 +167,7 @@ class Trainer:
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
         self.critic = None
         if cfg.critic.enabled:
-            model = build_critic(cfg.model, self.tokenizer).to(self.device)
+            model = build_critic(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
             broadcast_module(model, self.ctx)
             self.critic = PPOCritic(cfg.critic, ValueEngine(model, lr=cfg.critic.lr,
                                                              weight_decay=cfg.critic.weight_decay,

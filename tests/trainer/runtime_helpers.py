@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import load_config
-from areal.trainer.model import build_policy
+from areal.trainer.model import build_policy, special_ids
 from areal.trainer.rollout import collect_episodes
 from areal.trainer.task_setup import build_runtime, resolve_task_parts
 from areal.trainer.tasks.runtime import TaskRuntime
@@ -26,7 +26,7 @@ def make_runtime(name: str, kwargs: dict[str, Any] | None = None, *, attn: str =
     tokenizer = build_tokenizer(cfg.model, getattr(parts.task, "vocabulary", None),
                                 getattr(parts.task, "stop_words", ()) or ())
     torch.manual_seed(seed)
-    model = build_policy(cfg.model, tokenizer)
+    model = build_policy(cfg.model, len(tokenizer), special_ids(tokenizer))
     return build_runtime(cfg, parts, tokenizer, model), model
 
 
