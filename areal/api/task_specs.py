@@ -134,11 +134,11 @@ _PROCESS_SCORERS = frozenset({"guess"})
 _OPEN_KWARGS = frozenset({"reasoning_gym"})  # unknown keys go to the dataset's own config
 
 
-def build_task_spec(name: Any, kwargs: dict[str, Any]) -> Any:
-    """Validate a built-in task's name and kwargs; return the typed spec."""
+def build_task_spec(name: Any, kwargs: dict[str, Any], field: str = "task.implementation") -> Any:
+    """Validate a built-in task's name and kwargs; return the typed spec (`field`: the key that named it)."""
     if name not in TASK_SPECS:
         raise ConfigError(
-            f"task.implementation: got {name!r}, expected one of {list(BUILTIN_TASKS)} or a dotted import "
+            f"{field}: got {name!r}, expected one of {list(BUILTIN_TASKS)} or a dotted import "
             "path to a task factory such as 'my_package.my_module.make_task'"
         )
     spec_type = TASK_SPECS[name]
@@ -157,15 +157,15 @@ def build_task_spec(name: Any, kwargs: dict[str, Any]) -> Any:
     return spec_type(**kwargs)
 
 
-def validate_task(implementation: Any, kwargs: Any) -> None:
+def validate_task(implementation: Any, kwargs: Any, field: str = "task.implementation") -> None:
     """Load-time check: built-ins fully, plugins by shape (path and JSON kwargs) only."""
     if not isinstance(implementation, str) or not implementation:
-        raise ConfigError(f"task.implementation: got {implementation!r}, expected a non-empty string")
+        raise ConfigError(f"{field}: got {implementation!r}, expected a non-empty string")
     if not isinstance(kwargs, dict):
         raise ConfigError(f"task.kwargs: got {kwargs!r}, expected a mapping")
     check_json_value("task.kwargs", kwargs)
     if implementation in TASK_SPECS or not is_import_path(implementation):
-        build_task_spec(implementation, kwargs)
+        build_task_spec(implementation, kwargs, field)
 
 
 def task_has_process_scorer(name: str) -> bool:

@@ -66,9 +66,9 @@ class ModelConfig:
     file path alone also works). The checkpoint brings its own architecture and
     tokenizer, so the architecture fields (`arch`, `hidden_size`, `num_layers`,
     `num_heads`, `intermediate_size`, `max_position_embeddings`) are errors next
-    to it; with `path: null` they size the tiny model (defaults in
-    `TINY_ARCHITECTURE`, filled in here) and the task's word vocabulary is its
-    tokenizer. Hub ids are refused on purpose: runs never download.
+    to it; with `path: null` they size the tiny model (null: the defaults in
+    `TINY_ARCHITECTURE`; `architecture()` gives the values in force) and the
+    task's word vocabulary is its tokenizer. Hub ids are refused on purpose: runs never download.
     """
 
     path: str | None = None
@@ -88,9 +88,14 @@ class ModelConfig:
         if self.gguf_file is not None and self.path is None:
             self._split_gguf_path()
         if self.path is None:
-            self._fill_tiny_architecture()
+            self._check_tiny_architecture()
         else:
             self._check_checkpoint()
+
+    def architecture(self) -> dict[str, Any]:
+        """The random-init architecture: each field, or its default when null."""
+        return {name: default if getattr(self, name) is None else getattr(self, name)
+                for name, default in TINY_ARCHITECTURE.items()}
 
     def _split_gguf_path(self) -> None:
         """`gguf_file: /dir/model.gguf` alone means `path: /dir`, `gguf_file: model.gguf`."""
@@ -99,17 +104,14 @@ class ModelConfig:
                               "inside model.path)")
         self.path, self.gguf_file = os.path.split(os.path.abspath(self.gguf_file))
 
-    def _fill_tiny_architecture(self) -> None:
-        for name, default in TINY_ARCHITECTURE.items():
-            if getattr(self, name) is None:
-                setattr(self, name, default)
-        _check_choice("model.arch", self.arch, _ARCHS)
+    def _check_tiny_architecture(self) -> None:
+        arch = self.architecture()
+        _check_choice("model.arch", arch["arch"], _ARCHS)
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
-            _check_int(f"model.{name}", getattr(self, name), 1)
-        if self.hidden_size % self.num_heads:
-            raise ConfigError(
-                f"model.hidden_size: got {self.hidden_size}, expected a multiple of model.num_heads={self.num_heads}"
-            )
+            _check_int(f"model.{name}", arch[name], 1)
+        if arch["hidden_size"] % arch["num_heads"]:
+            raise ConfigError(f"model.hidden_size: got {arch['hidden_size']}, expected a multiple of "
+                              f"model.num_heads={arch['num_heads']}")
 
     def _check_checkpoint(self) -> None:
         if not isinstance(self.path, str) or not self.path:
@@ -187,16 +189,17 @@ class TaskConfig:
                 f"task.name: got {self.name!r} but task.implementation is {self.implementation!r}; "
                 "task.name is an alias of task.implementation, set only one"
             )
+        field_name = "task.implementation" if self.implementation is not None else "task.name"
         if self.implementation is None:
             self.implementation = self.name
         self.kwargs = check_kwargs("task.kwargs", self.kwargs)
         check_number("task.reward_weight", self.reward_weight)
         if self.implementation is not None:
-            self.resolve(self.implementation)
+            self.resolve(self.implementation, field_name)
 
-    def resolve(self, implementation: str) -> None:
+    def resolve(self, implementation: str, field_name: str = "task.implementation") -> None:
         """Fix the implementation (and its `name` alias) and validate its kwargs."""
-        validate_task(implementation, self.kwargs)
+        validate_task(implementation, self.kwargs, field_name)
         self.implementation = self.name = implementation
 
     @property

@@ -30,18 +30,19 @@ def special_ids(tokenizer: Any) -> dict[str, int]:
 
 def tiny_config(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> PretrainedConfig:
     """A small architecture config for random init; the tiny tokenizer sets the vocab."""
+    arch = cfg.architecture()
     common = dict(
         vocab_size=vocab_size,
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
+        hidden_size=arch["hidden_size"],
+        intermediate_size=arch["intermediate_size"],
+        num_hidden_layers=arch["num_layers"],
+        num_attention_heads=arch["num_heads"],
+        num_key_value_heads=arch["num_heads"],
+        max_position_embeddings=arch["max_position_embeddings"],
         tie_word_embeddings=False,
         **special,
     )
-    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[cfg.arch]
+    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch["arch"]]
     config = config_cls(**common)
     config._attn_implementation = cfg.attn_implementation
     return config

@@ -55,7 +55,11 @@ def build_word_tokenizer(words: Sequence[str], stop_words: Sequence[str] = ()) -
 
 
 def build_byte_tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level BPE without merges: 256 byte tokens + specials, a ChatML chat template."""
+    """Byte-level BPE without merges: 256 byte tokens + specials, a ChatML chat template.
+
+    Its eos is `<|im_end|>`, as in ChatML checkpoints, so one token ends a
+    turn for plain-text and chat prompts alike.
+    """
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     specials = (*SPECIAL_TOKENS, IM_START, IM_END)
     vocab = {tok: i for i, tok in enumerate([*specials, *sorted(alphabet)])}
@@ -63,8 +67,9 @@ def build_byte_tokenizer() -> PreTrainedTokenizerFast:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     _with_bos(core, vocab[BOS])
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, unk_token=UNK, bos_token=BOS, eos_token=EOS)
-    tok.add_special_tokens({"additional_special_tokens": [IM_START, IM_END]})
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, unk_token=UNK, bos_token=BOS,
+                                  eos_token=IM_END)
+    tok.add_special_tokens({"additional_special_tokens": [IM_START, EOS]})
     tok.chat_template = CHATML_TEMPLATE
     return tok
 

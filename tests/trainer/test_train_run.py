@@ -66,12 +66,17 @@ def test_decoupled_loss_and_per_turn_export_run(tmp_path: Path) -> None:
 
 
 def test_checkpoint_round_trip_through_model_path(tmp_path: Path) -> None:
-    first = _trainer(tmp_path, "train.steps=1", "output.save_checkpoint=true", "experiment_name=ckpt").run()
+    trainer = _trainer(tmp_path, "train.steps=1", "output.save_checkpoint=true", "experiment_name=ckpt")
+    first, first_vocab = trainer.run(), trainer.tokenizer.get_vocab()
     ckpt = first.run_dir / "checkpoint"
     assert (ckpt / "config.json").is_file() and (ckpt / "tokenizer.json").is_file()
-    second = _trainer(tmp_path, "train.steps=1", f"model.path={ckpt}", "experiment_name=resumed", "critic.enabled=true")
+    overrides = [o for o in TINY if not o.startswith("model.")]
+    cfg = load_config(DEFAULT, [*overrides, f"output.dir={tmp_path}", "train.steps=1", f"model.path={ckpt}",
+                                "experiment_name=resumed", "critic.enabled=true"])
+    second = Trainer(cfg)
     second.run()
     assert second.policy.config.hidden_size == 32
+    assert second.tokenizer.get_vocab() == first_vocab
 
 
 def test_cli_entry_point_runs_the_default_config(tmp_path: Path) -> None:
