@@ -17,12 +17,13 @@ from areal.trainer.codec import ChatCodec, stop_token_ids
 from areal.trainer.data import DatasetPromptSource, TaskPromptSource, check_prompt_column, load_prompt_dataset, rows_of
 from areal.trainer.distributed import DistContext, all_gather_objects
 from areal.trainer.evaluation import eval_rows_from_task
+from areal.trainer.ppo.actor import WorkerInitError
 from areal.trainer.rewards import RewardFunction, RewardSet, resolve_reward_functions
 from areal.trainer.tasks.registry import make_task
 from areal.trainer.tasks.runtime import TaskRuntime
 
 
-class StartupError(RuntimeError):
+class StartupError(WorkerInitError):
     """Task/reward start-up failed on at least one data-parallel rank (raised on all of them)."""
 
 

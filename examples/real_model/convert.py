@@ -23,7 +23,14 @@ DEFAULT_OUT = Path(__file__).resolve().parents[2] / "runs" / "models" / "SmolLM2
 def main(out: Path) -> None:
     path = gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+    loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+    # transformers marks a GGUF-loaded model as quantized and refuses save_pretrained; the tensors are
+    # already de-quantised float32, so copy them into a plain model of the same architecture
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(loaded.state_dict())
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
