@@ -24,8 +24,10 @@ _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "
 def _import_datasets() -> Any:
     try:
         import datasets
-    except ImportError as exc:  # pragma: no cover - datasets is a core dependency
-        raise ImportError("prompt datasets need the `datasets` package (pip install datasets)") from exc
+    except ImportError as exc:
+        raise ConfigError("data.train / data.eval: prompt datasets need the `data` extra (Hugging Face "
+                          "datasets): ./scripts/setup.sh data") from exc
+    datasets.disable_progress_bars()
     return datasets
 
 
