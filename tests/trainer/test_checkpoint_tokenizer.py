@@ -11,7 +11,7 @@ from areal.api.cli_args import load_config
 from areal.api.config_checks import ConfigError
 from areal.trainer.codec import ChatCodec
 from areal.trainer.trainer import Trainer
-from tests.trainer.checkpoint_factory import build_checkpoint
+from checkpoint_factory import build_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "custom_task" / "data"

@@ -9,7 +9,7 @@ from areal.trainer.engine import PolicyEngine
 from areal.trainer.rollout import export_episodes, export_turn_rows
 from areal.trainer.sampling import left_pad, sample_continuations
 from areal.utils.data import RolloutGroup, concat_batch
-from tests.trainer.runtime_helpers import make_runtime, run, sample_rows
+from runtime_helpers import make_runtime, run, sample_rows
 
 torch.set_num_threads(2)
 

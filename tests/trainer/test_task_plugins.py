@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "custom_task"
 TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
         "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false"]
-BAD = "tests.trainer.plugins.bad_plugins"
+BAD = "plugins.bad_plugins"  # tests/trainer is on sys.path (pytest rootdir-relative import)
 
 
 def _trainer(tmp_path: Path, config: Path | None, *extra: str) -> Trainer:

@@ -12,7 +12,7 @@ from areal.api.train_args import TaskConfig
 from areal.trainer.tasks import make_task
 from areal.trainer.tasks.arith import arith_answer, arith_reward
 from areal.trainer.tasks.guess import feedback_word, is_consistent, parse_guess
-from tests.trainer.runtime_helpers import make_runtime
+from runtime_helpers import make_runtime
 
 
 def task(name: str, **kwargs):
