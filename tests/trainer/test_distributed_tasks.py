@@ -28,7 +28,7 @@ def test_eval_and_reward_components_on_two_ranks_equal_one_process(tmp_path: Pat
            "areal.trainer.main", "--config", str(CONFIG), *TINY, f"output.dir={tmp_path / 'dp'}"]
     [(code, out, err)] = run_bounded([cmd], [clean_env()], 150)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
-    rows = [json.loads(line) for line in (tmp_path / "dp" / "custom_max" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "dp" / "custom_max" / "trial0" / "metrics.jsonl").read_text().splitlines()]
     assert [r["eval/updates"] for r in rows] == [0.0, 2.0]
     assert all("reward/brevity" in r and "reward/make_max_task" in r for r in rows)
     single = Trainer(load_config(CONFIG, [*TINY, f"output.dir={tmp_path / 'one'}"]))
@@ -37,7 +37,7 @@ def test_eval_and_reward_components_on_two_ranks_equal_one_process(tmp_path: Pat
     before = single.evaluate(0)
     for key in ("eval/accuracy", "eval/reward_mean", "eval/reward/make_max_task", "eval/reward/brevity"):
         assert before[key] == rows[0][key], key
-    samples = (tmp_path / "dp" / "custom_max" / "samples.jsonl").read_text().splitlines()
+    samples = (tmp_path / "dp" / "custom_max" / "trial0" / "samples.jsonl").read_text().splitlines()
     assert samples and all(json.loads(s)["split"] in ("train", "eval") for s in samples)  # rank 0 writes
 
 
