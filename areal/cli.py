@@ -1,7 +1,8 @@
 """`areal` command line: `areal validate CONFIG [key=value ...] [--dry-run]`.
 
 `validate` loads a config the way the trainer does, then resolves every stage the
-way an actor worker would (imports included), and prints what would run.
+way an actor worker would and the task, reward functions and prompt datasets the
+way the trainer does at start-up (imports included), and prints what would run.
 `--dry-run` also runs every configured stage once on a small synthetic batch of
 the config's layout, so a plugin returning a wrong shape or dtype fails before launch.
 """
@@ -24,26 +25,41 @@ def _table(rows: Sequence[tuple[str, str, str]]) -> str:
     return "\n".join(out)
 
 
+def _task_rows(config: object, parts: object) -> list[tuple[str, str, str]]:
+    """The task and each reward function as `stage / implementation / kwargs` rows."""
+    task = config.task
+    kind = "multi-turn" if getattr(parts.task, "multi_turn", False) else "single-turn"
+    rows = [(f"task ({kind})", task.implementation, str(task.kwargs))]
+    rows += [(f"reward/{r.name} x{r.weight:g}", spec.implementation, str(spec.kwargs))
+             for r, spec in zip(parts.reward_functions, config.reward)]
+    for name, data in (("data.train", parts.train_data), ("data.eval", parts.eval_data)):
+        if data is not None:
+            rows.append((name, getattr(config.data, name.split(".")[1]), f"{len(data)} rows"))
+    return rows
+
+
 def validate(config_path: str, overrides: Sequence[str], *, dry_run: bool = False) -> int:
     from areal.trainer.ppo.actor import PPOActor
+    from areal.trainer.task_setup import resolve_task_parts
 
     try:
         config = load_config(config_path, overrides)
         actor = PPOActor(config.actor)
+        parts = resolve_task_parts(config)
     except (ConfigError, ImportError, ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(_table(actor.resolved.describe(config.actor)))
-    print("\nconfig OK: every stage resolved as an actor worker would resolve it")
-    return _dry_run(config, actor) if dry_run else 0
+    print(_table([*actor.resolved.describe(config.actor), *_task_rows(config, parts)]))
+    print("\nconfig OK: every stage, the task and the reward functions resolved as a worker would resolve them")
+    return _dry_run(config, actor, parts.task) if dry_run else 0
 
 
-def _dry_run(config: object, actor: object) -> int:
+def _dry_run(config: object, actor: object, task: object) -> int:
     """Every configured stage once on a synthetic batch of the config's layout (areal.trainer.dry_run)."""
     from areal.trainer.dry_run import dry_run
 
     try:
-        report = dry_run(config, actor)
+        report = dry_run(config, actor, task=task)
     except Exception as exc:  # any stage failure is the answer the user asked for
         print(f"error: dry run on a synthetic batch: {exc}", file=sys.stderr)
         return 1
@@ -53,7 +69,8 @@ def _dry_run(config: object, actor: object) -> int:
 
 
 def _validate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="areal validate", description="load a config and resolve every advantage stage")
+    p = argparse.ArgumentParser(prog="areal validate",
+                                description="load a config and resolve every advantage stage, the task and the rewards")
     p.add_argument("config", help="experiment YAML file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor.advantage.estimator.implementation=turn_gae")
     p.add_argument("--dry-run", action="store_true",
@@ -68,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return validate(args.config, args.overrides, dry_run=args.dry_run)
     parser = argparse.ArgumentParser(prog="areal", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("validate", help="load a config and resolve every advantage stage (areal validate -h)")
+    sub.add_parser("validate", help="load a config and resolve every advantage stage, the task and the rewards "
+                   "(areal validate -h)")
     parser.parse_args(argv)
     return 2
 

@@ -42,14 +42,23 @@ class DryRunReport:
     layout: str
 
 
-def _max_turns(cfg: Any) -> int:
-    """Turns per episode of the configured task (3 when the task does not say)."""
-    try:
-        from areal.trainer.tasks.specs import build_task_spec
+def _max_turns(cfg: Any, task: Any | None) -> int:
+    """Turns per episode of the configured task: 1 single-turn, else its `max_turns` (3 when it has none).
 
-        return int(getattr(build_task_spec(cfg.task.name, cfg.task.kwargs), "max_turns", 1))
-    except Exception:  # a task this module cannot inspect: assume the general, multi-turn layout
-        return 3
+    `task` is the object `validate` already built; without it the task is built
+    here (a task that cannot be built gets the general, multi-turn layout).
+    """
+    if task is None:
+        try:
+            from areal.trainer.tasks.registry import make_task
+
+            task = make_task(cfg.task, seed=cfg.seed, prompt_key=cfg.data.prompt_key)
+        except Exception:  # validate reports a task that fails to build; the layout stays general
+            return 3
+    if not getattr(task, "multi_turn", False):
+        return 1
+    turns = getattr(getattr(task, "spec", None), "max_turns", None) or getattr(task, "max_turns", None)
+    return int(turns) if isinstance(turns, int) and turns >= 1 else 3
 
 
 def _needs_process_rewards(cfg: Any) -> bool:
@@ -78,8 +87,8 @@ def _episode(rng: random.Random, turns: int, signed: bool) -> EpisodeRecord:
     return record
 
 
-def _groups(cfg: Any, rng: random.Random) -> list[dict[str, Any]]:
-    max_turns = max(1, min(_max_turns(cfg), 3))
+def _groups(cfg: Any, rng: random.Random, task: Any | None) -> list[dict[str, Any]]:
+    max_turns = max(1, min(_max_turns(cfg, task), 3))
     signed = not _process_weighted(cfg)
     with_process = _needs_process_rewards(cfg)
     n_samples = max(1, min(cfg.rollout.n_samples, MAX_SAMPLES))
@@ -97,10 +106,10 @@ def _groups(cfg: Any, rng: random.Random) -> list[dict[str, Any]]:
     return groups
 
 
-def synthetic_batch(cfg: Any, seed: int = 0) -> tuple[dict[str, Any], Any]:
+def synthetic_batch(cfg: Any, seed: int = 0, task: Any | None = None) -> tuple[dict[str, Any], Any]:
     """(batch, meta) in the layout the trainer exports and prepares for `cfg` (an ExperimentConfig)."""
     rng = random.Random(seed)
-    batch, meta = concat_batch(_groups(cfg, rng))
+    batch, meta = concat_batch(_groups(cfg, rng, task))
     gen = torch.Generator().manual_seed(seed)
     shape = batch["input_ids"].shape
     if cfg.actor.kl_ctl != 0:
@@ -126,12 +135,12 @@ def _describe(cfg: Any, batch: dict[str, Any], meta: Any) -> str:
     return ", ".join(parts)
 
 
-def dry_run(cfg: Any, actor: Any, seed: int = 0) -> DryRunReport:
+def dry_run(cfg: Any, actor: Any, seed: int = 0, task: Any | None = None) -> DryRunReport:
     """Run `actor.compute_advantages` once on `synthetic_batch(cfg)` as the trainer calls it.
 
     Raises whatever the pipeline raises (a stage contract error names the stage and path).
     """
-    batch, meta = synthetic_batch(cfg, seed)
+    batch, meta = synthetic_batch(cfg, seed, task)
     shaping = cfg.rollout.prm.advantage_shaping
     actor.compute_advantages(
         batch, meta, advantage_shaping_mode=shaping.mode, gvpo_negative_scale=shaping.negative_scale,
