@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -406,6 +407,36 @@ def test_the_table_covers_every_class():
     assert len(CASES) >= 60
     for prefix in ("nonfinite-", "meta-", "outcome-", "estimator-", "reference-", "gvpo-", "generated-token", "turn-id"):
         assert any(c.id.startswith(prefix) for c in CASES), prefix
+    # each way a plugin could reach the caller, and each way an error could lose the field
+    for part in ("sys-exit", "gae-lambda-plugin-raises", "-none", "-complex", "meta-device", "rescales-references",
+                 "replaces-group-sizes", "through-data", "through-numpy", "object-setattr", "edits-meta",
+                 "edits-config", "after-construction", "after-init", "float-is-truncated", "kl-ctl-negative"):
+        assert any(part in c.id for c in CASES), part
+
+
+def _groups_with(singleton: bool):
+    """A batch whose prompt groups include a one-member group, or none."""
+    for seed in range(100):
+        batch, meta = make_batch(seed, max_group=3)
+        if (1 in meta.logical_group_sizes) == singleton:
+            return batch, meta
+    raise AssertionError("no such seed")
+
+
+def test_group_centering_of_a_single_rollout_warns_that_it_erases_the_task_reward():
+    """AReaL's warning: centering a group of one on its own mean sets its score to 0."""
+    from areal.trainer.ppo.rewards import AdvantageWarning
+
+    cfg = PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level="group"))
+    batch, meta = _groups_with(singleton=True)
+    with pytest.warns(AdvantageWarning, match=r"actor\.reward_norm\.mean_level='group'.*erasing its task reward"):
+        PPOActor(cfg).compute_advantages(batch, meta)
+    batch, meta = _groups_with(singleton=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AdvantageWarning)
+        PPOActor(cfg).compute_advantages(batch, meta)  # every group has two or more: nothing to warn about
+        batch, meta = _groups_with(singleton=True)
+        PPOActor(PPOActorConfig(reward_norm=NormConfig(mean_level="batch"))).compute_advantages(batch, meta)
 
 
 CONFIG_CASES = [
