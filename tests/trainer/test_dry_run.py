@@ -89,3 +89,11 @@ def test_the_dry_run_catches_a_missing_shaped_reference(capsys):
     assert main(["validate", path, *overrides]) == 0
     assert main(["validate", path, "--dry-run", *overrides]) == 1
     assert "must return OutcomeResult.normalization_rewards" in capsys.readouterr().err
+
+
+def test_the_dry_run_takes_the_turn_count_from_the_task():
+    """A single-turn task gets one generated turn per row; a multi-turn task plugin gets several."""
+    single = load_config(ROOT / "examples/custom_task/single_turn.yaml")
+    assert int(synthetic_batch(single)[0]["turn_ids"].max()) == 0
+    multi = load_config(ROOT / "examples/custom_task/multi_turn.yaml")
+    assert int(synthetic_batch(multi)[0]["turn_ids"].max()) >= 1
