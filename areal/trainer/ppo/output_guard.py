@@ -21,9 +21,9 @@ on the finished fields, in two steps:
    is scanned. A non-finite value raises `NonFiniteOutputError` naming the
    field and the probable cause.
 
-Reading every output again would cost about a quarter of the pipeline at
-256 x 8192 (memory-bound sums over four [B, T] tensors); the bounds make the
-guard's cost a few scalar operations in the common case (docs/performance.md).
+Reading every output again is a memory-bound pass over four [B, T] tensors (a
+few percent of the pipeline at 256 x 8192); the bounds make the guard's cost a
+few scalar operations in the common case (measured in docs/performance.md).
 """
 
 from __future__ import annotations
