@@ -136,13 +136,53 @@ def describe_merge_error(exc: BaseException, merged: Any, data: Mapping[str, Any
 
     original = (str(exc).splitlines() or [type(exc).__name__])[0]
     key = getattr(exc, "full_key", None) if isinstance(exc, OmegaConfBaseException) else None
-    path = tuple(key.split(".")) if key else locate(merged, data)
+    path = tuple(key.split(".")) if key else None
+    if not path or _value_at(data, path) is _MISSING:  # no key, or one relative to a list entry
+        path = locate(merged, data) or path
     if not path:
         return "config", original
     found = _value_at(data, path)
+    entry = _list_entry_detail(merged, path, found, original)
+    if entry is not None:
+        return entry
     if found is _MISSING or _declared_type(merged, path) is None:
         return ".".join(path), original
     return ".".join(path), f"got {found!r} ({type(found).__name__}), {_expected(merged, path)} ({original})"
+
+
+def _entry_type(merged: Any, path: tuple[str, ...]) -> Any:
+    """X for a field declared `list[X]` with X a dataclass (e.g. `reward`), else None."""
+    import dataclasses
+    import typing
+
+    declared = _unwrap_optional(_declared_type(merged, path))
+    args = typing.get_args(declared) if typing.get_origin(declared) in (list, tuple) else ()
+    return args[0] if args and dataclasses.is_dataclass(args[0]) else None
+
+
+def _list_entry_detail(merged: Any, path: tuple[str, ...], value: Any, original: str) -> tuple[str, str] | None:
+    """For a list of structured entries: the first entry that cannot be merged and the key inside it.
+
+    `locate` stops at the list (`reward`); this names `reward[1].kwargs` instead.
+    """
+    from omegaconf import OmegaConf
+
+    cls = _entry_type(merged, path)
+    if cls is None or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        return None
+    for i, item in enumerate(value):
+        where = f"{'.'.join(path)}[{i}]"
+        node = OmegaConf.structured(cls)
+        if not isinstance(item, Mapping):
+            return where, f"got {item!r} ({type(item).__name__}), expected a mapping of {cls.__name__} fields ({original})"
+        if not _merge_fails(node, (), item):
+            continue
+        sub = locate(node, item)
+        if not sub:
+            return where, original
+        found = _value_at(item, sub)
+        return f"{where}.{'.'.join(sub)}", f"got {found!r} ({type(found).__name__}), {_expected(node, sub)} ({original})"
+    return None
 
 
 def override_for(key: str, overrides: Sequence[str]) -> str | None:
@@ -150,7 +190,7 @@ def override_for(key: str, overrides: Sequence[str]) -> str | None:
     found = None
     for item in overrides:
         target = item.split("=", 1)[0].strip()
-        if target == key or key.startswith(target + ".") or target.startswith(key + "."):
+        if target == key or key.startswith((target + ".", target + "[")) or target.startswith(key + "."):
             found = item
     return found
 

@@ -22,6 +22,16 @@ from areal.api.train_args import ExperimentConfig, RolloutConfig, TrainConfig
     ("actor.reward_norm.eps=abc", "actor.reward_norm.eps: got 'abc' (str), expected a float"),
     ("actor.kl_ctl=true", "actor.kl_ctl: got True (bool), expected a float"),
     ("actor.no_such_field=1", "actor.no_such_field"),
+    # issue 10's lists of structured entries: the entry and the key inside it are named
+    ("reward=[{implementation: a.b, kwargs: [1]}]", "reward[0].kwargs: got [1] (list), expected a mapping"),
+    ("reward=[{implementation: a.b}, {implementation: c.d, weight: null}]",
+     "reward[1].weight: got None (NoneType), expected a float"),
+    ("reward=[a.b]", "reward[0]: got 'a.b' (str), expected a mapping of RewardFunctionConfig fields"),
+    ("reward=[{implementation: a.b, wieght: 2}]", "reward[0].wieght: got 2 (int)"),
+    ("reward=3", "reward: got 3 (int), expected a list"),
+    ("task.kwargs=[1]", "task.kwargs: got [1] (list), expected a mapping"),
+    ("task=arith", "task: got 'arith' (str), expected a mapping of TaskConfig fields"),
+    ("data.prompt_key=null", "data.prompt_key: got None (NoneType), expected a str"),
 ])
 def test_override_errors_name_the_key_and_the_override(override, needle):
     with pytest.raises(ConfigError) as err:
@@ -71,3 +81,13 @@ def test_one_sample_per_prompt_with_group_centering_warns():
         warnings.simplefilter("error")
         load_config(None, ["rollout.n_samples=1"])  # no group normalisation: nothing to warn about
         ExperimentConfig()
+
+
+def test_a_bad_reward_entry_in_a_file_names_the_entry_and_the_file(tmp_path):
+    path = tmp_path / "rewards.yaml"
+    path.write_text("reward:\n  - {implementation: a.b}\n  - {implementation: c.d, kwargs: [1]}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert message.startswith("reward[1].kwargs (in "), message
+    assert str(path) in message and "got [1] (list), expected a mapping" in message
