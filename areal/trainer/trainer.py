@@ -9,9 +9,11 @@ pipeline's `returns`.
 Data parallelism (`torchrun`, see docs/distributed.md): one `Trainer` per rank,
 given the rank's `DistContext`. Every rank samples the same global prompt list
 (shared seed), rolls out only its round-robin share of the prompts (whole
-groups), and trains its replica with gradients summed over ranks; metrics are
-reduced across ranks and only rank 0 writes files. Without a process group the
-loop is exactly the single-process one.
+groups), and trains through torch's DDP or FSDP2 (`train.parallel`, see
+`areal.trainer.engine`); metrics are reduced across ranks and only rank 0
+writes files. `Trainer.policy` is always the plain `transformers` module that
+samples and is saved (under FSDP a full copy refreshed after every update).
+Without a process group the loop is exactly the single-process one.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from areal.trainer.distributed import (
     broadcast_module,
     reduce_metrics,
 )
-from areal.trainer.engine import PolicyEngine, ValueEngine, reference_logprobs
+from areal.trainer.engine import PolicyEngine, ValueEngine, full_state_dict, reference_logprobs, wrap_frozen
 from areal.trainer.metrics import MetricsWriter, masked_stats, window_mean
 from areal.trainer.model import build_critic, build_policy, frozen_copy
 from areal.trainer.plot import plot_curves
@@ -107,7 +109,7 @@ def shipped_actor_config(config: PPOActorConfig) -> PPOActorConfig:
 def module_checksum(module: torch.nn.Module) -> str:
     """sha256 of a module's state dict (names, dtypes, shapes and bytes): equal iff the replicas are equal."""
     digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
+    for name, tensor in full_state_dict(module).items():  # a collective for an FSDP-sharded module
         t = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
         digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -152,7 +154,8 @@ class Trainer:
         torch.set_num_threads(cfg.train.num_threads)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
-        # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1
+        # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1. `generate`
+        # draws from torch's global RNG: sample_continuations seeds a forked global RNG from this generator
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + 1_000_003 * self.ctx.rank)
         self.task = make_task(cfg.task.name, cfg.task.kwargs)
         tok = self.task.tokenizer
@@ -163,9 +166,13 @@ class Trainer:
             raise ConfigError(f"model.max_position_embeddings: {limit} is shorter than the task's trajectories "
                               f"(up to {needed} tokens)")
         broadcast_module(self.policy, self.ctx)
-        self.reference = frozen_copy(self.policy) if cfg.actor.kl_ctl != 0 else None
+        parallel = cfg.train.parallel
+        self.reference = None
+        if cfg.actor.kl_ctl != 0:  # copied from the broadcast weights; sharded too under FSDP
+            self.reference = wrap_frozen(frozen_copy(self.policy), self.ctx, parallel)
         self.engine = PolicyEngine(self.policy, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
-                                   grad_clip=cfg.train.grad_clip, ctx=self.ctx)
+                                   grad_clip=cfg.train.grad_clip, ctx=self.ctx, parallel=parallel)
+        self.policy = self.engine.rollout_model  # the plain module (under FSDP: the full sampling copy)
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
@@ -175,7 +182,10 @@ class Trainer:
             broadcast_module(model, self.ctx)
             self.critic = PPOCritic(cfg.critic, ValueEngine(model, lr=cfg.critic.lr,
                                                              weight_decay=cfg.critic.weight_decay,
-                                                             grad_clip=cfg.critic.grad_clip, ctx=self.ctx))
+                                                             grad_clip=cfg.critic.grad_clip, ctx=self.ctx,
+                                                             parallel=parallel))
+        # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
+        torch.manual_seed(cfg.seed + 2 + 1_000_003 * self.ctx.rank)
         self.run_dir = Path(cfg.output.dir) / cfg.experiment_name
         if self.ctx.is_main:
             _warn_unused_process_shaping(cfg)
@@ -241,6 +251,7 @@ class Trainer:
         stats = self.actor.ppo_update(data)
         if self.critic is not None:
             stats.update(self.critic.ppo_update(data))
+        self.engine.sync_rollout_model()  # FSDP: the sampling copy takes the new weights (no-op otherwise)
         seconds = time.perf_counter() - start
         row = self._metrics(step, records, data, stats, seconds)
         if self.ctx.is_distributed:
