@@ -42,6 +42,7 @@ from areal.trainer.distributed import (
     reduce_metrics,
 )
 from areal.trainer.engine import PolicyEngine, ValueEngine, full_state_dict, reference_logprobs, wrap_frozen
+from areal.trainer.failures import staged
 from areal.trainer.metrics import MetricsWriter, masked_stats, window_mean
 from areal.trainer.model import build_critic, build_policy, frozen_copy
 from areal.trainer.plot import plot_curves
@@ -192,6 +193,7 @@ class Trainer:
 
     # -- one step ---------------------------------------------------------------------------
 
+    @staged("rollout")
     def rollout(self) -> tuple[list[dict[str, Any]], list[EpisodeRecord]]:
         """Sample this rank's prompt groups and export them as trajectory-group dicts.
 
@@ -223,6 +225,7 @@ class Trainer:
             dicts = groups_to_device(dicts, self.device)
         return dicts, [rec for g in groups for rec in g]
 
+    @staged("reference log-probs and values")
     def prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Add the aligned model outputs the advantage pipeline reads."""
         ids, mask, temp = batch["input_ids"], batch["attention_mask"], self.cfg.sampling_temperature
@@ -234,6 +237,7 @@ class Trainer:
             batch["prox_logp"] = self.engine.compute_logprobs(ids, mask, temp)
         return batch
 
+    @staged("advantages")
     def compute_advantages(self, batch: dict[str, Any], meta: Any) -> dict[str, Any]:
         shaping = self.cfg.rollout.prm.advantage_shaping
         return self.actor.compute_advantages(
@@ -241,6 +245,7 @@ class Trainer:
             gvpo_zero_penalty=shaping.zero_penalty, gvpo_zero_eps=shaping.zero_eps,
         )
 
+    @staged(lambda self, step: f"step {step}")
     def step(self, step: int) -> StepOutput:
         """One RL step: rollout, advantages, policy (and critic) update, metrics."""
         start = time.perf_counter()
@@ -258,6 +263,7 @@ class Trainer:
             row = self._reduce_metrics(row, records, data)
         return StepOutput(row, batch, data, records)
 
+    @staged("metrics")
     def _reduce_metrics(self, row: dict[str, Any], records: list[EpisodeRecord],
                         data: dict[str, Any]) -> dict[str, Any]:
         """The step's metrics over all ranks (the same row on every rank).
@@ -315,6 +321,7 @@ class Trainer:
 
     # -- the run ----------------------------------------------------------------------------
 
+    @staged(lambda self, fh, step: f"step {step} > parameter checksums")
     def _write_checksums(self, fh: Any, step: int) -> None:
         """`train.debug_param_checksum`: every rank's model checksums, one JSON line per step (rank 0 writes)."""
         models = {"policy": self.policy, "reference": self.reference,
@@ -367,6 +374,7 @@ class Trainer:
             barrier(self.ctx)  # ranks leave together, after rank 0 has written everything
         return result
 
+    @staged("writing the run's outputs")
     def _finish(self, records: list[dict[str, Any]], done: int, interrupted: bool, seconds: float) -> RunResult:
         cfg = self.cfg
         plot_path = None

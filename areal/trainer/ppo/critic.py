@@ -20,6 +20,7 @@ import torch
 
 from areal.api.train_args import CriticConfig
 from areal.trainer.engine import ValueEngine
+from areal.trainer.failures import staged
 from areal.trainer.ppo.loss import clipped_value_loss
 from areal.trainer.ppo.update import plan_minibatches
 
@@ -37,6 +38,7 @@ class PPOCritic:
         values = self.engine.compute_values(batch["input_ids"], batch["attention_mask"])
         return values * batch["attention_mask"].to(values.dtype)
 
+    @staged("critic update")
     def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
         """One pass of clipped value regression onto `returns`; minibatch-averaged stats."""
         for key in ("values", "returns", "loss_mask"):
