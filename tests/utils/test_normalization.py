@@ -359,26 +359,15 @@ def test_matches_per_group_loop_reference(case):
 
 
 @pytest.mark.parametrize("shape", [(1024,), (1024, 8)])
-def test_vectorised_is_much_faster_than_a_group_loop(shape):
+def test_vectorised_equals_a_group_loop_on_128_groups(shape):
+    """Speed against the loop is a benchmark (bench/bench_advantage.py, docs/performance.md), not a test."""
     gen = torch.Generator().manual_seed(0)
     sizes = [8] * 128
     x = torch.randn(*shape, generator=gen)
     mask = (torch.rand(*shape, generator=gen) > 0.3).float()
     cfg = NormConfig(mean_level="group", std_level="group", mean_leave1out=True)
     norm = Normalization(cfg)
-
-    def best_of(fn, repeats):
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return min(times)
-
     torch.testing.assert_close(norm(x, mask, group_sizes=sizes), _reference(x, mask, cfg, sizes, None)[0])
-    fast = best_of(lambda: norm(x, mask, group_sizes=sizes), 30)
-    slow = best_of(lambda: _reference(x, mask, cfg, sizes, None), 5)
-    assert slow / fast >= 20, f"vectorised {fast * 1e3:.3f} ms vs loop {slow * 1e3:.3f} ms"
 
 
 # ---------------------------------------------------------------------------

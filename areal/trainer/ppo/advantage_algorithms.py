@@ -1,77 +1,43 @@
-"""Built-in stage functions of the advantage pipeline and the temporal/process stage types.
+"""Built-in stage functions of the advantage pipeline.
 
-Every built-in is a small pure function on the public stage types, so a user plugin
-written against the same types is a drop-in replacement (`actor.advantage.<stage>`).
+Every built-in is a small pure function on the public stage types
+(`areal.trainer.ppo.stage_types`, re-exported here for plugins that import
+`TemporalInputs` & co. from this seed path), so a user plugin written against the
+same types is a drop-in replacement (`actor.advantage.<stage>`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from areal.trainer.ppo import gae as gae_kernels
+from areal.trainer.ppo.stage_types import (
+    GAELambdaSpec,
+    OutcomeResult,
+    OutcomeRewardInputs,
+    ProcessAdvantageInputs,
+    TemporalInputs,
+    TemporalResult,
+)
 
-GAELambdaSpec = float | Callable[..., torch.Tensor]
-
-
-@dataclass(frozen=True)
-class TemporalInputs:
-    """What a temporal estimator sees. All [B, T] tensors are next-token aligned.
-
-    Outcome, KL and folded process rewards are passed separately so that an
-    estimator can decide where each one goes (turn GAE keeps KL out of returns).
-    """
-
-    outcome_rewards: torch.Tensor  # [B, T] outcome score at each row's last generated position
-    kl_rewards: torch.Tensor  # [B, T] -kl_ctl * KL, zero at position seqlen-1
-    process_rewards: torch.Tensor  # [B, T] folded process rewards at turn ends (zeros when none)
-    values: torch.Tensor  # [B, T] critic values (zeros without a critic)
-    loss_mask: torch.Tensor  # [B, T] float, 1 where the position predicts a generated token
-    turn_ids: torch.Tensor | None  # [B, T] long, -1 outside generated turns, or None
-    is_truncated: torch.Tensor  # [B] bool
-    bootstrap_values: torch.Tensor  # [B] value at each row's last valid token
-    seqlens: torch.Tensor  # [B] long, attention-mask lengths
-    discount: float
-    gae_lambda: GAELambdaSpec  # a float or a resolved lambda function
-    gae_lambda_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    gae_lambda_source: str = "actor.gae_lambda"
-    meta: Any = None  # TrajBatchMeta
-
-    def compute_lambda(self, timestep_unit: str) -> torch.Tensor:
-        """Per-row lambda, resolving a callable `gae_lambda` in `timestep_unit` lengths."""
-        return gae_kernels.compute_gae_lambda(
-            self.gae_lambda,
-            loss_mask=self.loss_mask,
-            turn_ids=self.turn_ids,
-            timestep_unit=timestep_unit,
-            gae_lambda_kwargs=self.gae_lambda_kwargs,
-            source=self.gae_lambda_source,
-        )
-
-    def truncated_bootstrap(self) -> torch.Tensor:
-        """Bootstrap values where the row was cut off, zero where it ended."""
-        return torch.where(self.is_truncated, self.bootstrap_values.float(), torch.zeros_like(self.bootstrap_values, dtype=torch.float32))
-
-
-@dataclass(frozen=True)
-class TemporalResult:
-    advantages: torch.Tensor  # [B, T] actor advantages
-    returns: torch.Tensor  # [B, T] critic targets
-    total_rewards: torch.Tensor  # [B, T] token-aligned rewards for monitoring (KL included)
-
-
-@dataclass(frozen=True)
-class ProcessAdvantageInputs:
-    """What a process-advantage shaping function sees (critic returns are not included)."""
-
-    advantages: torch.Tensor  # [B, T] after advantage normalisation
-    token_rewards: torch.Tensor | None  # [B, T] aligned direct token rewards x loss_mask, or None
-    loss_mask: torch.Tensor  # [B, T] aligned float mask
-    meta: Any = None  # TrajBatchMeta
+__all__ = [
+    "BUILTIN_ESTIMATORS",
+    "BUILTIN_OUTCOME",
+    "BUILTIN_PROCESS",
+    "GAELambdaSpec",
+    "ProcessAdvantageInputs",
+    "TemporalInputs",
+    "TemporalResult",
+    "additive",
+    "check_gvpo_params",
+    "gvpo",
+    "identity_outcome",
+    "process_weighted",
+    "token_gae",
+    "turn_gae",
+]
 
 
 # ---------------------------------------------------------------------------
@@ -79,10 +45,8 @@ class ProcessAdvantageInputs:
 # ---------------------------------------------------------------------------
 
 
-def identity_outcome(inputs: Any) -> Any:
+def identity_outcome(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """Keep the (length-penalised) task reward as is, integer dtype included."""
-    from areal.trainer.ppo.advantage import OutcomeResult
-
     return OutcomeResult(rewards=inputs.data["rewards"])
 
 

@@ -1,19 +1,23 @@
-"""Run-time contracts for stage functions: outputs checked, inputs protected.
+"""Run-time contracts for stage functions: outputs checked, inputs protected (advantage.md §5).
 
 Custom stages receive clones of the tensors they read, so a plugin that writes
 in place can never corrupt the caller's batch; the write is still detected
 (through tensor version counters) and reported with the stage and import path.
+Built-in stages are covered by tests and run unchecked on the hot path.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from areal.trainer.ppo.batch_checks import all_finite
+from areal.trainer.ppo.batch_checks import BatchError, all_finite
+from areal.trainer.ppo.stage_types import ALLOWED_EXTRAS, AdvantageResult, OutcomeResult, TemporalResult
 
 
 class StageContractError(RuntimeError):
@@ -112,3 +116,81 @@ def check_binary_mask(stage: str, implementation: str, name: str, value: torch.T
         raise StageContractError(
             stage, implementation, f"{name}: expected a binary 0/1 mask, found {value[bad][0].item()!r}"
         )
+
+
+# ---------------------------------------------------------------------------
+# Calling stages under their contracts
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedStage:
+    """One stage's resolved function (`stage_resolution`); `custom` ones run under the contracts."""
+
+    stage: str
+    implementation: str
+    fn: Callable[..., Any]
+    custom: bool
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def call_stage(stage: ResolvedStage, inputs: Any, **kwargs: Any) -> Any:
+    """Call a stage; custom ones get cloned inputs and are checked for in-place writes."""
+    if not stage.custom:
+        return stage.fn(inputs, **kwargs)
+    protected = clone_dataclass(inputs)
+    if hasattr(protected, "config"):
+        object.__setattr__(protected, "config", copy.deepcopy(protected.config))
+    before = snapshot(protected)
+    try:
+        result = stage.fn(protected, **kwargs)
+    except (StageContractError, BatchError):
+        raise
+    except Exception as exc:
+        raise StageContractError(stage.stage, stage.implementation, f"raised {type(exc).__name__}: {exc}") from exc
+    check_unmodified(before, protected, stage.stage, stage.implementation)
+    return result
+
+
+def check_outcome_result(stage: ResolvedStage, result: Any, n_rows: int, n_logical: int, device: torch.device) -> OutcomeResult:
+    """An outcome stage's result: one finite float per row, one reference per logical rollout."""
+    if not isinstance(result, OutcomeResult):
+        raise StageContractError(stage.stage, stage.implementation, f"returned {type(result).__name__}, expected OutcomeResult(rewards=...)")
+    check_tensor(stage.stage, stage.implementation, "rewards", result.rewards, shape=(n_rows,), device=device)
+    if result.normalization_rewards is not None:
+        check_tensor(stage.stage, stage.implementation, "normalization_rewards", result.normalization_rewards,
+                     shape=(n_logical,), device=device)
+    return result
+
+
+def check_temporal_result(stage: ResolvedStage, result: Any, shape: tuple[int, int], device: torch.device) -> TemporalResult:
+    """An estimator's result: three finite float [B, T] tensors on the batch's device."""
+    if not isinstance(result, TemporalResult):
+        raise StageContractError(stage.stage, stage.implementation,
+                                 f"returned {type(result).__name__}, expected TemporalResult(advantages, returns, total_rewards)")
+    for name in ("advantages", "returns", "total_rewards"):
+        check_tensor(stage.stage, stage.implementation, name, getattr(result, name), shape=shape, device=device)
+    return result
+
+
+def check_full_result(stage: ResolvedStage, result: Any, shape: tuple[int, int], device: torch.device) -> AdvantageResult:
+    """A full replacement's result: every field the PPO update reads, and only allowed extras."""
+    if not isinstance(result, AdvantageResult):
+        raise StageContractError(stage.stage, stage.implementation, f"returned {type(result).__name__}, expected AdvantageResult")
+    for name in ("advantages", "returns", "loss_mask", "logprobs", "total_rewards", "kl_rewards"):
+        check_tensor(stage.stage, stage.implementation, name, getattr(result, name), shape=shape, device=device)
+    check_binary_mask(stage.stage, stage.implementation, "loss_mask", result.loss_mask)
+    check_tensor(stage.stage, stage.implementation, "rewards", result.rewards, shape=shape[:1], device=device)
+    extras = dict(result.extras or {})
+    unknown = sorted(set(extras) - ALLOWED_EXTRAS)
+    if unknown:
+        raise StageContractError(
+            stage.stage, stage.implementation,
+            f"extras may only hold {sorted(ALLOWED_EXTRAS)}; got {unknown} (rollout fields such as input_ids, "
+            "values or original rewards cannot be overwritten)",
+        )
+    for name, value in extras.items():
+        check_tensor(stage.stage, stage.implementation, f"extras[{name!r}]", value,
+                     shape=shape[:1] if name == "is_truncated" else shape, device=device,
+                     floating=name != "is_truncated")
+    return result

@@ -30,9 +30,8 @@ import torch
 import torch.distributed as dist
 
 from areal.trainer.ppo import gae as gae_kernels
-from areal.trainer.ppo.advantage import OutcomeResult, OutcomeRewardInputs
-from areal.trainer.ppo.advantage_algorithms import TemporalInputs, TemporalResult
 from areal.trainer.ppo.rewards import logical_layout
+from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs, TemporalInputs, TemporalResult
 
 __all__ = [
     "GPG_ALPHA_MODES",

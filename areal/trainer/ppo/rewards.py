@@ -1,13 +1,31 @@
-"""Outcome-reward arithmetic of the default pipeline: length penalty, scaling, normalisation.
+"""Steps 1 and 3 of the default pipeline: length penalty, reward scaling and normalisation.
 
-Pure tensor functions; nothing here loops over rows or tokens.
+Pure tensor functions on [B] rewards; nothing here loops over rows or tokens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
+from areal.api.cli_args import PPOActorConfig
+from areal.trainer.ppo.contracts import ResolvedStage, StageContractError
+from areal.trainer.ppo.stage_types import OutcomeResult
 from areal.utils.data import Normalization, TrajBatchMeta
+
+
+def apply_length_penalty(data: Mapping[str, Any], config: PPOActorConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Step 1: (penalised rewards, the rewards before the penalty or None when it is off)."""
+    rewards = data["rewards"]
+    if not config.overlong_reward_penalty:
+        return rewards, None
+    penalised = overlong_penalty(
+        rewards, data["loss_mask"], max_new_tokens=config.max_new_tokens,
+        overlong_tokens=config.overlong_tokens, overlong_penalty_factor=config.overlong_penalty_factor,
+    )
+    return penalised, rewards
 
 
 def overlong_penalty(
@@ -106,3 +124,49 @@ def normalize_rollout_rewards(
     if norm.std_level is not None:
         scale = torch.where(scale <= 2 * norm.eps, torch.ones_like(scale), scale)
     return ((scores.to(torch.float64) - mean[member]) / scale[member]).float()
+
+
+def _has_explicit_references(meta: TrajBatchMeta) -> bool:
+    return any(g is not None and g.rewards is not None for g in (meta.rollout_groups or ()))
+
+
+def _check_shaped_references(outcome: OutcomeResult, stage: ResolvedStage, meta: TrajBatchMeta, meta_complete: bool) -> None:
+    """Shaped references need full metadata; explicit references need shaped ones from a custom stage."""
+    shaped_refs = outcome.normalization_rewards
+    if shaped_refs is not None and not meta_complete:
+        raise StageContractError(
+            stage.stage, stage.implementation,
+            "returned normalization_rewards, but the batch has no complete concat_batch metadata; shaped "
+            "references need the TrajBatchMeta produced by concat_batch",
+        )
+    if stage.custom and shaped_refs is None and meta_complete and _has_explicit_references(meta):
+        raise StageContractError(
+            stage.stage, stage.implementation,
+            "the batch has explicit per-logical-rollout reference rewards (meta.rollout_groups[*].rewards) and "
+            "reward_norm is on, so a custom outcome stage must return OutcomeResult.normalization_rewards: one "
+            f"transformed reference per logical rollout ({sum(meta.logical_group_sizes)} here), before bias, "
+            "scaling and clipping",
+        )
+
+
+def normalise_scores(
+    outcome: OutcomeResult,
+    unpenalized: torch.Tensor | None,
+    stage: ResolvedStage,
+    config: PPOActorConfig,
+    meta: TrajBatchMeta,
+    meta_complete: bool,
+) -> torch.Tensor:
+    """Step 3: bias/scale/clip, then reward normalisation (per logical rollout when split)."""
+    scale_kw = dict(bias=config.reward_bias, scaling=config.reward_scaling, clip=config.reward_clip)
+    if config.reward_norm is None:
+        return scale_scores(outcome.rewards, **scale_kw)
+    norm = Normalization(config.reward_norm)
+    _check_shaped_references(outcome, stage, meta, meta_complete)
+    shaped_refs = outcome.normalization_rewards
+    if meta_complete and (meta.rollout_groups is not None or shaped_refs is not None):
+        return normalize_rollout_rewards(
+            outcome.rewards, norm, meta, **scale_kw, unpenalized_rewards=unpenalized, shaped_references=shaped_refs
+        )
+    group_sizes = list(meta.traj_group_sizes) if meta_complete else None
+    return norm(scale_scores(outcome.rewards, **scale_kw), group_sizes=group_sizes)

@@ -1,0 +1,165 @@
+"""From config to callables: which function runs each stage (advantage.md §2).
+
+`resolve_advantage` runs once per actor worker, in `PPOActor.__init__`, so a bad
+import path stops the worker at start-up with the stage and path in the error.
+`select_process` settles, per call, the one choice that depends on call-time
+arguments: the legacy PRM mode against an explicit `process_adv_shaping`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
+from areal.trainer.ppo import advantage_algorithms as algos
+from areal.trainer.ppo import peer_algorithms
+from areal.trainer.ppo.contracts import ResolvedStage
+from areal.trainer.ppo.lambda_fn import BUILTIN_LAMBDAS
+from areal.utils.dynamic_import import bind_kwargs, resolve_function
+
+__all__ = [
+    "PRM_MODES",
+    "CallOptions",
+    "ResolvedAdvantage",
+    "ResolvedStage",
+    "default_estimator",
+    "resolve_advantage",
+    "select_process",
+]
+
+PRM_MODES = ("additive", "gvpo", "process_weighted")
+
+
+@dataclass(frozen=True)
+class ResolvedAdvantage:
+    """The functions an actor worker will run, resolved from the config."""
+
+    compute: ResolvedStage | None  # None = the default pipeline
+    outcome: ResolvedStage
+    estimator: ResolvedStage | None  # None = follow actor.gae_timestep_unit
+    process: ResolvedStage | None  # None = the call-time PRM mode
+    gae_lambda: float | Callable[..., torch.Tensor]
+    gae_lambda_kwargs: Mapping[str, Any]
+    gae_lambda_source: str
+
+    def describe(self, config: PPOActorConfig) -> list[tuple[str, str, str]]:
+        """(stage, implementation, kwargs) rows for `areal validate`."""
+        if self.compute is not None:
+            return [("compute", self.compute.implementation, repr(dict(self.compute.kwargs)))]
+        estimator = self.estimator.implementation if self.estimator else f"{config.gae_timestep_unit}_gae (follows actor.gae_timestep_unit)"
+        process = self.process.implementation if self.process else "call-time PRM mode (additive unless the trainer passes one)"
+        rows = [
+            ("compute", "default", "{}"),
+            ("outcome_reward_shaping", self.outcome.implementation, repr(dict(self.outcome.kwargs))),
+            ("estimator", estimator, repr(dict(self.estimator.kwargs)) if self.estimator else "{}"),
+            ("process_adv_shaping", process, repr(dict(self.process.kwargs)) if self.process else "{}"),
+        ]
+        lam = self.gae_lambda if isinstance(self.gae_lambda, float) else self.gae_lambda_source
+        rows.append(("gae_lambda", str(lam), repr(dict(self.gae_lambda_kwargs))))
+        return rows
+
+
+def _resolve_stage(stage: str, spec: StageSpec, builtins: Mapping[str, Callable[..., Any]], default: str) -> ResolvedStage:
+    name = default if spec.implementation == "auto" else spec.implementation
+    if name in builtins:
+        fn = builtins[name]
+        if spec.kwargs:
+            fn = bind_kwargs(fn, spec.kwargs, stage=f"actor.advantage.{stage}", path=name)
+        return ResolvedStage(stage, name, fn, custom=False, kwargs=dict(spec.kwargs))
+    fn = resolve_function(name, spec.kwargs, stage=f"actor.advantage.{stage}")
+    return ResolvedStage(stage, name, fn, custom=True, kwargs=dict(spec.kwargs))
+
+
+def _resolve_gae_lambda(config: PPOActorConfig) -> tuple[float | Callable[..., torch.Tensor], str]:
+    value = config.gae_lambda
+    if not isinstance(value, str):
+        return float(value), "actor.gae_lambda"
+    source = f"actor.gae_lambda ({value})"
+    if value in BUILTIN_LAMBDAS:
+        fn = BUILTIN_LAMBDAS[value]
+        bind_kwargs(fn, config.gae_lambda_kwargs, stage="actor.gae_lambda", path=value)
+        return fn, source
+    fn = resolve_function(value, config.gae_lambda_kwargs, stage="actor.gae_lambda")
+    # Keep the raw function; kwargs travel separately through compute_gae_lambda.
+    return getattr(fn, "func", fn), source
+
+
+def _resolve_process(spec: StageSpec | None) -> ResolvedStage | None:
+    if spec is None or spec.implementation == "auto":
+        return None
+    if spec.implementation == "gvpo":
+        # GVPO kwargs are merged with the call-time legacy values at run time.
+        return ResolvedStage("process_adv_shaping", "gvpo", algos.gvpo, custom=False, kwargs=dict(spec.kwargs))
+    return _resolve_stage("process_adv_shaping", spec, algos.BUILTIN_PROCESS, "additive")
+
+
+def resolve_advantage(config: PPOActorConfig) -> ResolvedAdvantage:
+    """Resolve every configured function; import errors name the stage and path."""
+    adv = config.advantage
+    adv.validate()
+    gae_lambda, lambda_source = _resolve_gae_lambda(config)
+    lambda_kwargs = dict(config.gae_lambda_kwargs) if callable(gae_lambda) else {}
+    if adv.replaces_compute:
+        fn = resolve_function(adv.compute.implementation, adv.compute.kwargs, stage="actor.advantage.compute")
+        compute = ResolvedStage("compute", adv.compute.implementation, fn, custom=True, kwargs=dict(adv.compute.kwargs))
+        identity = ResolvedStage("outcome_reward_shaping", "identity", algos.identity_outcome, custom=False)
+        return ResolvedAdvantage(compute, identity, None, None, gae_lambda, lambda_kwargs, lambda_source)
+    outcome_spec = adv.outcome_reward_shaping or StageSpec("identity")
+    outcome_builtins = {**algos.BUILTIN_OUTCOME, **peer_algorithms.OUTCOME}
+    outcome = _resolve_stage("outcome_reward_shaping", outcome_spec, outcome_builtins, "identity")
+    estimator = None
+    if adv.estimator is not None:
+        estimator_builtins = {**algos.BUILTIN_ESTIMATORS, **peer_algorithms.ESTIMATORS}
+        estimator = _resolve_stage("estimator", adv.estimator, estimator_builtins, f"{config.gae_timestep_unit}_gae")
+    process = _resolve_process(adv.process_adv_shaping)
+    return ResolvedAdvantage(None, outcome, estimator, process, gae_lambda, lambda_kwargs, lambda_source)
+
+
+def default_estimator(resolved: ResolvedAdvantage, config: PPOActorConfig) -> ResolvedStage:
+    """The configured estimator, else the built-in GAE of `actor.gae_timestep_unit`."""
+    if resolved.estimator is not None:
+        return resolved.estimator
+    name = f"{config.gae_timestep_unit}_gae"
+    return ResolvedStage("estimator", name, algos.BUILTIN_ESTIMATORS[name], custom=False)
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """Call-time PRM selection (the legacy interface the trainer passes through)."""
+
+    advantage_shaping_mode: str = "additive"
+    gvpo_negative_scale: float = 0.2
+    gvpo_zero_penalty: float = 0.4
+    gvpo_zero_eps: float = 1e-6
+
+    def legacy_gvpo(self) -> dict[str, float]:
+        return {
+            "negative_scale": self.gvpo_negative_scale,
+            "zero_penalty": self.gvpo_zero_penalty,
+            "zero_eps": self.gvpo_zero_eps,
+        }
+
+
+def select_process(resolved: ResolvedAdvantage, config: PPOActorConfig, options: CallOptions) -> tuple[ResolvedStage, dict[str, Any]]:
+    """Explicit config wins over the call-time mode; explicit GVPO kwargs override legacy ones."""
+    stage = resolved.process
+    if stage is None:
+        mode = options.advantage_shaping_mode
+        if mode not in PRM_MODES:
+            raise ValueError(f"advantage_shaping_mode: got {mode!r}, expected one of {list(PRM_MODES)}")
+        if mode in ("gvpo", "process_weighted") and not config.token_rewards_as_adv:
+            raise ValueError(f"advantage_shaping_mode={mode!r} requires actor.token_rewards_as_adv=true (got false)")
+        if mode == "process_weighted" and config.mask_no_eos_with_zero:
+            raise ValueError("advantage_shaping_mode='process_weighted' requires actor.mask_no_eos_with_zero=false (got true)")
+        stage = ResolvedStage("process_adv_shaping", mode, algos.BUILTIN_PROCESS[mode], custom=False)
+        return stage, (options.legacy_gvpo() if mode == "gvpo" else {})
+    if stage.implementation == "gvpo" and not stage.custom:
+        merged = options.legacy_gvpo()
+        merged.update({k: v for k, v in stage.kwargs.items() if k in GVPO_PARAMS})
+        algos.check_gvpo_params(**merged, where="actor.advantage.process_adv_shaping (gvpo)")
+        return stage, merged
+    return stage, {}

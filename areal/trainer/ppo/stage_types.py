@@ -1,0 +1,169 @@
+"""The public stage types of the advantage pipeline, in one module of their own.
+
+A stage function takes one of the `*Inputs` types and returns the matching
+`*Result` (or a tensor, for process shaping). They live here, apart from the
+orchestrator and the built-in stages, so that `advantage.py`,
+`advantage_algorithms.py` and `peer_algorithms.py` can all import them without
+importing each other. User plugins keep importing them from the seed's paths:
+`areal.trainer.ppo.advantage` and `areal.trainer.ppo.advantage_algorithms`
+re-export every name (advantage.md §1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from areal.api.cli_args import PPOActorConfig
+from areal.trainer.ppo import gae as gae_kernels
+from areal.utils.data import TrajBatchMeta
+
+__all__ = [
+    "ALLOWED_EXTRAS",
+    "AdvantageInputs",
+    "AdvantageResult",
+    "GAELambdaSpec",
+    "OutcomeResult",
+    "OutcomeRewardInputs",
+    "ProcessAdvantageInputs",
+    "TemporalInputs",
+    "TemporalResult",
+]
+
+GAELambdaSpec = float | Callable[..., torch.Tensor]
+
+#: The only keys a full replacement may put in `AdvantageResult.extras` (advantage.md §5).
+ALLOWED_EXTRAS = frozenset({"input_token_loss_mask", "is_truncated", "mopd_behavior_logprobs", "prox_logp", "ref_logp"})
+
+
+# ---------------------------------------------------------------------------
+# Outcome reward shaping (step 2)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutcomeRewardInputs:
+    """Input of an outcome-reward shaping function.
+
+    `data` is the rollout batch after the length penalty (`data["rewards"]` is the
+    penalised per-row reward); `meta` holds trajectory and logical-rollout grouping.
+    """
+
+    data: Mapping[str, Any]
+    config: PPOActorConfig
+    meta: TrajBatchMeta
+
+
+@dataclass(frozen=True)
+class OutcomeResult:
+    """One reward per tensor row; optionally one shaped reference per logical rollout.
+
+    `normalization_rewards` are the transformed references used by reward
+    normalisation over split rollouts, before bias, scaling and clipping.
+    """
+
+    rewards: torch.Tensor
+    normalization_rewards: torch.Tensor | None = None
+
+
+# ---------------------------------------------------------------------------
+# Temporal estimator (step 5)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TemporalInputs:
+    """What a temporal estimator sees. All [B, T] tensors are next-token aligned.
+
+    Outcome, KL and folded process rewards are passed separately so that an
+    estimator can decide where each one goes (turn GAE keeps KL out of returns).
+    """
+
+    outcome_rewards: torch.Tensor  # [B, T] outcome score at each row's last generated position
+    kl_rewards: torch.Tensor  # [B, T] -kl_ctl * KL, zero at position seqlen-1
+    process_rewards: torch.Tensor  # [B, T] folded process rewards at turn ends (zeros when none)
+    values: torch.Tensor  # [B, T] critic values (zeros without a critic)
+    loss_mask: torch.Tensor  # [B, T] float, 1 where the position predicts a generated token
+    turn_ids: torch.Tensor | None  # [B, T] long, -1 outside generated turns, or None
+    is_truncated: torch.Tensor  # [B] bool
+    bootstrap_values: torch.Tensor  # [B] value at each row's last valid token
+    seqlens: torch.Tensor  # [B] long, attention-mask lengths
+    discount: float
+    gae_lambda: GAELambdaSpec  # a float or a resolved lambda function
+    gae_lambda_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    gae_lambda_source: str = "actor.gae_lambda"
+    meta: Any = None  # TrajBatchMeta
+
+    def compute_lambda(self, timestep_unit: str) -> torch.Tensor:
+        """Per-row lambda, resolving a callable `gae_lambda` in `timestep_unit` lengths."""
+        return gae_kernels.compute_gae_lambda(
+            self.gae_lambda,
+            loss_mask=self.loss_mask,
+            turn_ids=self.turn_ids,
+            timestep_unit=timestep_unit,
+            gae_lambda_kwargs=self.gae_lambda_kwargs,
+            source=self.gae_lambda_source,
+        )
+
+    def truncated_bootstrap(self) -> torch.Tensor:
+        """Bootstrap values where the row was cut off, zero where it ended."""
+        return torch.where(self.is_truncated, self.bootstrap_values.float(), torch.zeros_like(self.bootstrap_values, dtype=torch.float32))
+
+
+@dataclass(frozen=True)
+class TemporalResult:
+    advantages: torch.Tensor  # [B, T] actor advantages
+    returns: torch.Tensor  # [B, T] critic targets
+    total_rewards: torch.Tensor  # [B, T] token-aligned rewards for monitoring (KL included)
+
+
+# ---------------------------------------------------------------------------
+# Process advantage shaping (step 7)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessAdvantageInputs:
+    """What a process-advantage shaping function sees (critic returns are not included)."""
+
+    advantages: torch.Tensor  # [B, T] after advantage normalisation
+    token_rewards: torch.Tensor | None  # [B, T] aligned direct token rewards x loss_mask, or None
+    loss_mask: torch.Tensor  # [B, T] aligned float mask
+    meta: Any = None  # TrajBatchMeta
+
+
+# ---------------------------------------------------------------------------
+# Full replacement (actor.advantage.compute)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """Input of a full replacement (`actor.advantage.compute.implementation`): the raw batch."""
+
+    data: Mapping[str, Any]
+    config: PPOActorConfig
+    meta: TrajBatchMeta
+    advantage_shaping_mode: str = "additive"
+    gvpo_negative_scale: float = 0.2
+    gvpo_zero_penalty: float = 0.4
+    gvpo_zero_eps: float = 1e-6
+    #: False when `meta` was synthesised for a bare batch (legacy fixed group size).
+    meta_is_complete: bool = True
+
+
+@dataclass(frozen=True)
+class AdvantageResult:
+    """Everything the PPO update needs, aligned to next-token prediction."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    loss_mask: torch.Tensor
+    logprobs: torch.Tensor
+    rewards: torch.Tensor
+    total_rewards: torch.Tensor
+    kl_rewards: torch.Tensor
+    extras: Mapping[str, torch.Tensor] = field(default_factory=dict)

@@ -1,0 +1,36 @@
+"""Per-token KL estimators between the policy and the reference policy (Schulman's k1/k2/k3)."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["KLEstimator", "KL_ESTIMATORS"]
+
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+
+
+class KLEstimator:
+    """Per-token KL(policy || reference) estimates from log-probabilities (Schulman's k1/k2/k3)."""
+
+    def __init__(self, kind: str = "k1", apply_clamp: bool = True):
+        if kind not in KL_ESTIMATORS:
+            raise ValueError(f"actor.kl_estimator: got {kind!r}, expected one of {list(KL_ESTIMATORS)}")
+        self.kind = kind
+        self.apply_clamp = bool(apply_clamp)
+
+    def __call__(self, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+        """float32 estimate, clamped to [-10, 10] when apply_clamp (guards against outliers)."""
+        log_ratio = logp.float() - ref_logp.float()
+        if self.kind == "k1":
+            kl = log_ratio
+        elif self.kind == "k2":
+            kl = log_ratio**2 / 2.0
+        else:
+            neg = -log_ratio
+            kl = neg.exp() - 1 - neg
+        if self.apply_clamp:
+            kl.clamp_(min=-10, max=10)  # kl is always a fresh tensor here
+        return kl
+
+    def __repr__(self) -> str:
+        return f"KLEstimator(kind={self.kind!r}, apply_clamp={self.apply_clamp})"
