@@ -133,7 +133,8 @@ class _OptimEngine:
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
                  ctx: DistContext | None = None, parallel: str = "ddp") -> None:
         self.ctx = ctx if ctx is not None else DistContext()
-        self.parallel: str | None = _check_parallel(parallel) if self.ctx.is_distributed else None
+        _check_parallel(parallel)
+        self.parallel: str | None = parallel if self.ctx.is_distributed else None  # None: one process, no wrapper
         self.grad_clip = grad_clip
         self.model = model
         self.train_module = self._wrap(model)

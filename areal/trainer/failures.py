@@ -16,14 +16,15 @@ a rank gave up. The protocol, on keys under `areal/failure/<run id>/<restart>/`:
    exception, the innermost frame) and publishes it with `compare_set`: the
    first report stored is the root cause, later ones defer to it.
 2. A watcher thread on every rank polls for a report. On a peer's report it
-   prints the root cause to its rank's log, acknowledges it, and gives its main
-   thread `timeout_s` to stop by itself (its next collective fails once the
-   failing rank has exited; its next `stage()` raises). After that it writes
-   the error file and ends the process: the bound where a collective does not
-   notice a dead peer (nccl) or the main thread is stuck elsewhere.
-3. The failing rank waits (at most `timeout_s`) until every peer has
-   acknowledged, so that the cause is in every log before its exit tears the
-   collectives down, then ends with `RankFailure`.
+   prints the root cause to its rank's log, writes it to the rank's error file,
+   acknowledges it, and gives its main thread `timeout_s` to stop by itself (its
+   next collective fails once the failing rank has exited; its next `stage()`
+   raises `PeerFailure`). After that it ends the process: the bound where a
+   collective does not notice a dead peer (nccl) or the main thread is stuck.
+3. The failing rank writes its error file, then waits (at most `timeout_s`)
+   until every peer has acknowledged, so that the cause is in every log and
+   error file before its exit tears the collectives down (and torchrun ends the
+   others), then ends with `RankFailure`.
 
 Every rank therefore ends with a `RankFailure` whose message names the failing
 rank, the stage, the cause and where it was raised; `areal.trainer.main` writes
