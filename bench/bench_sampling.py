@@ -73,8 +73,9 @@ def main() -> None:
                 result = timed_step(trainer, name, step)
                 if step >= args.warmup:
                     times[name].append(result)
-    print(f"config {args.config} {' '.join(args.overrides)} | torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads | {args.steps} steps per sampler after {args.warmup} warm-up")
+    print(f"config {args.config} {' '.join(args.overrides)} | torch {torch.__version__}, train.num_threads="
+          f"{cfg.train.num_threads} (torch reports {torch.get_num_threads()} after the run) | {args.steps} steps "
+          f"per sampler after {args.warmup} warm-up")
     medians = {}
     for name, rows in times.items():
         roll, step = [r for r, _ in rows], [s for _, s in rows]

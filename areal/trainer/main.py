@@ -99,6 +99,16 @@ def _train(cfg: Any, ctx: Any, watch: Any) -> int:
     return 130 if result.interrupted else 0
 
 
+def _start_watch(watch_cls: Any, ctx: Any, timeout_s: float) -> Any:
+    """This rank's failure watch on the job's store; None (failures then raise locally) if there is no store."""
+    try:
+        return watch_cls.for_this_rank(ctx.rank, ctx.world_size, timeout_s)
+    except (KeyError, ValueError, RuntimeError) as exc:  # no MASTER_ADDR/PORT, or the store does not answer
+        print(f"[areal] rank {ctx.rank}: warning: failures will not reach the other ranks (no rendezvous store: "
+              f"{type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -120,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     watch = None
     try:
         if ctx.is_distributed:
-            watch = FailureWatch.for_this_rank(ctx.rank, ctx.world_size, cfg.train.failure_timeout_s)
+            watch = _start_watch(FailureWatch, ctx, cfg.train.failure_timeout_s)
         return _train(cfg, ctx, watch)
     finally:
         if watch is not None:
