@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dist_launch import ROOT, clean_env, run_bounded
 
-JOB_TIMEOUT_S = 240  # shared CPUs: generous; a hang still fails the test
+JOB_TIMEOUT_S = 360  # shared CPUs: generous; a hang still fails the test
 FAILURE_TIMEOUT_S = 30  # train.failure_timeout_s: the bound on waiting for peers
 TINY = ["train.steps=3", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
         "model.intermediate_size=64", "output.progress_bar=false", "train.num_threads=1", "train.dist_timeout_s=120",
