@@ -109,11 +109,20 @@ def full_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True))
 
 
-def wrap_frozen(module: nn.Module, ctx: DistContext | None, parallel: str) -> nn.Module:
-    """A frozen module (the reference policy): sharded under FSDP, plain otherwise (no gradients to sync)."""
-    if ctx is not None and ctx.is_distributed and parallel == "fsdp":
-        return shard_module(module, ctx)
-    return module
+def materialise(skeleton: nn.Module, sharded: nn.Module) -> nn.Module:
+    """A plain module with the full weights of `sharded`, built from its meta-device `skeleton` (a collective).
+
+    Parameters come from the gathered state dict; buffers (FSDP2 leaves them
+    unsharded on every rank, including non-persistent ones such as rotary
+    frequencies) are copied from `sharded` itself.
+    """
+    state = full_state_dict(sharded)
+    plain = copy.deepcopy(skeleton).to_empty(device=next(iter(state.values())).device)
+    with torch.no_grad():
+        plain.load_state_dict(state, strict=False)
+        for name, buffer in sharded.named_buffers():
+            plain.get_buffer(name).copy_(buffer)
+    return plain
 
 
 # ---------------------------------------------------------------------------
@@ -130,6 +139,8 @@ def _check_parallel(parallel: Any) -> str:
 class _OptimEngine:
     """Shared AdamW + gradient clipping for a trainable module (one replica or shard per rank)."""
 
+    _keeps_skeleton = True  # FSDP: keep a storage-free copy of the module to gather full copies into
+
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
                  ctx: DistContext | None = None, parallel: str = "ddp") -> None:
         self.ctx = ctx if ctx is not None else DistContext()
@@ -137,6 +148,10 @@ class _OptimEngine:
         self.parallel: str | None = parallel if self.ctx.is_distributed else None  # None: one process, no wrapper
         self.grad_clip = grad_clip
         self.model = model
+        # FSDP2 shards `model` in place: keep its structure (no storage) for full copies in checkpoints
+        self._skeleton = None
+        if self.parallel == "fsdp" and self._keeps_skeleton:
+            self._skeleton = copy.deepcopy(model).to("meta")
         self.train_module = self._wrap(model)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.train_module.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay
@@ -192,6 +207,52 @@ class _OptimEngine:
         self.optimizer.step()
         return norm
 
+    # -- checkpoints (areal.trainer.trainer_state calls these on every rank) -----------------
+
+    def checkpoint_model(self) -> nn.Module:
+        """A plain module with the full current weights: `model` itself, or under FSDP a gathered copy."""
+        if self._skeleton is None:
+            return self.model
+        return materialise(self._skeleton, self.model)
+
+    def load_checkpoint_model(self, plain: nn.Module) -> None:
+        """Make the trained module hold `plain`'s weights (what `checkpoint_model` returned, loaded from disk)."""
+        if plain is self.model:
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(self.train_module, plain.state_dict(), options=StateDictOptions(full_state_dict=True))
+
+    def optimizer_state_dict(self) -> dict[str, Any]:
+        """AdamW state for a checkpoint: `optimizer.state_dict()`, or under FSDP the full state on rank 0.
+
+        The FSDP form (gathered through torch.distributed.checkpoint, keyed by
+        parameter name, {} on ranks other than 0) is a collective.
+        """
+        if self.parallel != "fsdp":
+            return self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self.train_module, self.optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of `optimizer_state_dict`; every rank passes the full state it read."""
+        from areal.trainer.checkpoint import CheckpointError
+
+        fsdp_form = any(isinstance(key, str) for key in state.get("state", {}))
+        if fsdp_form != (self.parallel == "fsdp"):
+            written = "train.parallel=fsdp" if fsdp_form else "train.parallel=ddp (or one process)"
+            raise CheckpointError(f"the optimizer state was written under {written}, but this run uses "
+                                  f"{'train.parallel=' + self.parallel if self.parallel else 'one process'}; "
+                                  "resume with the train.parallel of the run that wrote it")
+        if self.parallel != "fsdp":
+            self.optimizer.load_state_dict(state)
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.train_module, self.optimizer, state, options=StateDictOptions(full_state_dict=True))
+
     def state_dict(self) -> dict[str, Any]:
         """Full (unsharded, CPU) model and optimiser state keyed by parameter name, for checkpoints.
 
@@ -224,6 +285,8 @@ class _OptimEngine:
 class PolicyEngine(_OptimEngine):
     """The causal LM policy with its optimiser, and the plain module that samples (`rollout_model`)."""
 
+    _keeps_skeleton = False  # `rollout_model` is the full plain copy already
+
     def __init__(self, model: nn.Module, **kwargs: Any) -> None:
         ctx = kwargs.get("ctx")
         sharded = ctx is not None and ctx.is_distributed and kwargs.get("parallel", "ddp") == "fsdp"
@@ -236,6 +299,10 @@ class PolicyEngine(_OptimEngine):
         if self.rollout_model is not self.model:
             with torch.no_grad():
                 self.rollout_model.load_state_dict(full_state_dict(self.model))
+
+    def checkpoint_model(self) -> nn.Module:
+        """The plain policy: `rollout_model`, refreshed after every update (no collective)."""
+        return self.rollout_model
 
     def forward_logprobs(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, *, with_entropy: bool = False

@@ -1,8 +1,12 @@
-"""Entry point: `python -m areal.trainer.main --config FILE [key=value ...]`.
+"""Entry point: `python -m areal.trainer.main [--config FILE] [--print-config] [key=value ...]`.
 
 Dotted overrides go straight to `areal.api.cli_args.load_config`, as on AReaL's
-command line. Exit status: 0 done, 1 bad config, a plugin that does not resolve
-or (under torchrun) a failure on any rank, 130 interrupted (outputs kept).
+command line, and may come before or after `--config`. `--print-config` prints
+the fully resolved config (defaults, file and overrides merged) and exits.
+Exit status: 0 done, 1 bad config (or a plugin that does not resolve, on any
+rank, or a run directory that is already taken, or a checkpoint that does not
+fit the run) or, under torchrun, a failure on any rank; 130 interrupted
+(outputs kept).
 
 Data parallel: `torchrun --nproc_per_node=N -m areal.trainer.main --config ...`.
 Every rank loads the same config, joins the process group (`init_distributed`:
@@ -26,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from areal.api.cli_args import ConfigError, load_config
+from areal.api.cli_args import ConfigError, config_to_yaml, load_config
 
 #: The embedded default run (GRPO on single-turn arithmetic), found from any working directory.
 DEFAULT_CONFIG = str(Path(__file__).resolve().parents[2] / "examples" / "grpo_arith.yaml")
@@ -36,8 +40,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m areal.trainer.main",
                                      description="Train a tiny policy with GRPO/PPO on a synthetic task.")
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="experiment YAML (default: examples/grpo_arith.yaml)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the fully resolved config as YAML and exit without training")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=10 actor.kl_ctl=0")
-    return parser.parse_args(argv)
+    # intermixed: `key=value --config X key=value` works, overrides on either side of the options
+    return parser.parse_intermixed_args(argv)
 
 
 def _build_errors() -> tuple[type[BaseException], ...]:
@@ -49,12 +56,15 @@ def _build_errors() -> tuple[type[BaseException], ...]:
     return (ConfigError, WorkerInitError, ImportError, ValueError, TypeError)
 
 
-def _setup_message(exc: BaseException, text: str) -> str:
-    kind = "config error" if isinstance(exc, ConfigError) else "error while building the trainer"
+def _setup_message(exc: BaseException, text: str, *, resuming: bool = False) -> str:
+    if resuming:
+        kind = "error while resuming"
+    else:
+        kind = "config error" if isinstance(exc, ConfigError) else "error while building the trainer"
     return f"{kind}: {text}"
 
 
-def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool) -> int:
+def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool, resuming: bool = False) -> int:
     """Tell the other ranks, print this rank's line (and, on the failing rank, the traceback), exit 1."""
     from areal.trainer.failures import write_error_file
 
@@ -62,7 +72,8 @@ def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool) -> int:
     if failure is not exc and not setup and failure.report.reporter == failure.rank:  # the root cause is here
         traceback.print_exception(exc, file=sys.stderr)
     own_words = str(exc) if failure.report.error == f"{type(exc).__name__}: {exc}" else str(failure)
-    print(_setup_message(exc, own_words) if setup else f"error: {failure}", file=sys.stderr, flush=True)
+    line = _setup_message(exc, own_words, resuming=resuming) if setup else f"error: {failure}"
+    print(line, file=sys.stderr, flush=True)
     write_error_file(failure)  # torchrun's summary: the root cause, after this rank's traceback
     return 1
 
@@ -85,8 +96,15 @@ def _train(cfg: Any, ctx: Any, watch: Any) -> int:
         if watch is None:
             raise
         return _stop_every_rank(exc, watch, setup=False)
+    from areal.trainer.checkpoint import CheckpointError
+
     try:
         result = trainer.run()
+    except (ConfigError, CheckpointError) as exc:  # a checkpoint that does not fit this run
+        if watch is not None:
+            return _stop_every_rank(exc, watch, setup=True, resuming=True)
+        print(_setup_message(exc, str(exc), resuming=True), file=sys.stderr)
+        return 1
     except Exception as exc:
         if watch is None:
             raise
@@ -116,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 1
+    if args.print_config:
+        print(config_to_yaml(cfg), end="")
+        return 0
     import torch.distributed as dist
 
     from areal.trainer.distributed import destroy, init_distributed

@@ -39,7 +39,7 @@ from areal.trainer.engine import NonFiniteLossError, PolicyEngine, ValueEngine, 
 from areal.trainer.model import build_critic, build_policy  # noqa: E402
 from areal.trainer.ppo.critic import PPOCritic  # noqa: E402
 from areal.trainer.ppo.update import ppo_update  # noqa: E402
-from areal.trainer.trainer import module_checksum  # noqa: E402
+from areal.trainer.checksum import module_checksum  # noqa: E402
 
 JOB_TIMEOUT_S = 360  # generous: the 2 CPU cores are shared (a 30 s job took > 240 s under load 11); a hang still fails
 TINY = ["train.steps=2", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
@@ -61,7 +61,7 @@ def _train_two_ranks(tmp_path: Path, config: str, *extra: str) -> tuple[Path, st
     [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     name = Path(config).stem
-    return tmp_path / name, out + err
+    return tmp_path / name / "trial0", out + err
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -74,7 +74,7 @@ def _check_run(run_dir: Path, log: str, models: set[str]) -> list[dict]:
     for row in rows:
         for key in ("reward_mean", "adv_mean", "adv_std", "policy_loss", "entropy", "grad_norm", "tokens_per_s"):
             assert row[key] is not None and math.isfinite(row[key]), (key, row)
-    assert log.count(f"[areal] {run_dir.name}: done, 2/2 steps") == 1, log  # only rank 0 reports
+    assert log.count(f"[areal] {run_dir.parent.name}: done, 2/2 steps") == 1, log  # only rank 0 reports
     assert (run_dir / "config.yaml").is_file()
     checksums = _read_jsonl(run_dir / "param_checksums.jsonl")
     assert [c["step"] for c in checksums] == [0, 1]
@@ -86,7 +86,7 @@ def _check_run(run_dir: Path, log: str, models: set[str]) -> list[dict]:
     assert checksums[0]["policy"] != checksums[1]["policy"]
     if "reference" in models:
         assert checksums[0]["reference"] == checksums[1]["reference"]
-    print(f"\n{run_dir.name}: rank checksums equal after each step: {checksums}")
+    print(f"\n{run_dir.parent.name}: rank checksums equal after each step: {checksums}")
     return rows
 
 
@@ -100,20 +100,20 @@ def test_grpo_trains_on_two_ranks_with_identical_replicas(tmp_path: Path) -> Non
     rows = _check_run(run_dir, log, {"policy", "reference"})
     assert all(r["value_loss"] is None for r in rows)
     assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "curves.png", "metrics.jsonl",
-                                                         "param_checksums.jsonl"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "curves.png", "metrics.jsonl",
+                                                         "param_checksums.jsonl", "tensorboard"]
+    assert len(list((run_dir / "tensorboard").iterdir())) == 1  # rank 0 alone logs
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_ppo_with_critic_trains_on_two_ranks_with_identical_replicas(tmp_path: Path, parallel: str) -> None:
-    run_dir, log = _train_two_ranks(tmp_path, "ppo_token_gae.yaml", "output.plot=false", f"train.parallel={parallel}",
-                                    "output.save_checkpoint=true")
+    run_dir, log = _train_two_ranks(tmp_path, "ppo_token_gae.yaml", "output.plot=false", f"train.parallel={parallel}")
     rows = _check_run(run_dir, log, {"policy", "reference", "critic"})
     assert all(math.isfinite(r["value_loss"]) for r in rows)
-    # the saved policy is the trained one (under FSDP: the sampling copy, refreshed after every update)
+    # the checkpointed policy is the trained one (under FSDP: the sampling copy, refreshed after every update)
     from transformers import AutoModelForCausalLM
 
-    saved = AutoModelForCausalLM.from_pretrained(run_dir / "checkpoint", local_files_only=True)
+    saved = AutoModelForCausalLM.from_pretrained(run_dir / "checkpoints" / "step_2" / "policy", local_files_only=True)
     final = _read_jsonl(run_dir / "param_checksums.jsonl")[-1]
     assert module_checksum(saved) == final["policy"][0]
 
