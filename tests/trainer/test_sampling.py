@@ -22,6 +22,7 @@ from transformers import GenerationConfig
 from areal.api.train_args import ModelConfig
 from areal.trainer.model import build_policy
 from areal.trainer.sampling import Continuation, neutral_generation_config, sample_continuations
+from areal.trainer.tokenizer import build_word_tokenizer
 
 torch.set_num_threads(2)
 
@@ -32,8 +33,11 @@ STOP = frozenset({2, 3})
 
 def tiny(arch: str = "llama", attn: str = "eager", seed: int = 0, path: str | None = None):
     torch.manual_seed(seed)
-    cfg = ModelConfig(path=path, arch=arch, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                      attn_implementation=attn)
+    if path is not None:  # a checkpoint brings its own architecture
+        cfg = ModelConfig(path=path, attn_implementation=attn)
+    else:
+        cfg = ModelConfig(arch=arch, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                          attn_implementation=attn)
     return build_policy(cfg, VOCAB, SPECIAL)
 
 
@@ -109,6 +113,8 @@ def hostile_checkpoint(tmp_path_factory) -> str:
     model = tiny(seed=4)
     model.generation_config = GenerationConfig(**HOSTILE)
     model.save_pretrained(path)
+    # a checkpoint needs its tokenizer (model.path): a word-level one with the model's 24 ids
+    build_word_tokenizer([f"w{i}" for i in range(VOCAB - 4)]).save_pretrained(path)
     return str(path)
 
 
