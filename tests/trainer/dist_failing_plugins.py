@@ -18,3 +18,10 @@ def fail_on_rank1(inputs, *, delay_s: float = 0.0):
         time.sleep(delay_s)
         raise ValueError("simulated plugin failure on rank 1")
     return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def reward_failing_on_rank0(prompts, completions, **columns):
+    """A TRL-style reward function (`reward: [{implementation: ...}]`) that raises when called on rank 0."""
+    if os.environ.get("RANK") == "0":
+        raise ZeroDivisionError("simulated reward-function failure on rank 0")
+    return [0.0 for _ in completions]

@@ -5,7 +5,8 @@ CPU), with each rank's output in its own log file (`--log-dir ... --redirects 3`
 
 * an advantage plugin that imports everywhere but raises when called on rank 1, while rank 0 waits
   in the batch-level normalisation all-reduce (tests/trainer/dist_failing_plugins.py);
-* the task's reward function raising on rank 0 only (tests/trainer/dist_failing_main.py).
+* a reward-function plugin (`reward: [{implementation: ...}]`) raising on rank 0 only
+  (tests/trainer/dist_failing_plugins.py).
 
 Checked: both ranks exit 1 soon after the failure; torchrun's summary names the failing rank as the
 root cause, with the stage, the plugin/function and the cause; rank 0's log names them too; the
@@ -87,9 +88,14 @@ def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_a_collect
 
 
 def test_reward_function_raising_on_rank_0_stops_rank_1(tmp_path: Path) -> None:
-    code, summary, logs, files, after_s = _launch(tmp_path, [str(ROOT / "tests" / "trainer" / "dist_failing_main.py")])
-    cause = ("rank 0 failed in step 0 > rollout: ZeroDivisionError: simulated reward-function failure on rank 0 "
-             f"(raised at {ROOT / 'tests' / 'trainer' / 'dist_failing_main.py'}:")
+    code, summary, logs, files, after_s = _launch(
+        tmp_path, ["-m", "areal.trainer.main"],
+        "reward=[{implementation: dist_failing_plugins.reward_failing_on_rank0, weight: 0.5}]")
+    cause = ("rank 0 failed in step 0 > rollout: RewardFunctionError: reward[0] (reward_failing_on_rank0) "
+             "'dist_failing_plugins.reward_failing_on_rank0': raised ZeroDivisionError: simulated reward-function "
+             "failure on rank 0 (on 4 completions; columns passed: ")
     _check(code, summary, logs, files, after_s, failing=0, cause=cause)
+    raised_at = f"(raised at {ROOT / 'tests' / 'trainer' / 'dist_failing_plugins.py'}:"
+    assert raised_at in logs[0] and raised_at in logs[1]
     assert "in reward_failing_on_rank0)" in logs[1]
     assert "rank 1 stopped because of it" in logs[1]
