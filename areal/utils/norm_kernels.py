@@ -7,6 +7,13 @@ row sums, row sums of squared deviations, and the output. Group / batch
 reductions (and the data-parallel all-reduce) stay in `Normalization`, on [B]
 vectors. Every element is computed with the same float64 formulas as the tensor
 path.
+
+Each row is one call of a small loop that the compiler vectorises: the
+reductions may be reassociated (numba fastmath "reassoc" only; a single running
+float64 sum is a chain of dependent additions, about 4 cycles per element), and
+rows whose baseline is one number take a loop without the leave-one-out branch.
+The fused advantage pipeline (`areal.trainer.ppo.kernels.fused_cpu`) produces
+its row sums with the same `masked_row_sums`, so both paths give the same bits.
 """
 
 from __future__ import annotations
@@ -21,26 +28,47 @@ try:
 except ImportError:  # pragma: no cover - numba is a declared dependency
     NUMBA_AVAILABLE = False
 
+# The row reductions may be reassociated (fastmath "reassoc"), which lets the compiler
+# vectorise them; nothing else is relaxed (NaN and inf keep their meaning). The order
+# is fixed by the compiled code, so every caller of these functions gets the same bits.
+_REDUCTION = {"reassoc"}
+
+
+def masked_row_sums(x, m):
+    """(sum m, sum x*m) of one row in float64.
+
+    The fused advantage pipeline (`areal.trainer.ppo.kernels.fused_cpu`) calls
+    this too, so its row sums are bit for bit those of `Normalization`.
+    """
+    weight = 0.0
+    total = 0.0
+    for t in range(x.shape[0]):
+        mt = np.float64(m[t])
+        weight += mt
+        total += np.float64(x[t]) * mt
+    return weight, total
+
+
+def _row_total(x):
+    """sum x of one row in float64 (no mask)."""
+    total = 0.0
+    for t in range(x.shape[0]):
+        total += np.float64(x[t])
+    return total
+
 
 def _row_sums(x, m, has_mask, weight, total):
     """weight[b] = sum_t m, total[b] = sum_t x*m (float64)."""
     for b in numba.prange(x.shape[0]):
-        w = 0.0
-        s = 0.0
-        for t in range(x.shape[1]):
-            mt = np.float64(m[b, t]) if has_mask else 1.0
-            w += mt
-            s += np.float64(x[b, t]) * mt
-        weight[b] = w
-        total[b] = s
+        if has_mask:
+            weight[b], total[b] = masked_row_sums(x[b], m[b])
+        else:
+            weight[b] = np.float64(x.shape[1])
+            total[b] = _row_total(x[b])
 
 
-def _mean_at(xt, mt, loo, has_mask, row_mean, row_total, row_count, row_self):
-    """The baseline of one element (plain, leave-one-out, or the element itself)."""
-    if row_self:
-        return xt
-    if not loo:
-        return row_mean
+def _loo_mean(xt, mt, has_mask, row_total, row_count):
+    """Leave-one-out baseline of one element (0 for a pool of at most one)."""
     if row_count <= 1.0:
         return 0.0
     if has_mask:
@@ -48,31 +76,98 @@ def _mean_at(xt, mt, loo, has_mask, row_mean, row_total, row_count, row_self):
     return (row_total - xt) / max(row_count - 1.0, 1.0)
 
 
+def _squares_plain(x, m, has_mask, mean):
+    """sum ((x - mean) * m)^2 over one row, one baseline for the row."""
+    acc = 0.0
+    for t in range(x.shape[0]):
+        c = np.float64(x[t]) - mean
+        if has_mask:
+            c = c * np.float64(m[t])
+        acc += c * c
+    return acc
+
+
+def _squares_loo(x, m, has_mask, row_total, row_count):
+    """sum ((x - leave-one-out baseline) * m)^2 over one row."""
+    acc = 0.0
+    for t in range(x.shape[0]):
+        xt = np.float64(x[t])
+        mt = np.float64(m[t]) if has_mask else 1.0
+        c = (xt - _loo_mean(xt, mt, has_mask, row_total, row_count)) * mt
+        acc += c * c
+    return acc
+
+
+def _squares_self(x, m, has_mask):
+    """A row that is its own baseline: sum ((x - x) * m)^2 (0 for finite x)."""
+    acc = 0.0
+    for t in range(x.shape[0]):
+        xt = np.float64(x[t])
+        c = (xt - xt) * (np.float64(m[t]) if has_mask else 1.0)
+        acc += c * c
+    return acc
+
+
 def _row_squares(x, m, has_mask, loo, row_mean, row_total, row_count, row_self, squares):
-    """squares[b] = sum_t ((x - mean) * m)^2 (float64)."""
+    """squares[b] = sum_t ((x - mean) * m)^2 (float64); a row that is its own baseline gives 0."""
     for b in numba.prange(x.shape[0]):
-        acc = 0.0
-        for t in range(x.shape[1]):
-            xt = np.float64(x[b, t])
-            mt = np.float64(m[b, t]) if has_mask else 1.0
-            c = (xt - _mean_at(xt, mt, loo, has_mask, row_mean[b], row_total[b], row_count[b], row_self[b])) * mt
-            acc += c * c
-        squares[b] = acc
+        mb = m[b] if has_mask else m[0]
+        if row_self[b]:
+            squares[b] = _squares_self(x[b], mb, has_mask)
+        elif loo:
+            squares[b] = _squares_loo(x[b], mb, has_mask, row_total[b], row_count[b])
+        else:
+            squares[b] = _squares_plain(x[b], mb, has_mask, row_mean[b])
+
+
+def _normalise_plain(x, m, has_mask, mean, d, out):
+    """out = float32(((x - mean) * m) / d) over one row, one baseline for the row."""
+    for t in range(x.shape[0]):
+        c = np.float64(x[t]) - mean
+        if has_mask:
+            c = c * np.float64(m[t])
+        out[t] = np.float32(c / d)
+
+
+def _normalise_loo(x, m, has_mask, row_total, row_count, d, out):
+    """out = float32(((x - leave-one-out baseline) * m) / d) over one row."""
+    for t in range(x.shape[0]):
+        xt = np.float64(x[t])
+        mt = np.float64(m[t]) if has_mask else 1.0
+        out[t] = np.float32((xt - _loo_mean(xt, mt, has_mask, row_total, row_count)) * mt / d)
+
+
+def _normalise_self(x, m, has_mask, d, out):
+    """A row that is its own baseline: ((x - x) * m) / d (0 for finite x)."""
+    for t in range(x.shape[0]):
+        xt = np.float64(x[t])
+        out[t] = np.float32((xt - xt) * (np.float64(m[t]) if has_mask else 1.0) / d)
 
 
 def _normalise(x, m, has_mask, loo, row_mean, row_total, row_count, row_self, denom, out):
     """out = ((x - mean) * m) / denom, computed in float64 and stored as float32."""
     for b in numba.prange(x.shape[0]):
-        d = denom[b]
-        for t in range(x.shape[1]):
-            xt = np.float64(x[b, t])
-            mt = np.float64(m[b, t]) if has_mask else 1.0
-            c = (xt - _mean_at(xt, mt, loo, has_mask, row_mean[b], row_total[b], row_count[b], row_self[b])) * mt
-            out[b, t] = np.float32(c / d)
+        mb = m[b] if has_mask else m[0]
+        if row_self[b]:
+            _normalise_self(x[b], mb, has_mask, denom[b], out[b])
+        elif loo:
+            _normalise_loo(x[b], mb, has_mask, row_total[b], row_count[b], denom[b], out[b])
+        else:
+            _normalise_plain(x[b], mb, has_mask, row_mean[b], denom[b], out[b])
 
 
 if NUMBA_AVAILABLE:
-    _mean_at = numba.njit(cache=True, inline="always")(_mean_at)
+    _reduce = numba.njit(cache=True, nogil=True, fastmath=_REDUCTION)
+    _jit = numba.njit(cache=True, nogil=True)
+    masked_row_sums = _reduce(masked_row_sums)
+    _row_total = _reduce(_row_total)
+    _squares_plain = _reduce(_squares_plain)
+    _squares_loo = _reduce(_squares_loo)
+    _squares_self = _reduce(_squares_self)
+    _loo_mean = numba.njit(cache=True, inline="always")(_loo_mean)
+    _normalise_plain = _jit(_normalise_plain)
+    _normalise_loo = _jit(_normalise_loo)
+    _normalise_self = _jit(_normalise_self)
     _row_sums = numba.njit(cache=True, parallel=True)(_row_sums)
     _row_squares = numba.njit(cache=True, parallel=True)(_row_squares)
     _normalise = numba.njit(cache=True, parallel=True)(_normalise)

@@ -68,19 +68,32 @@ class Normalization:
         group_sizes: Sequence[int] | torch.Tensor | None = None,
         logical_group_sizes: Sequence[int] | torch.Tensor | None = None,
         reduce_group: Any = None,
+        row_sums: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Normalised float32 copy of x: ((x - mean) * mask) / denom.
 
         A mask without any active element returns x as float32, unchanged; in batch mode
         the rank still joins the all-reduce so the other ranks do not hang.
+        `row_sums` = (sum of mask, sum of x * mask) per row, float64 [B], as
+        `norm_kernels.masked_row_sums` forms them: a fused producer of x (the advantage
+        pipeline) passes them to spare the first pass over x. Only the fused CPU path
+        uses them.
         """
         _check_norm_inputs(x, loss_mask)
         layout = self._layout(x, group_sizes, logical_group_sizes)
-        inactive = loss_mask is not None and loss_mask.sum().item() == 0
+        fused = norm_kernels.fused_available(x) and (loss_mask is None or loss_mask.device.type == "cpu")
+        if row_sums is not None:
+            _check_row_sums(row_sums, x, loss_mask)
+        if loss_mask is None:
+            inactive = False
+        elif fused and row_sums is not None:
+            inactive = float(row_sums[0].sum()) == 0  # binary mask: no active element
+        else:
+            inactive = loss_mask.sum().item() == 0
         if inactive and not (_dist_active() and "batch" in (self.mean_level, self.std_level)):
             return x.to(torch.float32, copy=True)  # a copy: the caller may edit the result in place
-        if norm_kernels.fused_available(x) and (loss_mask is None or loss_mask.device.type == "cpu"):
-            out = self._fused(x, loss_mask, layout, reduce_group)
+        if fused:
+            out = self._fused(x, loss_mask, layout, reduce_group, row_sums)
         else:
             _, denom, centered = self._compute(x, loss_mask, layout, reduce_group)
             out = (centered / denom).float()
@@ -166,7 +179,8 @@ class Normalization:
         return _GroupLayout(row_group=row_group, n_groups=len(sizes), singleton=singleton)
 
     def _fused(
-        self, x: torch.Tensor, loss_mask: torch.Tensor | None, layout: _GroupLayout | None, reduce_group: Any
+        self, x: torch.Tensor, loss_mask: torch.Tensor | None, layout: _GroupLayout | None, reduce_group: Any,
+        row_sums: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """`_compute` for [B, T] CPU tensors with fused numba passes and no [B, T] temporaries.
 
@@ -180,7 +194,7 @@ class Normalization:
 
         zero = torch.zeros((), dtype=torch.float64)
         row_self = torch.zeros((), dtype=torch.bool)
-        weight, row_total = norm_kernels.row_sums(x, loss_mask)
+        weight, row_total = norm_kernels.row_sums(x, loss_mask) if row_sums is None else row_sums
         counts: dict[str, torch.Tensor] = {}
         if self.mean_level is None:
             stats = norm_kernels.RowStats(n_rows, False, zero, zero, zero, row_self)
@@ -302,6 +316,18 @@ def _check_norm_inputs(x: torch.Tensor, loss_mask: torch.Tensor | None) -> None:
         raise ValueError(f"Normalization: loss_mask has shape {shape}, expected x's shape {tuple(x.shape)}")
     if loss_mask.device != x.device:
         raise ValueError(f"Normalization: loss_mask is on {loss_mask.device}, expected x's device {x.device}")
+
+
+def _check_row_sums(row_sums: Any, x: torch.Tensor, loss_mask: torch.Tensor | None) -> None:
+    """Precomputed row sums: two float64 [B] CPU tensors, and only with a [B, T] x and a mask."""
+    if loss_mask is None or x.ndim != 2:
+        raise ValueError("Normalization: row_sums are only for a [B, T] x with a loss_mask")
+    if not isinstance(row_sums, tuple) or len(row_sums) != 2:
+        raise ValueError(f"Normalization: row_sums must be a (weight, total) pair, got {type(row_sums).__name__}")
+    for name, value in zip(("weight", "total"), row_sums):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (x.shape[0],) or value.dtype != torch.float64:
+            found = f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"Normalization: row_sums {name} is {found}, expected float64 of shape ({x.shape[0]},)")
 
 
 def _row_sums(values: torch.Tensor) -> torch.Tensor:
