@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import PPOActorConfig
+from areal.trainer.ppo.advantage_algorithms import require_turn_ids
 from areal.trainer.ppo.batch_checks import check_batch_values
 from areal.trainer.ppo.gae import compute_gae_lambda
 from areal.trainer.ppo.kernels import NUMBA_AVAILABLE, select_backend
@@ -49,8 +50,6 @@ def fused_blockers(data: Mapping[str, Any], config: PPOActorConfig, resolved: Re
     estimator = default_estimator(resolved, config)
     if estimator.custom or estimator.implementation not in ("token_gae", "turn_gae"):
         blockers.append(f"the estimator is {estimator.implementation!r}, not the built-in token_gae or turn_gae")
-    elif estimator.implementation == "turn_gae" and data.get("turn_ids") is None:
-        blockers.append("turn GAE without turn_ids (the tensor path reports it)")
     if callable(resolved.gae_lambda):
         blockers.append(f"gae_lambda is a function ({resolved.gae_lambda_source})")
     if data.get("token_rewards") is not None:
@@ -85,6 +84,9 @@ def run_fused_steps(
 ) -> StepFields:
     """Steps 4-6 for a batch `use_fused` accepted; raises the tensor path's error for a bad batch."""
     unit = default_estimator(resolved, config).implementation.removesuffix("_gae")
+    if unit == "turn" and data.get("turn_ids") is None:
+        check_batch_values(data)  # as on the tensor path, a bad batch is reported first
+        require_turn_ids(None)
     use_prox = config.recompute_logprob and not config.use_decoupled_loss
     lam = compute_gae_lambda(resolved.gae_lambda, loss_mask=data["loss_mask"], turn_ids=data.get("turn_ids"),
                              timestep_unit=unit, source=resolved.gae_lambda_source)
