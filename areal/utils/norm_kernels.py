@@ -18,8 +18,12 @@ its row sums with the same `masked_row_sums`, so both paths give the same bits.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
+
+from areal.utils.buffers import empty_cpu
 
 try:
     import numba
@@ -47,6 +51,36 @@ def masked_row_sums(x, m):
         weight += mt
         total += np.float64(x[t]) * mt
     return weight, total
+
+
+def masked_row_moments(x, m):
+    """(sum m, sum x*m, M2, C, Q) of one row in float64, about the row's own mean mu.
+
+    M2 = sum ((x - mu) m)^2, C = sum (x - mu) m^2, Q = sum m^2, so that for any
+    baseline b the squared deviations are sum ((x - b) m)^2 = M2 + 2 (mu - b) C
+    + (mu - b)^2 Q exactly (and C is ~0 for a 0/1 mask). One pass over the row
+    after the sums, while it is still in cache, replaces a later pass over
+    memory once the group or batch mean is known; no large terms cancel.
+    """
+    weight, total = masked_row_sums(x, m)
+    mu = total / weight if weight != 0.0 else 0.0
+    m2 = 0.0
+    cross = 0.0
+    q = 0.0
+    for t in range(x.shape[0]):
+        mt = np.float64(m[t])
+        d = np.float64(x[t]) - mu
+        c = d * mt
+        m2 += c * c
+        cross += c * mt
+        q += mt * mt
+    return weight, total, m2, cross, q
+
+
+def _row_moments(x, m, out):
+    """out[:, b] = masked_row_moments of row b."""
+    for b in numba.prange(x.shape[0]):
+        out[0, b], out[1, b], out[2, b], out[3, b], out[4, b] = masked_row_moments(x[b], m[b])
 
 
 def _row_total(x):
@@ -160,6 +194,8 @@ if NUMBA_AVAILABLE:
     _reduce = numba.njit(cache=True, nogil=True, fastmath=_REDUCTION)
     _jit = numba.njit(cache=True, nogil=True)
     masked_row_sums = _reduce(masked_row_sums)
+    masked_row_moments = _reduce(masked_row_moments)
+    _row_moments = numba.njit(cache=True, parallel=True)(_row_moments)
     _row_total = _reduce(_row_total)
     _squares_plain = _reduce(_squares_plain)
     _squares_loo = _reduce(_squares_loo)
@@ -211,6 +247,30 @@ def row_sums(x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, 
     return weight, total
 
 
+class RowMoments(NamedTuple):
+    """Per-row float64 [B] moments of x under a mask (see `masked_row_moments`)."""
+
+    weight: torch.Tensor
+    total: torch.Tensor
+    m2: torch.Tensor
+    cross: torch.Tensor
+    mask_squares: torch.Tensor
+
+    def squares_about(self, baseline: torch.Tensor) -> torch.Tensor:
+        """sum ((x - baseline) m)^2 per row, for one baseline per row (0-d or [B])."""
+        mu = torch.where(self.weight != 0, self.total / self.weight, torch.zeros_like(self.total))
+        d = mu - baseline
+        return self.m2 + 2.0 * d * self.cross + d * d * self.mask_squares
+
+
+def row_moments(x: torch.Tensor, mask: torch.Tensor) -> RowMoments:
+    """`masked_row_moments` of every row of a [B, T] CPU tensor."""
+    out = np.empty((5, x.shape[0]), dtype=np.float64)
+    m, _ = _mask_np(x, mask)
+    _row_moments(_np(x), m, out)
+    return RowMoments(*torch.from_numpy(out).unbind(0))
+
+
 def row_squares(x: torch.Tensor, mask: torch.Tensor | None, stats: RowStats) -> torch.Tensor:
     """Per-row sum of squared, masked deviations from each element's baseline."""
     squares = torch.empty(x.shape[0], dtype=torch.float64)
@@ -221,8 +281,8 @@ def row_squares(x: torch.Tensor, mask: torch.Tensor | None, stats: RowStats) -> 
 
 
 def normalise(x: torch.Tensor, mask: torch.Tensor | None, stats: RowStats, denom: torch.Tensor) -> torch.Tensor:
-    """((x - mean) * mask) / denom as a new float32 tensor."""
-    out = torch.empty(x.shape, dtype=torch.float32)
+    """((x - mean) * mask) / denom as a new float32 tensor (not in place: aliasing stops vectorisation)."""
+    out = empty_cpu(tuple(x.shape))
     m, has_mask = _mask_np(x, mask)
     denom = _np(torch.broadcast_to(denom.to(torch.float64), (x.shape[0],)))
     _normalise(_np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self,

@@ -96,13 +96,13 @@ def run_fused_steps(
         None if data.get("is_truncated") is None else data["is_truncated"].to(torch.bool),
     )
     options = FusedOptions(unit, use_prox, config.mask_no_eos_with_zero, config.kl_estimator, config.kl_ctl,
-                           config.discount, config.discount * lam, row_sums=config.adv_norm is not None)
+                           config.discount, config.discount * lam, row_moments=config.adv_norm is not None)
     out = run_fused(inputs, options)
     _raise_for_bad_rows(data, out.errors)
     advantages = out.advantages
     if config.adv_norm is not None:
         advantages = Normalization(config.adv_norm)(
-            advantages, out.loss_mask, row_sums=(out.row_weight, out.row_total),
+            advantages, out.loss_mask, row_moments=out.row_moments,
             group_sizes=list(meta.traj_group_sizes) if meta_complete else None,
             logical_group_sizes=list(meta.logical_group_sizes) if meta_complete else None,
         )

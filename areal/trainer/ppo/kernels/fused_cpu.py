@@ -5,8 +5,8 @@ estimate, reward placement, GAE and the batch checks make about twenty passes
 over [B, T] data, each bound by memory speed. Here one compiled function per
 row reads every raw input once, checks it, and writes the six [B, T] outputs
 once: aligned loss mask, aligned masked log-probs, KL rewards, total rewards,
-advantages and returns, plus the per-row sums that advantage normalisation
-needs (computed by `areal.utils.norm_kernels.masked_row_sums`, the helper the
+advantages and returns, plus the per-row moments that advantage normalisation
+needs (computed by `areal.utils.norm_kernels.masked_row_moments`, the helper the
 tensor path's normalisation uses, so both give the same bits). The arithmetic
 is float32 in the order of the tensor path and the reference loops; with the
 k1 and k2 estimators the outputs are bit for bit those of the tensor path (k3
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from areal.utils.norm_kernels import masked_row_sums
+from areal.utils.buffers import empty_cpu
+from areal.utils.norm_kernels import RowMoments, masked_row_moments
 
 from .numba_cpu import NUMBA_AVAILABLE, PARALLEL_MIN_ELEMENTS, _gae_row
 
@@ -59,100 +60,91 @@ KL_KINDS = {"k1": 1, "k2": 2, "k3": 3}
 # ---------------------------------------------------------------------------
 
 
-def _prelude(a_raw, a_prev, m_raw, x, p, r, v, use_prox):
-    """At one position: aligned mask, masked old log-prob, log-ratio, and the raw checks' flags.
+def _prelude(m_raw, x, p, r, use_prox):
+    """At one position: aligned mask (1 where the raw mask is set), masked old log-prob, log-ratio.
 
-    The aligned mask is 1 where the raw mask is set (equal to float32(mask) for a
-    valid binary mask; other rows fail the checks and are never returned).
+    The aligned mask equals float32(mask) for a valid 0/1 mask; a row with any
+    other value fails the checks and is never returned.
     """
-    zero = np.float32(0.0)
-    m = np.float32(1.0) if m_raw != 0 else zero
+    m = np.float32(m_raw != 0)
     old = (p if use_prox else x) * m
-    not_finite = ((x - x) != zero) | ((p - p) != zero) | ((r - r) != zero) | ((v - v) != zero)
-    attention_bad = (a_raw < 0) | (a_raw > 1)
-    mask_bad = (m_raw < 0) | (m_raw > 1)
-    return m, old, old - r * m, not_finite, attention_bad, a_raw > a_prev, mask_bad, m_raw > a_raw
+    return m, old, old - r * m
 
 
-def _store(i, kl, m, old, turn, m_out, lp_out, kl_out, tot_out, adv_out):
-    """The element-wise outputs; the total reward before the outcome is placed (see `_place`)."""
+def _not_finite(x, p, r, v):
+    """1 if any of the four is NaN or +-inf: each x - x is 0 or NaN, so their sum is exact."""
     zero = np.float32(0.0)
-    m_out[i] = m
-    lp_out[i] = old
-    kl_out[i] = kl
-    if turn:
-        tot_out[i] = (zero + zero) + kl
-        adv_out[i] = kl  # turn GAE adds A_k in `_broadcast_turns`
-    else:
-        tot_out[i] = (kl + zero) + zero
+    return np.int64(((x - x) + (p - p) + (r - r) + (v - v)) != zero)
 
 
-def _elementwise_k12(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square, neg_kl_ctl, turn,
+def _elementwise_k12(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square, neg_kl_ctl,
                      m_out, lp_out, kl_out, tot_out, adv_out):
     """One run of positions with the k1 or k2 estimator; returns (sum of attention, error bits).
 
     Every array is a slice starting at the run's first position (raw fields at
     the raw token, aligned ones at the aligned position), so indices are
-    provably in range and the branch-free loop vectorises. Absent ref / prox /
-    values are zero rows.
+    provably in range; the loop has no branch and its checks are integer
+    min / max / sum reductions, so it vectorises. Absent ref / prox / values are
+    zero rows. `adv_out` gets the KL (turn GAE adds A_k to it; token GAE
+    overwrites it), and the total reward is KL + 0 until `_place`.
     """
-    seq = 0
-    a_bad = rising = m_bad = on_padding = not_finite = False
+    zero = np.float32(0.0)
+    seq = a_min = a_max = m_min = m_max = rising = on_padding = not_finite = 0
     for i in range(lmask.shape[0]):
-        a_raw = attn[i]
-        m, old, log_ratio, bad, a_b, up, m_b, pad = _prelude(a_raw, attn_prev[i], lmask[i], lp[i], prox[i], ref[i],
-                                                             val[i], use_prox)
+        a_raw, m_raw = attn[i], lmask[i]
+        x, p, r, v = lp[i], prox[i], ref[i], val[i]
+        m, old, log_ratio = _prelude(m_raw, x, p, r, use_prox)
         kl = log_ratio * log_ratio / np.float32(2.0) if square else log_ratio
         kl = min(max(kl, np.float32(-10.0)), np.float32(10.0)) * neg_kl_ctl
-        _store(i, kl, m, old, turn, m_out, lp_out, kl_out, tot_out, adv_out)
+        m_out[i], lp_out[i], kl_out[i], tot_out[i], adv_out[i] = m, old, kl, kl + zero, kl
         seq += a_raw
-        a_bad |= a_b
-        rising |= up
-        m_bad |= m_b
-        on_padding |= pad
-        not_finite |= bad
-    return seq, _bits(a_bad, rising, m_bad, on_padding, not_finite)
+        a_min, a_max = min(a_min, a_raw), max(a_max, a_raw)
+        m_min, m_max = min(m_min, m_raw), max(m_max, m_raw)
+        rising += a_raw > attn_prev[i]
+        on_padding += m_raw > a_raw
+        not_finite += _not_finite(x, p, r, v)
+    return seq, _bits(a_min < 0 or a_max > 1, rising, m_min < 0 or m_max > 1, on_padding, not_finite)
 
 
-def _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square, neg_kl_ctl, turn,
+def _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square, neg_kl_ctl,
                     m_out, lp_out, kl_out, tot_out, adv_out):
     """`_elementwise_k12` with the k3 estimator exp(-r) - 1 + r (`square` is unused)."""
-    seq = 0
-    a_bad = rising = m_bad = on_padding = not_finite = False
+    zero = np.float32(0.0)
+    seq = a_min = a_max = m_min = m_max = rising = on_padding = not_finite = 0
     for i in range(lmask.shape[0]):
-        a_raw = attn[i]
-        m, old, log_ratio, bad, a_b, up, m_b, pad = _prelude(a_raw, attn_prev[i], lmask[i], lp[i], prox[i], ref[i],
-                                                             val[i], use_prox)
+        a_raw, m_raw = attn[i], lmask[i]
+        x, p, r, v = lp[i], prox[i], ref[i], val[i]
+        m, old, log_ratio = _prelude(m_raw, x, p, r, use_prox)
         neg = -log_ratio
         kl = np.exp(neg) - np.float32(1.0) - neg
         kl = min(max(kl, np.float32(-10.0)), np.float32(10.0)) * neg_kl_ctl
-        _store(i, kl, m, old, turn, m_out, lp_out, kl_out, tot_out, adv_out)
+        m_out[i], lp_out[i], kl_out[i], tot_out[i], adv_out[i] = m, old, kl, kl + zero, kl
         seq += a_raw
-        a_bad |= a_b
-        rising |= up
-        m_bad |= m_b
-        on_padding |= pad
-        not_finite |= bad
-    return seq, _bits(a_bad, rising, m_bad, on_padding, not_finite)
+        a_min, a_max = min(a_min, a_raw), max(a_max, a_raw)
+        m_min, m_max = min(m_min, m_raw), max(m_max, m_raw)
+        rising += a_raw > attn_prev[i]
+        on_padding += m_raw > a_raw
+        not_finite += _not_finite(x, p, r, v)
+    return seq, _bits(a_min < 0 or a_max > 1, rising, m_min < 0 or m_max > 1, on_padding, not_finite)
 
 
-def _bits(a_bad, rising, m_bad, on_padding, not_finite):
-    return ((ROW_ATTENTION_NOT_BINARY if a_bad else 0) | (ROW_ATTENTION_NOT_RIGHT_PADDED if rising else 0)
-            | (ROW_LOSS_MASK_NOT_BINARY if m_bad else 0) | (ROW_LOSS_MASK_ON_PADDING if on_padding else 0)
+def _bits(attention_bad, rising, mask_bad, on_padding, not_finite):
+    return ((ROW_ATTENTION_NOT_BINARY if attention_bad else 0) | (ROW_ATTENTION_NOT_RIGHT_PADDED if rising else 0)
+            | (ROW_LOSS_MASK_NOT_BINARY if mask_bad else 0) | (ROW_LOSS_MASK_ON_PADDING if on_padding else 0)
             | (ROW_NOT_FINITE if not_finite else 0))
 
 
-def _elementwise(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, kind, neg_kl_ctl, turn,
+def _elementwise(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, kind, neg_kl_ctl,
                  m_out, lp_out, kl_out, tot_out, adv_out):
     """The loop for the configured KL estimator."""
     if kind == 3:
-        return _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, False, neg_kl_ctl, turn,
+        return _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, False, neg_kl_ctl,
                                m_out, lp_out, kl_out, tot_out, adv_out)
-    return _elementwise_k12(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, kind == 2, neg_kl_ctl, turn,
+    return _elementwise_k12(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, kind == 2, neg_kl_ctl,
                             m_out, lp_out, kl_out, tot_out, adv_out)
 
 
-def _front(row, out, use_prox, kind, neg_kl_ctl, turn):
+def _front(row, out, use_prox, kind, neg_kl_ctl):
     """`_elementwise` over a whole row, as two runs; returns (seqlen, error bits).
 
     Aligned t < T-1 holds raw token t+1; t = T-1 holds raw token 0 (the roll),
@@ -162,10 +154,10 @@ def _front(row, out, use_prox, kind, neg_kl_ctl, turn):
     m_out, lp_out, kl_out, tot_out, adv_out = out[0], out[1], out[2], out[3], out[4]
     n = lmask.shape[0]
     seq, errors = _elementwise(attn[1:], attn[:n - 1], lmask[1:], lp[1:], ref[:n - 1], prox[:n - 1], val[:n - 1],
-                               use_prox, kind, neg_kl_ctl, turn, m_out[:n - 1], lp_out[:n - 1], kl_out[:n - 1],
+                               use_prox, kind, neg_kl_ctl, m_out[:n - 1], lp_out[:n - 1], kl_out[:n - 1],
                                tot_out[:n - 1], adv_out[:n - 1])
     seq0, errors0 = _elementwise(attn[:1], attn[:1], lmask[:1], lp[:1], ref[n - 1:], prox[n - 1:], val[n - 1:],
-                                 use_prox, kind, neg_kl_ctl, turn, m_out[n - 1:], lp_out[n - 1:], kl_out[n - 1:],
+                                 use_prox, kind, neg_kl_ctl, m_out[n - 1:], lp_out[n - 1:], kl_out[n - 1:],
                                  tot_out[n - 1:], adv_out[n - 1:])
     return seq + seq0, errors | errors0
 
@@ -186,7 +178,7 @@ def _place(seqlen, pos, score, turn, kl_out, tot_out, adv_out):
 def _row_setup(row, out, flags, kind, neg_kl_ctl, turn, score, trunc_given):
     """The element-wise pass and the row's lengths: (errors, truncated, bootstrap value, placed score, its position)."""
     n = row[1].shape[0]
-    seqlen, errors = _front(row, out, flags[0], kind, neg_kl_ctl, turn)
+    seqlen, errors = _front(row, out, flags[0], kind, neg_kl_ctl)
     truncated = trunc_given if flags[2] else seqlen == n
     if flags[3] and truncated:  # mask_no_eos_with_zero
         score = np.float32(0.0)
@@ -318,18 +310,18 @@ def _ids_bits(row, flags, pos):
     return 0 if ok else ROW_TURN_IDS_INVALID
 
 
-def _sums(out, want):
-    """(mask count, masked advantage sum) of a finished row, as `Normalization` forms them."""
+def _moments(out, want):
+    """The advantage row's moments under the aligned mask, as `Normalization` forms them."""
     if want:
-        return masked_row_sums(out[4], out[0])
-    return 0.0, 0.0
+        return masked_row_moments(out[4], out[0])
+    return 0.0, 0.0, 0.0, 0.0, 0.0
 
 
 def _token_rows(row0, out0, row1, out1, flags, kind, neg_kl_ctl, g, c0, c1, score0, score1, trunc0, trunc1):
     """Token GAE for two rows (the same row twice for an odd batch's last row).
 
-    Returns ((errors, truncated, count, total) per row). `flags` = (use_prox,
-    has_ids, has_trunc, mask_no_eos, want_sums).
+    Returns ((errors, truncated, moments) per row). `flags` = (use_prox,
+    has_ids, has_trunc, mask_no_eos, want_moments).
     """
     e0, tr0, boot0, _, pos0 = _row_setup(row0, out0, flags, kind, neg_kl_ctl, False, score0, trunc0)
     e1, tr1, boot1, _, pos1 = _row_setup(row1, out1, flags, kind, neg_kl_ctl, False, score1, trunc1)
@@ -337,13 +329,11 @@ def _token_rows(row0, out0, row1, out1, flags, kind, neg_kl_ctl, g, c0, c1, scor
     e1 |= _ids_bits(row1, flags, pos1)
     _token_pair(out0[3], out0[0], row0[4], c0, boot0, out0[4], out0[5],
                 out1[3], out1[0], row1[4], c1, boot1, out1[4], out1[5], g)
-    w0, s0 = _sums(out0, flags[4])
-    w1, s1 = _sums(out1, flags[4])
-    return (e0, tr0, w0, s0), (e1, tr1, w1, s1)
+    return (e0, tr0, _moments(out0, flags[4])), (e1, tr1, _moments(out1, flags[4]))
 
 
 def _turn_row(row, out, flags, kind, neg_kl_ctl, g, c, score, trunc_given):
-    """Turn GAE for one row; returns (errors, truncated, count, total).
+    """Turn GAE for one row; returns (errors, truncated, moments).
 
     The turn reward is the outcome score of the turn holding position seqlen-2
     (folded process rewards take the tensor path). KL is added to the
@@ -358,8 +348,7 @@ def _turn_row(row, out, flags, kind, neg_kl_ctl, g, c, score, trunc_given):
     starts[n_turns] = n_pos  # sentinel: no further turn start
     turn_adv, turn_v = _turn_values(row[4], starts, n_turns, score_turn, score, boot, g, c)
     _broadcast_turns(row[6], row[4], starts, n_turns, turn_adv, turn_v, out[4], out[5])
-    w, s = _sums(out, flags[4])
-    return errors, truncated, w, s
+    return errors, truncated, _moments(out, flags[4])
 
 
 # ---------------------------------------------------------------------------
@@ -386,16 +375,21 @@ def _token_pair_task(p, ins, has, flags, score, trunc, kind, neg_kl_ctl, g, coef
     r0, r1 = _token_rows(_row(ins, has, flags, b0), _out(outs, b0), _row(ins, has, flags, b1), _out(outs, b1), flags,
                          kind, neg_kl_ctl, g, coef[b0], coef[b1], score[b0], score[b1],
                          trunc[b0] if flags[2] else False, trunc[b1] if flags[2] else False)
-    errors, trunc_out, counts, totals = res
-    errors[b0], trunc_out[b0], counts[b0], totals[b0] = r0
-    errors[b1], trunc_out[b1], counts[b1], totals[b1] = r1
+    _store_row(res, b0, r0)
+    _store_row(res, b1, r1)
 
 
 def _turn_task(b, ins, has, flags, score, trunc, kind, neg_kl_ctl, g, coef, outs, res):
-    errors, trunc_out, counts, totals = res
-    errors[b], trunc_out[b], counts[b], totals[b] = _turn_row(
-        _row(ins, has, flags, b), _out(outs, b), flags, kind, neg_kl_ctl, g, coef[b], score[b],
-        trunc[b] if flags[2] else False)
+    _store_row(res, b, _turn_row(_row(ins, has, flags, b), _out(outs, b), flags, kind, neg_kl_ctl, g, coef[b],
+                                 score[b], trunc[b] if flags[2] else False))
+
+
+def _store_row(res, b, row):
+    """Row b's (errors, truncated, moments) into the [B]-sized results."""
+    errors, trunc_out, moments = res
+    errors[b], trunc_out[b] = row[0], row[1]
+    m = row[2]
+    moments[0, b], moments[1, b], moments[2, b], moments[3, b], moments[4, b] = m[0], m[1], m[2], m[3], m[4]
 
 
 def _token_parallel(ins, has, flags, score, trunc, kind, neg_kl_ctl, g, coef, outs, res):
@@ -426,13 +420,13 @@ if NUMBA_AVAILABLE:
     _jit = numba.njit(cache=True, nogil=True)
     _inline = numba.njit(cache=True, nogil=True, inline="always")
     _prelude = _inline(_prelude)
-    _store = _inline(_store)
+    _not_finite = _inline(_not_finite)
     _bits = _inline(_bits)
     _elementwise_k12 = _jit(_elementwise_k12)
     _elementwise_k3 = _jit(_elementwise_k3)
     for _name in ("_elementwise", "_front", "_place", "_row_setup", "_turn_scan", "_token_pair", "_turn_values",
-                  "_broadcast_segment", "_broadcast_turns", "_ids_bits", "_sums", "_token_rows", "_turn_row", "_row",
-                  "_out", "_token_pair_task", "_turn_task"):
+                  "_broadcast_segment", "_broadcast_turns", "_ids_bits", "_moments", "_token_rows", "_turn_row", "_row",
+                  "_out", "_store_row", "_token_pair_task", "_turn_task"):
         globals()[_name] = _jit(globals()[_name])
     # Separate Python functions, not one compiled twice: numba's on-disk cache
     # keys entries by function and signature, not by the `parallel` flag.
@@ -474,7 +468,7 @@ class FusedOptions:
     kl_ctl: float
     discount: float
     coef: torch.Tensor  # [B] float32 discount * lambda
-    row_sums: bool  # also return per-row (mask count, masked advantage sum)
+    row_moments: bool  # also return the advantages' per-row moments (for advantage normalisation)
 
 
 @dataclass(frozen=True, eq=False)
@@ -487,8 +481,7 @@ class FusedOutputs:
     returns: torch.Tensor
     truncated: torch.Tensor  # [B] bool
     errors: torch.Tensor  # [B] int64 error bits, 0 for a valid row
-    row_weight: torch.Tensor  # [B] float64 (zeros unless options.row_sums)
-    row_total: torch.Tensor  # [B] float64
+    row_moments: RowMoments | None  # None unless options.row_moments
 
 
 def _np(t: torch.Tensor | None, absent: np.ndarray) -> np.ndarray:
@@ -502,22 +495,21 @@ def run_fused(inputs: FusedInputs, options: FusedOptions) -> FusedOutputs:
     if options.estimator == "turn" and inputs.turn_ids is None:
         raise ValueError("run_fused: turn GAE needs turn_ids")
     n_rows, n_pos = inputs.attention_mask.shape
-    outs = tuple(torch.empty((n_rows, n_pos), dtype=torch.float32) for _ in range(6))
+    outs = tuple(empty_cpu((n_rows, n_pos)) for _ in range(6))
     errors = torch.zeros(n_rows, dtype=torch.int64)
     truncated = torch.empty(n_rows, dtype=torch.bool)
-    weight = torch.zeros(n_rows, dtype=torch.float64)
-    total = torch.zeros(n_rows, dtype=torch.float64)
+    moments = torch.zeros((5, n_rows), dtype=torch.float64)
     zeros = np.zeros((1, n_pos), dtype=np.float32)  # stands in for an absent [B, T] float field
     ins = (_np(inputs.attention_mask, zeros), _np(inputs.loss_mask, zeros), _np(inputs.logprobs, zeros),
            _np(inputs.ref_logp, zeros), _np(inputs.values, zeros), _np(inputs.prox_logp, zeros),
            _np(inputs.turn_ids, np.full((1, n_pos), -1, dtype=np.int64)))
     has = (inputs.ref_logp is not None, inputs.values is not None, inputs.prox_logp is not None)
     flags = (bool(options.use_prox), inputs.turn_ids is not None, inputs.is_truncated is not None,
-             bool(options.mask_no_eos), bool(options.row_sums))
+             bool(options.mask_no_eos), bool(options.row_moments))
     parallel = n_rows > 1 and n_rows * n_pos >= PARALLEL_MIN_ELEMENTS
     _KERNELS[(options.estimator, parallel)](
         ins, has, flags, _np(inputs.score, zeros[0]), _np(inputs.is_truncated, np.zeros(1, dtype=np.bool_)),
         KL_KINDS[options.kl_estimator], np.float32(-options.kl_ctl), np.float32(options.discount),
         _np(options.coef, zeros[0]), tuple(o.numpy() for o in outs),
-        (errors.numpy(), truncated.numpy(), weight.numpy(), total.numpy()))
-    return FusedOutputs(*outs, truncated, errors, weight, total)
+        (errors.numpy(), truncated.numpy(), moments.numpy()))
+    return FusedOutputs(*outs, truncated, errors, RowMoments(*moments.unbind(0)) if options.row_moments else None)

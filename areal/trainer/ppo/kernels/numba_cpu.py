@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from areal.utils.buffers import empty_cpu
+
 try:  # numba is optional at run time: without it the torch path is used.
     import numba
 
@@ -213,8 +215,8 @@ def token_gae_numba(
     """
     _require_numba()
     n_rows, n_pos = rewards.shape
-    adv = torch.empty((n_rows, n_pos), dtype=torch.float32)
-    ret = torch.empty((n_rows, n_pos), dtype=torch.float32)
+    adv = empty_cpu((n_rows, n_pos))
+    ret = empty_cpu((n_rows, n_pos))
     if n_rows and n_pos:
         _kernel("token", n_rows, n_pos)(
             *(_f32(x) for x in (rewards, values, mask, coef, bootstrap)),
@@ -241,8 +243,8 @@ def turn_gae_numba(
     """
     _require_numba()
     n_rows, n_pos = rewards.shape
-    adv = torch.empty((n_rows, n_pos), dtype=torch.float32)
-    ret = torch.empty((n_rows, n_pos), dtype=torch.float32)
+    adv = empty_cpu((n_rows, n_pos))
+    ret = empty_cpu((n_rows, n_pos))
     errors = torch.zeros(n_rows, dtype=torch.int64)
     if n_rows and n_pos:
         keep = turn_ids.dtype in (torch.int32, torch.int64)  # compiled for both; no conversion pass
