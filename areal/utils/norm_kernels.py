@@ -13,7 +13,7 @@ reductions may be reassociated (numba fastmath "reassoc" only; a single running
 float64 sum is a chain of dependent additions, about 4 cycles per element), and
 rows whose baseline is one number take a loop without the leave-one-out branch.
 The fused advantage pipeline (`areal.trainer.ppo.kernels.fused_cpu`) produces
-its row sums with the same `masked_row_sums`, so both paths give the same bits.
+its row statistics with the same `masked_row_moments`, so both paths give the same bits.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ except ImportError:  # pragma: no cover - numba is a declared dependency
 # vectorise them; nothing else is relaxed (NaN and inf keep their meaning). The order
 # is fixed by the compiled code, so every caller of these functions gets the same bits.
 _REDUCTION = {"reassoc"}
+
+#: Below this many elements a pass runs on the calling thread (as the GAE kernels do).
+PARALLEL_MIN_ELEMENTS = 1 << 18
 
 
 def masked_row_sums(x, m):
@@ -77,10 +80,9 @@ def masked_row_moments(x, m):
     return weight, total, m2, cross, q
 
 
-def _row_moments(x, m, out):
+def _moments_row(b, x, m, out):
     """out[:, b] = masked_row_moments of row b."""
-    for b in numba.prange(x.shape[0]):
-        out[0, b], out[1, b], out[2, b], out[3, b], out[4, b] = masked_row_moments(x[b], m[b])
+    out[0, b], out[1, b], out[2, b], out[3, b], out[4, b] = masked_row_moments(x[b], m[b])
 
 
 def _row_total(x):
@@ -91,14 +93,13 @@ def _row_total(x):
     return total
 
 
-def _row_sums(x, m, has_mask, weight, total):
+def _sums_row(b, x, m, has_mask, weight, total):
     """weight[b] = sum_t m, total[b] = sum_t x*m (float64)."""
-    for b in numba.prange(x.shape[0]):
-        if has_mask:
-            weight[b], total[b] = masked_row_sums(x[b], m[b])
-        else:
-            weight[b] = np.float64(x.shape[1])
-            total[b] = _row_total(x[b])
+    if has_mask:
+        weight[b], total[b] = masked_row_sums(x[b], m[b])
+    else:
+        weight[b] = np.float64(x.shape[1])
+        total[b] = _row_total(x[b])
 
 
 def _loo_mean(xt, mt, has_mask, row_total, row_count):
@@ -142,16 +143,15 @@ def _squares_self(x, m, has_mask):
     return acc
 
 
-def _row_squares(x, m, has_mask, loo, row_mean, row_total, row_count, row_self, squares):
+def _squares_row(b, x, m, has_mask, loo, row_mean, row_total, row_count, row_self, squares):
     """squares[b] = sum_t ((x - mean) * m)^2 (float64); a row that is its own baseline gives 0."""
-    for b in numba.prange(x.shape[0]):
-        mb = m[b] if has_mask else m[0]
-        if row_self[b]:
-            squares[b] = _squares_self(x[b], mb, has_mask)
-        elif loo:
-            squares[b] = _squares_loo(x[b], mb, has_mask, row_total[b], row_count[b])
-        else:
-            squares[b] = _squares_plain(x[b], mb, has_mask, row_mean[b])
+    mb = m[b] if has_mask else m[0]
+    if row_self[b]:
+        squares[b] = _squares_self(x[b], mb, has_mask)
+    elif loo:
+        squares[b] = _squares_loo(x[b], mb, has_mask, row_total[b], row_count[b])
+    else:
+        squares[b] = _squares_plain(x[b], mb, has_mask, row_mean[b])
 
 
 def _normalise_plain(x, m, has_mask, mean, d, out):
@@ -178,16 +178,61 @@ def _normalise_self(x, m, has_mask, d, out):
         out[t] = np.float32((xt - xt) * (np.float64(m[t]) if has_mask else 1.0) / d)
 
 
-def _normalise(x, m, has_mask, loo, row_mean, row_total, row_count, row_self, denom, out):
-    """out = ((x - mean) * m) / denom, computed in float64 and stored as float32."""
+def _normalise_row(b, x, m, has_mask, loo, row_mean, row_total, row_count, row_self, denom, out):
+    """out[b] = ((x[b] - mean) * m) / denom, computed in float64 and stored as float32."""
+    mb = m[b] if has_mask else m[0]
+    if row_self[b]:
+        _normalise_self(x[b], mb, has_mask, denom[b], out[b])
+    elif loo:
+        _normalise_loo(x[b], mb, has_mask, row_total[b], row_count[b], denom[b], out[b])
+    else:
+        _normalise_plain(x[b], mb, has_mask, row_mean[b], denom[b], out[b])
+
+
+# Each pass over rows as two drivers: rows in parallel for large inputs, on the
+# calling thread for small ones (a parallel region costs a scheduler time slice
+# when the cores are busy). Separate Python functions, not one compiled twice:
+# numba's disk cache keys entries by function, not by the `parallel` flag.
+
+
+def _moments_parallel(x, m, out):
     for b in numba.prange(x.shape[0]):
-        mb = m[b] if has_mask else m[0]
-        if row_self[b]:
-            _normalise_self(x[b], mb, has_mask, denom[b], out[b])
-        elif loo:
-            _normalise_loo(x[b], mb, has_mask, row_total[b], row_count[b], denom[b], out[b])
-        else:
-            _normalise_plain(x[b], mb, has_mask, row_mean[b], denom[b], out[b])
+        _moments_row(b, x, m, out)
+
+
+def _moments_serial(x, m, out):
+    for b in range(x.shape[0]):
+        _moments_row(b, x, m, out)
+
+
+def _sums_parallel(x, m, has_mask, weight, total):
+    for b in numba.prange(x.shape[0]):
+        _sums_row(b, x, m, has_mask, weight, total)
+
+
+def _sums_serial(x, m, has_mask, weight, total):
+    for b in range(x.shape[0]):
+        _sums_row(b, x, m, has_mask, weight, total)
+
+
+def _squares_parallel(x, m, has_mask, loo, row_mean, row_total, row_count, row_self, squares):
+    for b in numba.prange(x.shape[0]):
+        _squares_row(b, x, m, has_mask, loo, row_mean, row_total, row_count, row_self, squares)
+
+
+def _squares_serial(x, m, has_mask, loo, row_mean, row_total, row_count, row_self, squares):
+    for b in range(x.shape[0]):
+        _squares_row(b, x, m, has_mask, loo, row_mean, row_total, row_count, row_self, squares)
+
+
+def _normalise_parallel(x, m, has_mask, loo, row_mean, row_total, row_count, row_self, denom, out):
+    for b in numba.prange(x.shape[0]):
+        _normalise_row(b, x, m, has_mask, loo, row_mean, row_total, row_count, row_self, denom, out)
+
+
+def _normalise_serial(x, m, has_mask, loo, row_mean, row_total, row_count, row_self, denom, out):
+    for b in range(x.shape[0]):
+        _normalise_row(b, x, m, has_mask, loo, row_mean, row_total, row_count, row_self, denom, out)
 
 
 if NUMBA_AVAILABLE:
@@ -195,7 +240,6 @@ if NUMBA_AVAILABLE:
     _jit = numba.njit(cache=True, nogil=True)
     masked_row_sums = _reduce(masked_row_sums)
     masked_row_moments = _reduce(masked_row_moments)
-    _row_moments = numba.njit(cache=True, parallel=True)(_row_moments)
     _row_total = _reduce(_row_total)
     _squares_plain = _reduce(_squares_plain)
     _squares_loo = _reduce(_squares_loo)
@@ -204,9 +248,22 @@ if NUMBA_AVAILABLE:
     _normalise_plain = _jit(_normalise_plain)
     _normalise_loo = _jit(_normalise_loo)
     _normalise_self = _jit(_normalise_self)
-    _row_sums = numba.njit(cache=True, parallel=True)(_row_sums)
-    _row_squares = numba.njit(cache=True, parallel=True)(_row_squares)
-    _normalise = numba.njit(cache=True, parallel=True)(_normalise)
+    _moments_row = _jit(_moments_row)
+    _sums_row = _jit(_sums_row)
+    _squares_row = _jit(_squares_row)
+    _normalise_row = _jit(_normalise_row)
+    _par = numba.njit(cache=True, nogil=True, parallel=True)
+    _PASSES = {
+        ("moments", True): _par(_moments_parallel), ("moments", False): _jit(_moments_serial),
+        ("sums", True): _par(_sums_parallel), ("sums", False): _jit(_sums_serial),
+        ("squares", True): _par(_squares_parallel), ("squares", False): _jit(_squares_serial),
+        ("normalise", True): _par(_normalise_parallel), ("normalise", False): _jit(_normalise_serial),
+    }
+
+
+def _pass(name: str, x: torch.Tensor):
+    """The parallel driver for inputs of PARALLEL_MIN_ELEMENTS or more, else the serial one."""
+    return _PASSES[(name, x.shape[0] > 1 and x.numel() >= PARALLEL_MIN_ELEMENTS)]
 
 
 def fused_available(x: torch.Tensor) -> bool:
@@ -243,7 +300,7 @@ def row_sums(x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, 
     weight = torch.empty(x.shape[0], dtype=torch.float64)
     total = torch.empty(x.shape[0], dtype=torch.float64)
     m, has_mask = _mask_np(x, mask)
-    _row_sums(_np(x), m, has_mask, weight.numpy(), total.numpy())
+    _pass("sums", x)(_np(x), m, has_mask, weight.numpy(), total.numpy())
     return weight, total
 
 
@@ -267,7 +324,7 @@ def row_moments(x: torch.Tensor, mask: torch.Tensor) -> RowMoments:
     """`masked_row_moments` of every row of a [B, T] CPU tensor."""
     out = np.empty((5, x.shape[0]), dtype=np.float64)
     m, _ = _mask_np(x, mask)
-    _row_moments(_np(x), m, out)
+    _pass("moments", x)(_np(x), m, out)
     return RowMoments(*torch.from_numpy(out).unbind(0))
 
 
@@ -275,7 +332,7 @@ def row_squares(x: torch.Tensor, mask: torch.Tensor | None, stats: RowStats) -> 
     """Per-row sum of squared, masked deviations from each element's baseline."""
     squares = torch.empty(x.shape[0], dtype=torch.float64)
     m, has_mask = _mask_np(x, mask)
-    _row_squares(_np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self,
+    _pass("squares", x)(_np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self,
                  squares.numpy())
     return squares
 
@@ -285,6 +342,6 @@ def normalise(x: torch.Tensor, mask: torch.Tensor | None, stats: RowStats, denom
     out = empty_cpu(tuple(x.shape))
     m, has_mask = _mask_np(x, mask)
     denom = _np(torch.broadcast_to(denom.to(torch.float64), (x.shape[0],)))
-    _normalise(_np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self,
+    _pass("normalise", x)(_np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self,
                denom, out.numpy())
     return out
