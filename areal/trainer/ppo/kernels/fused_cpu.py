@@ -229,8 +229,24 @@ def _token_pair(tot0, m0, v0, c0, boot0, adv0, ret0, tot1, m1, v1, c1, boot1, ad
 
     The recurrence of one row is a chain of dependent float operations; two
     independent chains keep the core busy. Same float32 operations as the
-    reference loop. Unsigned indices spare the negative-index handling.
+    reference loop; with discount and both coefficients 1 (the default) the
+    multiplications by 1 are left out, which changes no bit.
     """
+    n_pos = tot0.shape[0]
+    one = np.float32(1.0)
+    if g == one and c0 == one and c1 == one:
+        _pair_steps_unit(tot0, m0, v0, boot0, adv0, ret0, tot1, m1, v1, boot1, adv1, ret1)
+    else:
+        _pair_steps(tot0, m0, v0, c0, boot0, adv0, ret0, tot1, m1, v1, c1, boot1, adv1, ret1, g)
+    zero = np.float32(0.0)
+    adv0[n_pos - 1] = zero
+    adv1[n_pos - 1] = zero
+    ret0[n_pos - 1] = v0[n_pos - 1]
+    ret1[n_pos - 1] = v1[n_pos - 1]
+
+
+def _pair_steps(tot0, m0, v0, c0, boot0, adv0, ret0, tot1, m1, v1, c1, boot1, adv1, ret1, g):
+    """The two-row recurrence; unsigned indices spare the negative-index handling."""
     n_pos = tot0.shape[0]
     zero = np.float32(0.0)
     next0, last0, next1, last1 = boot0, zero, boot1, zero
@@ -248,9 +264,27 @@ def _token_pair(tot0, m0, v0, c0, boot0, adv0, ret0, tot1, m1, v1, c1, boot1, ad
         adv1[t] = last1
         ret0[t] = last0 + va
         ret1[t] = last1 + vb
-    for adv, ret, v in ((adv0, ret0, v0), (adv1, ret1, v1)):
-        adv[n_pos - 1] = zero
-        ret[n_pos - 1] = v[n_pos - 1]
+
+
+def _pair_steps_unit(tot0, m0, v0, boot0, adv0, ret0, tot1, m1, v1, boot1, adv1, ret1):
+    """`_pair_steps` for discount = lambda = 1 (x * 1 is x, so the products are dropped)."""
+    n_pos = tot0.shape[0]
+    zero = np.float32(0.0)
+    next0, last0, next1, last1 = boot0, zero, boot1, zero
+    for i in range(n_pos - 1):
+        t = np.uint64(n_pos - 2 - i)
+        va, vb = v0[t], v1[t]
+        new0 = (tot0[t] + next0 - va) + last0
+        new1 = (tot1[t] + next1 - vb) + last1
+        ok0, ok1 = m0[t] != zero, m1[t] != zero
+        next0 = va if ok0 else next0
+        next1 = vb if ok1 else next1
+        last0 = new0 if ok0 else last0
+        last1 = new1 if ok1 else last1
+        adv0[t] = last0
+        adv1[t] = last1
+        ret0[t] = last0 + va
+        ret1[t] = last1 + vb
 
 
 def _turn_values(val, starts, n_turns, score_turn, score, boot, g, c):
@@ -424,7 +458,8 @@ if NUMBA_AVAILABLE:
     _bits = _inline(_bits)
     _elementwise_k12 = _jit(_elementwise_k12)
     _elementwise_k3 = _jit(_elementwise_k3)
-    for _name in ("_elementwise", "_front", "_place", "_row_setup", "_turn_scan", "_token_pair", "_turn_values",
+    for _name in ("_elementwise", "_front", "_place", "_row_setup", "_turn_scan", "_token_pair", "_pair_steps",
+                  "_pair_steps_unit", "_turn_values",
                   "_broadcast_segment", "_broadcast_turns", "_ids_bits", "_moments", "_token_rows", "_turn_row", "_row",
                   "_out", "_store_row", "_token_pair_task", "_turn_task"):
         globals()[_name] = _jit(globals()[_name])
