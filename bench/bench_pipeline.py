@@ -47,6 +47,7 @@ from reference_loops import reference_pipeline  # noqa: E402
 from areal.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
 from areal.trainer.ppo.actor import PPOActor  # noqa: E402
 from areal.trainer.ppo.fused import FUSED_ENV  # noqa: E402
+from areal.trainer.ppo.kernels.numba_cpu import PARALLEL_MIN_ELEMENTS  # noqa: E402
 from areal.utils.buffers import empty_cpu  # noqa: E402
 from areal.utils.data import TrajBatchMeta  # noqa: E402
 
@@ -102,32 +103,46 @@ def make_batch(n_rows: int, n_pos: int, *, turns: bool, seed: int = 0) -> dict[s
 # ---------------------------------------------------------------------------
 
 
-@numba.njit(parallel=True, cache=True)
-def _floor_kernel(ints, floats, o0, o1, o2, o3, o4, o5):
-    """Per row: one pass over every integer and float input, one write of six outputs."""
-    for b in numba.prange(o0.shape[0]):
-        n = o0.shape[1]
-        acc = np.int64(0)
-        for a in ints:
-            row = a[b]
-            for t in range(n):
-                acc += row[t]
-        s = np.float32(acc)
-        f0, f1, f2 = floats[0][b], floats[1][b], floats[2][b]
+@numba.njit(cache=True)
+def _floor_row(b, ints, floats, o0, o1, o2, o3, o4, o5):
+    """Row b: one pass over every integer and float input, one write of six outputs."""
+    n = o0.shape[1]
+    acc = np.int64(0)
+    for a in ints:
+        row = a[b]
         for t in range(n):
-            x = f0[t] + f1[t] + f2[t] + s
-            o0[b, t] = x
-            o1[b, t] = x
-            o2[b, t] = x
-            o3[b, t] = x
-            o4[b, t] = x
-            o5[b, t] = x
+            acc += row[t]
+    s = np.float32(acc)
+    f0, f1, f2 = floats[0][b], floats[1][b], floats[2][b]
+    for t in range(n):
+        x = f0[t] + f1[t] + f2[t] + s
+        o0[b, t] = x
+        o1[b, t] = x
+        o2[b, t] = x
+        o3[b, t] = x
+        o4[b, t] = x
+        o5[b, t] = x
+
+
+@numba.njit(parallel=True, cache=True)
+def _floor_parallel(ints, floats, o0, o1, o2, o3, o4, o5):
+    for b in numba.prange(o0.shape[0]):
+        _floor_row(b, ints, floats, o0, o1, o2, o3, o4, o5)
+
+
+@numba.njit(cache=True)
+def _floor_serial(ints, floats, o0, o1, o2, o3, o4, o5):
+    for b in range(o0.shape[0]):
+        _floor_row(b, ints, floats, o0, o1, o2, o3, o4, o5)
 
 
 def floor_numba(batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    outs = [empty_cpu(tuple(batch["loss_mask"].shape)) for _ in range(6)]
+    """The floor kernel, on the calling thread below PARALLEL_MIN_ELEMENTS like the pipeline's kernels."""
+    shape = tuple(batch["loss_mask"].shape)
+    outs = [empty_cpu(shape) for _ in range(6)]
     ints = tuple(batch[k].numpy() for k in INT_INPUTS if k in batch)
-    _floor_kernel(ints, tuple(batch[k].numpy() for k in FLOAT_INPUTS), *(o.numpy() for o in outs))
+    kernel = _floor_parallel if shape[0] > 1 and shape[0] * shape[1] >= PARALLEL_MIN_ELEMENTS else _floor_serial
+    kernel(ints, tuple(batch[k].numpy() for k in FLOAT_INPUTS), *(o.numpy() for o in outs))
     return outs
 
 
