@@ -84,6 +84,34 @@ class PPOActor:
         options = CallOptions(advantage_shaping_mode, gvpo_negative_scale, gvpo_zero_penalty, gvpo_zero_eps)
         return run_advantage_pipeline(data, meta, self.config, self.resolved, options)
 
+    def _stateful_stages(self) -> dict[str, Any]:
+        """Resolved stage objects that keep state (they have `state_dict` and `load_state_dict`)."""
+        out = {}
+        r = self.resolved
+        for name, stage in (("compute", r.compute), ("outcome_reward_shaping", r.outcome),
+                            ("estimator", r.estimator), ("process_adv_shaping", r.process)):
+            fn = None if stage is None else stage.fn
+            fn = getattr(fn, "func", fn)  # kwargs are bound with functools.partial
+            if callable(getattr(fn, "state_dict", None)) and callable(getattr(fn, "load_state_dict", None)):
+                out[name] = fn
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state of every configured stage that keeps one (checkpointed with the run); {} when none does."""
+        return {"stages": {name: fn.state_dict() for name, fn in self._stateful_stages().items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` returned; the stages with state must be the same ones."""
+        saved = dict(state.get("stages", {})) if isinstance(state, Mapping) else None
+        if saved is None:
+            raise ValueError(f"PPOActor.load_state_dict: got {type(state).__name__}, expected the dict of state_dict()")
+        stages = self._stateful_stages()
+        if set(saved) != set(stages):
+            raise ValueError(f"PPOActor.load_state_dict: the checkpoint holds state for stages {sorted(saved)}, "
+                             f"but the configured stages with state are {sorted(stages)}")
+        for name, fn in stages.items():
+            fn.load_state_dict(saved[name])
+
     def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
         """One PPO update over `data` (the output of `compute_advantages`)."""
         if self.engine is None:

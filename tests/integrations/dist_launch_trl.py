@@ -1,0 +1,43 @@
+"""Start N ranks of a script with torchrun-style variables (what accelerate reads), bounded in time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(world_size: int, cmd: list[str], timeout: float) -> None:
+    """Run `cmd` once per rank; fail the test with the ranks' stderr when one fails or hangs."""
+    port = str(_free_port())
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    base.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), base.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1",
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(world_size))
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for r in range(world_size)]
+    try:
+        results = [proc.communicate(timeout=timeout) for proc in procs]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a rank did not finish within {timeout} s: {cmd}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    failed = [(r, p.returncode, err[-3000:]) for r, (p, (_, err)) in enumerate(zip(procs, results)) if p.returncode]
+    if failed:
+        pytest.fail("ranks failed: " + "\n".join(f"rank {r} exit {code}:\n{err}" for r, code, err in failed))
