@@ -311,3 +311,16 @@ def test_bad_mode_is_an_error():
     batch, meta = make_batch(13, drop=("token_rewards",))
     with fused_mode("sometimes"), pytest.raises(ValueError, match="AREAL_FUSED_ADVANTAGE='sometimes'"):
         PPOActor(PPOActorConfig()).compute_advantages(batch, meta)
+
+
+@pytest.mark.parametrize("n_pos", [1, 2])
+@pytest.mark.parametrize("unit", ["token", "turn"])
+def test_fused_rows_of_one_and_two_positions(n_pos, unit):
+    """T = 1 (only the rolled-around position) and T = 2 (one GAE step), every row truncated."""
+    ones = torch.ones(3, n_pos, dtype=torch.long)
+    batch = {"input_ids": ones, "attention_mask": ones, "loss_mask": ones, "turn_ids": torch.zeros_like(ones),
+             "logprobs": -torch.rand(3, n_pos), "ref_logp": -torch.rand(3, n_pos), "values": torch.randn(3, n_pos),
+             "rewards": torch.tensor([1.0, 0.0, 2.0])}
+    cfg = PPOActorConfig(gae_timestep_unit=unit, adv_norm=NormConfig(), discount=0.9)
+    fast, plain = both_paths(cfg, batch, None)
+    assert_identical(fast, plain, exact=True)
