@@ -47,7 +47,7 @@ from reference_loops import reference_pipeline  # noqa: E402
 from areal.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
 from areal.trainer.ppo.actor import PPOActor  # noqa: E402
 from areal.trainer.ppo.fused import FUSED_ENV  # noqa: E402
-from areal.trainer.ppo.kernels.numba_cpu import PARALLEL_MIN_ELEMENTS  # noqa: E402
+from areal.trainer.ppo.kernels.numba_cpu import use_parallel  # noqa: E402
 from areal.utils.buffers import empty_cpu  # noqa: E402
 from areal.utils.data import TrajBatchMeta  # noqa: E402
 
@@ -137,11 +137,11 @@ def _floor_serial(ints, floats, o0, o1, o2, o3, o4, o5):
 
 
 def floor_numba(batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """The floor kernel, on the calling thread below PARALLEL_MIN_ELEMENTS like the pipeline's kernels."""
+    """The floor kernel, serial or parallel by the pipeline kernels' rule (`use_parallel`)."""
     shape = tuple(batch["loss_mask"].shape)
     outs = [empty_cpu(shape) for _ in range(6)]
     ints = tuple(batch[k].numpy() for k in INT_INPUTS if k in batch)
-    kernel = _floor_parallel if shape[0] > 1 and shape[0] * shape[1] >= PARALLEL_MIN_ELEMENTS else _floor_serial
+    kernel = _floor_parallel if use_parallel(shape[0], shape[0] * shape[1]) else _floor_serial
     kernel(ints, tuple(batch[k].numpy() for k in FLOAT_INPUTS), *(o.numpy() for o in outs))
     return outs
 

@@ -262,8 +262,11 @@ if NUMBA_AVAILABLE:
 
 
 def _pass(name: str, x: torch.Tensor):
-    """The parallel driver for inputs of PARALLEL_MIN_ELEMENTS or more, else the serial one."""
-    return _PASSES[(name, x.shape[0] > 1 and x.numel() >= PARALLEL_MIN_ELEMENTS)]
+    """The parallel driver for inputs of PARALLEL_MIN_ELEMENTS or more and more than one numba
+    thread, else the serial one (with one thread, a parallel region waits for the pool's idle
+    threads, a scheduler time slice on busy cores; see `kernels.numba_cpu.use_parallel`)."""
+    parallel = x.shape[0] > 1 and x.numel() >= PARALLEL_MIN_ELEMENTS and numba.get_num_threads() > 1
+    return _PASSES[(name, parallel)]
 
 
 def fused_available(x: torch.Tensor) -> bool:

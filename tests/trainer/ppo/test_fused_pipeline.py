@@ -28,6 +28,16 @@ from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.kernels import fused_cpu
 from areal.trainer.ppo.kernels.numba_cpu import NUMBA_AVAILABLE, PARALLEL_MIN_ELEMENTS
 
+
+def numba_threads() -> int:
+    """numba's thread pool size (0 without numba)."""
+    if not NUMBA_AVAILABLE:
+        return 0
+    import numba
+
+    return numba.config.NUMBA_NUM_THREADS
+
+
 pytestmark = pytest.mark.skipif(not NUMBA_AVAILABLE, reason="the fused pipeline needs numba")
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -145,6 +155,36 @@ def test_fused_parallel_kernels_on_a_large_batch(unit):
                          adv_norm=NormConfig(), discount=0.99, gae_lambda=0.95)
     fast, plain = both_paths(cfg, batch, meta)
     assert_identical(fast, plain, exact=True)
+
+
+@pytest.mark.skipif(not NUMBA_AVAILABLE or numba_threads() < 2, reason="needs numba with two threads")
+def test_one_numba_thread_takes_the_serial_drivers_with_the_same_bits(monkeypatch):
+    """With one numba thread a large batch runs the serial drivers; the outputs equal the parallel ones."""
+    import numba
+
+    from areal.trainer.ppo.kernels import numba_cpu
+    from areal.utils import norm_kernels
+
+    batch, meta = make_batch(3, n_groups=80, max_group=3, max_turns=4, T=3400, drop=("token_rewards",))
+    n_rows, n_pos = batch["attention_mask"].shape
+    cfg = PPOActorConfig(gae_timestep_unit="turn", reward_norm=NormConfig(mean_level="group", std_level="group"),
+                         adv_norm=NormConfig(), discount=0.99, gae_lambda=0.95)
+    with fused_mode("on"):
+        parallel = PPOActor(cfg).compute_advantages(batch, meta)
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        assert not numba_cpu.use_parallel(n_rows, n_rows * n_pos)
+        calls = []
+        for table in (norm_kernels._PASSES, fused_cpu._KERNELS):  # no parallel driver may run
+            for key in [k for k in table if k[1]]:
+                monkeypatch.setitem(table, key, lambda *a, _k=key: calls.append(_k))
+        with fused_mode("on"):
+            serial = PPOActor(cfg).compute_advantages(batch, meta)
+    finally:
+        numba.set_num_threads(old)
+    assert numba_cpu.use_parallel(n_rows, n_rows * n_pos) and calls == []
+    assert_identical(serial, parallel, exact=True)
 
 
 def test_fused_with_peer_outcome_and_custom_process_stage():

@@ -27,7 +27,7 @@ import torch
 from areal.utils.buffers import empty_cpu
 from areal.utils.norm_kernels import RowMoments, masked_row_moments
 
-from .numba_cpu import NUMBA_AVAILABLE, PARALLEL_MIN_ELEMENTS, _gae_row
+from .numba_cpu import NUMBA_AVAILABLE, _gae_row, use_parallel
 
 if NUMBA_AVAILABLE:
     import numba
@@ -541,7 +541,7 @@ def run_fused(inputs: FusedInputs, options: FusedOptions) -> FusedOutputs:
     has = (inputs.ref_logp is not None, inputs.values is not None, inputs.prox_logp is not None)
     flags = (bool(options.use_prox), inputs.turn_ids is not None, inputs.is_truncated is not None,
              bool(options.mask_no_eos), bool(options.row_moments))
-    parallel = n_rows > 1 and n_rows * n_pos >= PARALLEL_MIN_ELEMENTS
+    parallel = use_parallel(n_rows, n_rows * n_pos)
     _KERNELS[(options.estimator, parallel)](
         ins, has, flags, _np(inputs.score, zeros[0]), _np(inputs.is_truncated, np.zeros(1, dtype=np.bool_)),
         KL_KINDS[options.kl_estimator], np.float32(-options.kl_ctl), np.float32(options.discount),
