@@ -174,8 +174,9 @@ def with_mode(mode: str, fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def set_threads(n: int) -> None:
-    torch.set_num_threads(n)
+    """numba first: its first `set_num_threads` starts its OpenMP pool, which resets torch's count."""
     numba.set_num_threads(n)
+    torch.set_num_threads(n)
 
 
 def timed(fn: Callable[[], object]) -> float:
