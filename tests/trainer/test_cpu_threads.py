@@ -40,7 +40,7 @@ def test_a_fresh_process_keeps_torch_at_the_applied_count() -> None:
     import sys
 
     code = ("import torch; from areal.trainer.cpu_threads import apply_num_threads; "
-            "apply_num_threads(1); print(torch.get_num_threads())")
+            "torch.get_num_threads(); apply_num_threads(1); print(torch.get_num_threads())")  # torch in use first
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-1] == "1"
