@@ -9,7 +9,9 @@
 7. process advantage shaping -> `actor.advantage.process_adv_shaping` (replaceable)
 8. output fields
 
-`actor.advantage.compute` replaces the whole list. The public stage types live in
+On CPU, steps 4-6 of the built-in GAE estimators run in fused kernels
+(`fused`, same results) unless something in the batch or config needs the
+tensor steps. `actor.advantage.compute` replaces the whole list. The public stage types live in
 `stage_types` and stage resolution in `stage_resolution`; both are re-exported
 here, the seed's module path for plugins. The caller's batch is never modified;
 a new dict is returned.
@@ -24,7 +26,7 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
-from areal.trainer.ppo.batch_checks import check_batch, check_meta
+from areal.trainer.ppo.batch_checks import BatchStats, check_batch_structure, check_batch_values, check_meta
 from areal.trainer.ppo.contracts import (
     call_stage,
     check_full_result,
@@ -32,10 +34,12 @@ from areal.trainer.ppo.contracts import (
     check_temporal_result,
     check_tensor,
 )
+from areal.trainer.ppo.fused import run_fused_steps, use_fused
 from areal.trainer.ppo.output_guard import GuardContext, guard_outputs
 from areal.trainer.ppo.outputs import unalias
 from areal.trainer.ppo.placement import (
     AlignedBatch,
+    StepFields,
     align_batch,
     kl_rewards,
     place_outcome,
@@ -97,17 +101,18 @@ def run_advantage_pipeline(
     sharing is by design: without `use_decoupled_loss`, `prox_logp` is the same
     tensor as `logprobs` (the proximal policy is the behaviour policy).
     """
-    stats = check_batch(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
-    n_rows = data["input_ids"].shape[0]
+    n_rows, n_pos = check_batch_structure(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
     meta_complete = meta is not None
     if meta is None:
         meta = _synthesise_meta(config, n_rows)
     else:
         check_meta(meta, n_rows)
     if resolved.compute is not None:
+        magnitudes = check_batch_values(data)
         fields = _run_full_replacement(data, meta, meta_complete, config, resolved.compute, options)
     else:
-        fields = _default_fields(data, meta, meta_complete, config, resolved, options)
+        fields, magnitudes = _default_fields(data, meta, meta_complete, config, resolved, options)
+    stats = BatchStats(n_rows, n_pos, magnitudes)
     guard_outputs(fields, GuardContext(config, resolved, options, stats, meta, meta_complete,
                                        data.get("token_rewards") is not None))
     out = dict(data)
@@ -134,15 +139,48 @@ def _default_fields(
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
     options: CallOptions,
-) -> dict[str, Any]:
-    """The new and replaced batch fields, one block per stage of advantage.md §4."""
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """The new and replaced batch fields, one block per stage of advantage.md §4, and the input magnitudes.
+
+    The fused kernels check the batch's [B, T] values as they read them and
+    return the largest |values| for the output guard; the tensor steps need the
+    values checked first, and `check_batch_values` finds the magnitudes.
+    """
     process_stage, process_kwargs = select_process(resolved, config, options)
-    # 1. Length penalty.
-    rewards, unpenalized = apply_length_penalty(data, config)
-    # 2. Outcome reward shaping.
-    outcome = _run_outcome(resolved.outcome, OutcomeRewardInputs({**data, "rewards": rewards}, config, meta))
-    # 3. Reward scaling and normalisation.
-    score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete)
+    fused = use_fused(data, config, resolved)
+    magnitudes = None if fused else check_batch_values(data)
+    try:
+        # 1. Length penalty.
+        rewards, unpenalized = apply_length_penalty(data, config)
+        # 2. Outcome reward shaping.
+        outcome = _run_outcome(resolved.outcome, OutcomeRewardInputs({**data, "rewards": rewards}, config, meta))
+        # 3. Reward scaling and normalisation.
+        score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete)
+    except Exception:
+        if fused:
+            check_batch_values(data)  # a bad batch is reported first, as on the tensor path
+        raise
+    if fused:  # 4.-6. in one fused CPU pass per row, then the normalisation passes
+        steps = run_fused_steps(data, score, config, resolved, meta, meta_complete)
+        magnitudes = dict(steps.input_magnitudes)
+    else:
+        steps = _tensor_steps(data, score, config, resolved, meta, meta_complete)
+    # 7. Process advantage shaping.
+    advantages = _shape_process(process_stage, process_kwargs,
+                                ProcessAdvantageInputs(steps.advantages, steps.token_adv, steps.loss_mask, meta))
+    # 8. Output.
+    return _output_fields(steps, advantages, outcome.rewards), magnitudes
+
+
+def _tensor_steps(
+    data: Mapping[str, Any],
+    score: torch.Tensor,
+    config: PPOActorConfig,
+    resolved: ResolvedAdvantage,
+    meta: TrajBatchMeta,
+    meta_complete: bool,
+) -> StepFields:
+    """Steps 4-6 as tensor operations around the configured estimator stage."""
     # 4. Alignment, KL rewards and reward placement.
     aligned = align_batch(data, config)
     kl = kl_rewards(aligned, data.get("ref_logp"), config)
@@ -154,10 +192,8 @@ def _default_fields(
     del temporal_inputs
     # 6. Advantage normalisation.
     advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete)
-    # 7. Process advantage shaping.
-    advantages = _shape_process(process_stage, process_kwargs, ProcessAdvantageInputs(advantages, token_adv, aligned.loss_mask, meta))
-    # 8. Output.
-    return _output_fields(aligned, kl, temporal, advantages, outcome.rewards)
+    return StepFields(aligned.loss_mask, aligned.old_logp, aligned.prox_logp, aligned.truncated,
+                      aligned.mopd_behavior_logprobs, kl, temporal, advantages, token_adv)
 
 
 def _run_outcome(stage: ResolvedStage, inputs: OutcomeRewardInputs) -> OutcomeResult:
@@ -230,24 +266,22 @@ def _shape_process(stage: ResolvedStage, kwargs: Mapping[str, Any], inputs: Proc
     return advantages
 
 
-def _output_fields(
-    aligned: AlignedBatch, kl: torch.Tensor, temporal: TemporalResult, advantages: torch.Tensor, rewards: torch.Tensor
-) -> dict[str, Any]:
+def _output_fields(steps: StepFields, advantages: torch.Tensor, rewards: torch.Tensor) -> dict[str, Any]:
     fields = {
         "advantages": advantages,
-        "returns": temporal.returns,
-        "loss_mask": aligned.loss_mask,
-        "logprobs": aligned.old_logp,
-        "kl_rewards": kl,
-        "tot_rewards": temporal.total_rewards,
-        "prox_logp": aligned.prox_logp,
-        "is_truncated": aligned.truncated,
+        "returns": steps.temporal.returns,
+        "loss_mask": steps.loss_mask,
+        "logprobs": steps.logprobs,
+        "kl_rewards": steps.kl_rewards,
+        "tot_rewards": steps.temporal.total_rewards,
+        "prox_logp": steps.prox_logp,
+        "is_truncated": steps.is_truncated,
         "rewards": rewards,
     }
-    if aligned.prox_logp is None:
+    if steps.prox_logp is None:
         del fields["prox_logp"]
-    if aligned.mopd_behavior_logprobs is not None:
-        fields["mopd_behavior_logprobs"] = aligned.mopd_behavior_logprobs
+    if steps.mopd_behavior_logprobs is not None:
+        fields["mopd_behavior_logprobs"] = steps.mopd_behavior_logprobs
     return fields
 
 
@@ -264,7 +298,7 @@ def compute_default_advantages(inputs: AdvantageInputs) -> AdvantageResult:
     resolved = resolve_advantage(dataclasses.replace(inputs.config, advantage=AdvantageConfig()))
     options = CallOptions(inputs.advantage_shaping_mode, inputs.gvpo_negative_scale,
                           inputs.gvpo_zero_penalty, inputs.gvpo_zero_eps)
-    fields = _default_fields(inputs.data, inputs.meta, inputs.meta_is_complete, inputs.config, resolved, options)
+    fields, _ = _default_fields(inputs.data, inputs.meta, inputs.meta_is_complete, inputs.config, resolved, options)
     extras = {k: fields[k] for k in ALLOWED_EXTRAS if k in fields}
     return AdvantageResult(
         advantages=fields["advantages"], returns=fields["returns"], loss_mask=fields["loss_mask"],

@@ -1,7 +1,10 @@
 """Validation of the padded rollout batch handed to `compute_advantages`.
 
-Every check names the field, what was found and what was expected, and runs
-before anything is computed, so a bad batch never produces a half result.
+Every check names the field, what was found and what was expected. The tensor
+path runs them all before anything is computed; the fused CPU path runs the
+cheap structural part first and the [B, T] value checks inside its kernels,
+re-running `check_batch_values` for the message when a row fails. Either way a
+bad batch never produces a half result.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from areal.trainer.ppo.gae import check_turn_ids_type, validate_turn_ids
 
 REQUIRED_KEYS = ("input_ids", "attention_mask", "loss_mask", "logprobs", "rewards")
 TOKEN_FLOAT_KEYS = ("logprobs", "values", "ref_logp", "prox_logp", "token_rewards")
@@ -58,6 +63,7 @@ def _check_finite(name: str, t: torch.Tensor) -> None:
         _raise_not_finite(name, t)
 
 
+
 def _raise_not_finite(name: str, t: torch.Tensor) -> None:
     bad = ~torch.isfinite(t)
     raise BatchError(f"{name}: expected finite values, found {t[bad][0].item()!r} at {_where(bad)}")
@@ -79,7 +85,8 @@ class BatchStats:
     """What validation learnt about the batch on the way: the largest |value| of some fields.
 
     The output guard (`output_guard`) bounds every output from these numbers
-    and the config, so it rarely has to read an output tensor again.
+    and the config, so it rarely has to read an output tensor again. The tensor
+    path gets them from `check_batch_values`; the fused path from its kernels.
     """
 
     n_rows: int
@@ -124,6 +131,10 @@ def _check_dtypes(data: Mapping[str, Any]) -> None:
     ids = data["input_ids"]
     if ids.is_floating_point() or ids.dtype == torch.bool:
         raise BatchError(f"input_ids: got dtype {ids.dtype}, expected an integer tensor (token ids)")
+    for key in TOKEN_FLOAT_KEYS:
+        value = data.get(key)
+        if value is not None and not value.is_floating_point():
+            raise BatchError(f"{key}: expected a floating tensor, got {value.dtype}")
 
 
 def _check_shapes(data: Mapping[str, Any]) -> tuple[int, int]:
@@ -146,27 +157,62 @@ def _check_shapes(data: Mapping[str, Any]) -> tuple[int, int]:
     return B, T
 
 
-def _check_values(data: Mapping[str, Any]) -> dict[str, float]:
-    """Finite rewards and token floats; the magnitudes the output guard needs come from the same pass."""
+def _check_row_fields(data: Mapping[str, Any], n_pos: int) -> None:
+    """The [B]-sized checks: finite rewards, binary flags, no generated token at position 0 (a [B] column)."""
     rewards = data["rewards"]
     if rewards.dtype == torch.bool:
         raise BatchError(f"rewards: expected an integer or floating tensor, got {rewards.dtype}")
     _check_finite("rewards", rewards)
+    truncated = data.get("is_truncated")
+    if truncated is not None:
+        _check_binary("is_truncated", truncated)
+    first = data["loss_mask"][:, 0] != 0
+    if bool(first.any()):
+        raise BatchError(
+            f"loss_mask: row {int(first.nonzero()[0])} has a generated token at position 0; a generated "
+            "token needs a context (at least one prompt token before it), its aligned mask would wrap into "
+            f"the row's last position {n_pos - 1}"
+        )
+
+
+def check_batch_structure(data: Mapping[str, Any], *, recompute_prox: bool) -> tuple[int, int]:
+    """The cheap checks: keys, types, shapes, dtypes, devices and the [B]-sized fields; returns (B, T).
+
+    Together with `check_batch_values` this is `check_batch`; the fused CPU pipeline
+    runs only this part up front and checks the [B, T] values as it reads them.
+    `None` for an optional field means the field is absent; for a required one it
+    is an error.
+    """
+    _check_presence(data)
+    _check_dtypes(data)
+    n_rows, n_pos = _check_shapes(data)
+    _check_devices(data, data["input_ids"].device)
+    _check_row_fields(data, n_pos)
+    if data.get("turn_ids") is not None:
+        check_turn_ids_type(data["turn_ids"], data["loss_mask"])
+    if recompute_prox and data.get("prox_logp") is None:
+        raise BatchError(
+            "prox_logp: actor.recompute_logprob=true (without use_decoupled_loss) needs the recomputed "
+            "'prox_logp' [B, T] in the batch, but it is missing"
+        )
+    return n_rows, n_pos
+
+
+def check_batch_values(data: Mapping[str, Any]) -> dict[str, float]:
+    """The [B, T] value checks (finite floats, binary right-padded masks, turn ids) of a well-formed batch.
+
+    Returns the largest |value| of the `MAGNITUDE_KEYS` present, found in the
+    same pass as their finiteness (for the output guard).
+    """
     max_abs: dict[str, float] = {}
     for key in TOKEN_FLOAT_KEYS:
         value = data.get(key)
         if value is None:
             continue
-        if not value.is_floating_point():
-            raise BatchError(f"{key}: expected a floating tensor, got {value.dtype}")
         if key in MAGNITUDE_KEYS:
             max_abs[key] = _finite_magnitude(key, value)
         else:
             _check_finite(key, value)
-    return max_abs
-
-
-def _check_layout(data: Mapping[str, Any], n_pos: int) -> None:
     attn, loss = data["attention_mask"], data["loss_mask"]
     _check_binary("attention_mask", attn)
     _check_binary("loss_mask", loss)
@@ -179,25 +225,16 @@ def _check_layout(data: Mapping[str, Any], n_pos: int) -> None:
     if bool((loss > attn).any()):
         outside = loss.bool() & ~attn.bool()
         raise BatchError(f"loss_mask: marks a padding position (attention_mask 0) at {_where(outside)}")
-    first = loss[:, 0] != 0
-    if bool(first.any()):
-        raise BatchError(
-            f"loss_mask: row {int(first.nonzero()[0])} has a generated token at position 0; a generated "
-            "token needs a context (at least one prompt token before it), its aligned mask would wrap into "
-            f"the row's last position {n_pos - 1}"
-        )
-    truncated = data.get("is_truncated")
-    if truncated is not None:
-        _check_binary("is_truncated", truncated)
     turn_ids = data.get("turn_ids")
     if turn_ids is not None:
-        _check_turn_ids(turn_ids, loss, n_pos)
+        _check_turn_ids(turn_ids, loss)
+    return max_abs
 
 
-def _check_turn_ids(turn_ids: torch.Tensor, loss: torch.Tensor, n_pos: int) -> None:
-    from areal.trainer.ppo.gae import validate_turn_ids
-
+def _check_turn_ids(turn_ids: torch.Tensor, loss: torch.Tensor) -> None:
+    """Valid turn ids (`validate_turn_ids`), and fewer than T of them, as AReaL requires."""
     validate_turn_ids(turn_ids, loss)
+    n_pos = loss.shape[1]
     too_big = turn_ids >= n_pos
     if bool(too_big.any()):
         raise BatchError(
@@ -209,21 +246,10 @@ def _check_turn_ids(turn_ids: torch.Tensor, loss: torch.Tensor, n_pos: int) -> N
 def check_batch(data: Mapping[str, Any], *, recompute_prox: bool) -> BatchStats:
     """Validate shapes, dtypes, devices and values of the batch fields the pipeline reads.
 
-    `None` for an optional field means the field is absent; for a required one it
-    is an error. Returns what the output guard needs to know about the values.
+    Returns what the output guard needs to know about the values.
     """
-    _check_presence(data)
-    _check_dtypes(data)
-    n_rows, n_pos = _check_shapes(data)
-    _check_devices(data, data["input_ids"].device)
-    max_abs = _check_values(data)
-    _check_layout(data, n_pos)
-    if recompute_prox and data.get("prox_logp") is None:
-        raise BatchError(
-            "prox_logp: actor.recompute_logprob=true (without use_decoupled_loss) needs the recomputed "
-            "'prox_logp' [B, T] in the batch, but it is missing"
-        )
-    return BatchStats(n_rows, n_pos, max_abs)
+    n_rows, n_pos = check_batch_structure(data, recompute_prox=recompute_prox)
+    return BatchStats(n_rows, n_pos, check_batch_values(data))
 
 
 def check_meta(meta: Any, n_rows: int) -> None:
