@@ -166,8 +166,10 @@ def _check_row_fields(data: Mapping[str, Any], n_pos: int) -> None:
     truncated = data.get("is_truncated")
     if truncated is not None:
         _check_binary("is_truncated", truncated)
-    first = data["loss_mask"][:, 0] != 0
+    loss = data["loss_mask"]
+    first = loss[:, 0] != 0
     if bool(first.any()):
+        _check_binary("loss_mask", loss)  # a value other than 0/1 is reported as such (error path only)
         raise BatchError(
             f"loss_mask: row {int(first.nonzero()[0])} has a generated token at position 0; a generated "
             "token needs a context (at least one prompt token before it), its aligned mask would wrap into "

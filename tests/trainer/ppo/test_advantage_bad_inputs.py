@@ -18,6 +18,7 @@ from batch_factory import make_batch
 from areal.api.cli_args import AdvantageConfig, ConfigError, NormConfig, PPOActorConfig, StageSpec
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.contracts import StageContractError
+from areal.trainer.ppo.fused import FUSED_ENV
 from areal.trainer.ppo.gae import LambdaFunctionError
 from areal.trainer.ppo.output_guard import NonFiniteOutputError
 
@@ -386,10 +387,7 @@ def assert_same(a, b, where):
         assert a == b, where
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input_names_the_field_and_leaves_batch_and_meta_untouched(case):
-    batch, meta = make_batch(31, **case.batch)
-    batch, meta = case.edit(batch, meta)
+def _expect_named_error(case: Case, batch, meta):
     before = deep_snapshot(batch), deep_snapshot(meta)
     with pytest.raises(case.exc) as err:
         actor = PPOActor(PPOActorConfig(**case.cfg))
@@ -401,6 +399,37 @@ def test_bad_input_names_the_field_and_leaves_batch_and_meta_untouched(case):
         assert needle in message, f"{needle!r} not in {message!r}"
     assert_same(batch, before[0], "batch")
     assert_same(meta, before[1], "meta")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_names_the_field_and_leaves_batch_and_meta_untouched(case, monkeypatch):
+    """The whole table on the tensor path (AREAL_FUSED_ADVANTAGE=off), whatever the environment says."""
+    monkeypatch.setenv(FUSED_ENV, "off")
+    batch, meta = make_batch(31, **case.batch)
+    _expect_named_error(case, *case.edit(batch, meta))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_on_the_fused_path(case, monkeypatch):
+    """The table on the fused kernels (AREAL_FUSED_ADVANTAGE=on): the same error, field and untouched inputs.
+
+    Process rewards block the fused path, so the batch comes without them; a case
+    that needs them, or that passes the structure checks with a config the kernels
+    cannot run (a custom estimator, a gae_lambda function: on-mode's RuntimeError),
+    has only the tensor path and is skipped here, with the reason.
+    """
+    monkeypatch.setenv(FUSED_ENV, "on")
+    batch, meta = make_batch(31, **{**case.batch, "drop": (*case.batch.get("drop", ()), "token_rewards")})
+    try:
+        batch, meta = case.edit(batch, meta)
+    except KeyError as missing:
+        pytest.skip(f"the case edits {missing}, which only the tensor path takes")
+    try:
+        _expect_named_error(case, batch, meta)
+    except RuntimeError as blocked:
+        if not str(blocked).startswith(f"{FUSED_ENV}=on, but"):
+            raise
+        pytest.skip(f"tensor path only ({blocked})")
 
 
 def test_the_table_covers_every_class():
