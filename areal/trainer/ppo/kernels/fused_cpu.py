@@ -529,6 +529,7 @@ class FusedOptions:
     discount: float
     coef: torch.Tensor  # [B] float32 discount * lambda
     row_moments: bool  # also return the advantages' per-row moments (for advantage normalisation)
+    magnitudes: bool = True  # also return max |values| per row (the output guard's bound; off only to time it)
 
 
 @dataclass(frozen=True, eq=False)
@@ -542,7 +543,7 @@ class FusedOutputs:
     truncated: torch.Tensor  # [B] bool
     errors: torch.Tensor  # [B] int64 error bits, 0 for a valid row
     row_moments: RowMoments | None  # None unless options.row_moments
-    values_max_abs: torch.Tensor  # [B] float32 largest |values| per row (0 without values), for the output guard
+    values_max_abs: torch.Tensor  # [B] float32 largest |values| per row (0 without values or magnitudes), for the guard
 
 
 def _np(t: torch.Tensor | None, absent: np.ndarray) -> np.ndarray:
@@ -567,7 +568,8 @@ def run_fused(inputs: FusedInputs, options: FusedOptions) -> FusedOutputs:
            _np(inputs.turn_ids, np.full((1, n_pos), -1, dtype=np.int64)))
     has = (inputs.ref_logp is not None, inputs.values is not None, inputs.prox_logp is not None)
     flags = (bool(options.use_prox), inputs.turn_ids is not None, inputs.is_truncated is not None,
-             bool(options.mask_no_eos), bool(options.row_moments), inputs.values is not None)
+             bool(options.mask_no_eos), bool(options.row_moments),
+             inputs.values is not None and bool(options.magnitudes))
     parallel = use_parallel(n_rows, n_rows * n_pos)
     _KERNELS[(options.estimator, parallel)](
         ins, has, flags, _np(inputs.score, zeros[0]), _np(inputs.is_truncated, np.zeros(1, dtype=np.bool_)),
