@@ -186,9 +186,11 @@ def _max_abs_bits(val):
     row fails ROW_NOT_FINITE and its magnitude is never used.
     """
     bits = val.view(np.int32)
+    sign_off = np.int32(0x7FFFFFFF)
     high = np.int32(0)
     for i in range(bits.shape[0]):
-        high = max(high, bits[i] & np.int32(0x7FFFFFFF))
+        x = np.int32(bits[i] & sign_off)  # int32 throughout: `&` alone widens to int64 and halves the speed
+        high = x if x > high else high
     return high
 
 
