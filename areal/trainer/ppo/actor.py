@@ -8,6 +8,7 @@ from typing import Any
 
 from areal.api.cli_args import PPOActorConfig
 from areal.trainer.ppo.advantage import CallOptions, ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
+from areal.trainer.ppo.stage_state import StageState
 from areal.utils.data import TrajBatchMeta, concat_batch
 
 logger = logging.getLogger("areal.actor")
@@ -82,7 +83,19 @@ class PPOActor:
                 raise ValueError("compute_advantages: pass meta only with a single batch dict, not with a list of groups")
             data, meta = concat_batch(list(data))
         options = CallOptions(advantage_shaping_mode, gvpo_negative_scale, gvpo_zero_penalty, gvpo_zero_eps)
-        return run_advantage_pipeline(data, meta, self.config, self.resolved, options)
+        states = self.stage_states
+        snapshots = {name: state.snapshot() for name, state in states.items()}
+        try:
+            return run_advantage_pipeline(data, meta, self.config, self.resolved, options)
+        except BaseException:
+            for name, state in states.items():  # a failed call leaves every stage's state as it was
+                state.restore(snapshots[name])
+            raise
+
+    @property
+    def stage_states(self) -> dict[str, StageState]:
+        """The `StageState` of every configured stage that keeps state across steps, by stage name."""
+        return self.resolved.stage_states()
 
     def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
         """One PPO update over `data` (the output of `compute_advantages`)."""

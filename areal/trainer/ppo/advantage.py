@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
+from areal.trainer.ppo.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields
 from areal.trainer.ppo.batch_checks import check_batch
 from areal.trainer.ppo.contracts import (
     call_stage,
@@ -40,7 +41,8 @@ from areal.trainer.ppo.placement import (
     process_rewards,
     reward_kl,
 )
-from areal.trainer.ppo.rewards import apply_length_penalty, normalise_scores
+from areal.trainer.ppo.reward_components import check_reduced, outcome_stage_inputs
+from areal.trainer.ppo.rewards import normalise_scores
 from areal.trainer.ppo.stage_resolution import (
     PRM_MODES,
     CallOptions,
@@ -90,6 +92,7 @@ def run_advantage_pipeline(
 ) -> dict[str, Any]:
     """Validate the batch, run the configured computation, return a NEW output dict."""
     check_batch(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
+    check_aux_fields(data)
     n_rows = data["input_ids"].shape[0]
     meta_complete = meta is not None
     if meta is None:
@@ -127,10 +130,10 @@ def _default_fields(
 ) -> dict[str, Any]:
     """The new and replaced batch fields, one block per stage of advantage.md §4."""
     process_stage, process_kwargs = select_process(resolved, config, options)
-    # 1. Length penalty.
-    rewards, unpenalized = apply_length_penalty(data, config)
+    # 1. Length penalty (one more reward component when rewards are [B, K]).
+    outcome_inputs, unpenalized = outcome_stage_inputs(data, config, meta, resolved.outcome)
     # 2. Outcome reward shaping.
-    outcome = _run_outcome(resolved.outcome, OutcomeRewardInputs({**data, "rewards": rewards}, config, meta))
+    outcome = _run_outcome(resolved.outcome, outcome_inputs)
     # 3. Reward scaling and normalisation.
     score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete)
     # 4. Alignment, KL rewards and reward placement.
@@ -138,14 +141,16 @@ def _default_fields(
     kl = kl_rewards(aligned, data.get("ref_logp"), config)
     token_adv, folded = process_rewards(data, aligned, config)
     # 5. Temporal estimator (the placed outcome and folded rewards are freed when it returns).
-    temporal_inputs = _temporal_inputs(aligned, kl, place_outcome(score, aligned, config), folded, config, resolved, meta)
+    temporal_inputs = _temporal_inputs(aligned, kl, place_outcome(score, aligned, config), folded, config, resolved, meta,
+                                       aligned_anchor_ids(data))
     del folded
     temporal = _run_temporal(default_estimator(resolved, config), temporal_inputs)
     del temporal_inputs
     # 6. Advantage normalisation.
     advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete)
     # 7. Process advantage shaping.
-    advantages = _shape_process(process_stage, process_kwargs, ProcessAdvantageInputs(advantages, token_adv, aligned.loss_mask, meta))
+    advantages = _shape_process(process_stage, process_kwargs, ProcessAdvantageInputs(
+        advantages, token_adv, aligned.loss_mask, meta, aligned_token_entropy(data, aligned.loss_mask)))
     # 8. Output.
     return _output_fields(aligned, kl, temporal, advantages, outcome.rewards)
 
@@ -154,6 +159,7 @@ def _run_outcome(stage: ResolvedStage, inputs: OutcomeRewardInputs) -> OutcomeRe
     result = call_stage(stage, inputs)
     if not stage.custom:
         return result
+    check_reduced(stage, result, inputs)
     ids = inputs.data["input_ids"]
     return check_outcome_result(stage, result, ids.shape[0], inputs.meta.n_logical, ids.device)
 
@@ -166,6 +172,7 @@ def _temporal_inputs(
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
     meta: TrajBatchMeta,
+    anchor_ids: torch.Tensor | None = None,
 ) -> TemporalInputs:
     values = aligned.values
     if folded is None:  # a zero view, no memory
@@ -185,6 +192,7 @@ def _temporal_inputs(
         gae_lambda_kwargs=resolved.gae_lambda_kwargs,
         gae_lambda_source=resolved.gae_lambda_source,
         meta=meta,
+        anchor_ids=anchor_ids,
     )
 
 
@@ -210,8 +218,8 @@ def _normalise_advantages(
 
 
 def _shape_process(stage: ResolvedStage, kwargs: Mapping[str, Any], inputs: ProcessAdvantageInputs) -> torch.Tensor:
-    """Built-in shapings are the identity without process rewards, so they are skipped then."""
-    if not stage.custom and inputs.token_rewards is None:
+    """The built-in PRM shapings are the identity without process rewards, so they are skipped then."""
+    if not stage.custom and stage.implementation in PRM_MODES and inputs.token_rewards is None:
         return inputs.advantages
     advantages = call_stage(stage, inputs, **kwargs)
     if stage.custom:

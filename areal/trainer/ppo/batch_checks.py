@@ -80,8 +80,9 @@ def check_batch(data: Mapping[str, Any], *, recompute_prox: bool) -> None:
         if value is not None and tuple(value.shape) != (B, T):
             raise BatchError(f"{key}: expected shape {(B, T)} like input_ids, got {tuple(value.shape)}")
     rewards = data["rewards"]
-    if tuple(rewards.shape) != (B,):
-        raise BatchError(f"rewards: expected one reward per row, shape {(B,)}, got {tuple(rewards.shape)}")
+    if tuple(rewards.shape) != (B,) and not (rewards.ndim == 2 and rewards.shape[0] == B and rewards.shape[1] >= 1):
+        raise BatchError(f"rewards: expected one reward per row, shape {(B,)} (or [B, K] reward components named "
+                         f"by meta.reward_keys), got {tuple(rewards.shape)}")
     if rewards.dtype == torch.bool or rewards.is_complex():
         raise BatchError(f"rewards: expected an integer or floating tensor, got {rewards.dtype}")
     _check_finite("rewards", rewards)
