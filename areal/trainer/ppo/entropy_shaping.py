@@ -5,8 +5,9 @@ The paper adds a clipped, gradient-free entropy bonus to every token's advantage
     A'_t = A_t + psi(H_t),   psi(H_t) = min(alpha * H_t.detach(), |A_t| / kappa)
 
 H_t is the entropy of the policy's next-token distribution at token t. The clip
-|A_t| / kappa (kappa > 1) keeps the bonus below the advantage's own magnitude, so
-it never flips an advantage's sign and vanishes where A_t = 0. Here H_t is the
+|A_t| / kappa (kappa >= 1) keeps the bonus at most the advantage's own magnitude,
+so it never reverses an advantage's sign (kappa = 1 can bring a negative one to
+0) and vanishes where A_t = 0. Here H_t is the
 behaviour policy's entropy at sampling time (`token_entropy`, computed by the
 trainer at prepare time), a constant, so the term carries no gradient.
 
