@@ -54,6 +54,7 @@ from areal.trainer.rollout import (
     groups_to_device,
     sample_problems,
 )
+from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, stage_batch_fields
 from areal.trainer.tasks import make_task
 from areal.utils.data import concat_batch
 
@@ -209,6 +210,7 @@ class Trainer:
                 temperature=cfg.sampling_temperature, greedy=True,
             )
             dicts = [add_reward_baselines(d, g[0].reward) for d, g in zip(dicts, greedy)]
+        dicts = add_prompt_keys(dicts, problems)  # per-prompt stage state (KRPO, SPO)
         if self.device.type != "cpu":
             dicts = groups_to_device(dicts, self.device)
         return dicts, [rec for g in groups for rec in g]
@@ -222,6 +224,8 @@ class Trainer:
             batch["values"] = self.critic.compute_values(batch)
         if self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss:
             batch["prox_logp"] = self.engine.compute_logprobs(ids, mask, temp)
+        if "token_entropy" in stage_batch_fields(self.actor.resolved):  # the behaviour policy, before the update
+            batch["token_entropy"] = behaviour_entropy(self.engine.model, ids, mask, temp)
         return batch
 
     def compute_advantages(self, batch: dict[str, Any], meta: Any) -> dict[str, Any]:

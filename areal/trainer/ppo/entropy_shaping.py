@@ -74,4 +74,5 @@ def entropy_advantage(
     return torch.where(inputs.loss_mask.bool(), advantages + bonus, advantages)
 
 
+entropy_advantage.batch_fields = ("token_entropy",)  # the trainer computes it for stages that read it
 PROCESS = {"entropy_advantage": entropy_advantage}

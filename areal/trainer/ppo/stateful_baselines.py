@@ -353,4 +353,6 @@ def _update_spo(state: StageState, table_keys: torch.Tensor, table_values: torch
     _store(state, *table_merge(table_keys, table_values, unique, torch.stack([alpha, beta], dim=1)))
 
 
+krpo.batch_fields = ("prompt_keys",)
+spo.batch_fields = ("prompt_keys", "policy_drift")
 OUTCOME = {"krpo": krpo, "spo": spo}

@@ -282,4 +282,5 @@ def mt_grpo(
     return TemporalResult(advantages=advantages, returns=advantages.clone(), total_rewards=total)
 
 
+gigpo.batch_fields = ("anchor_ids",)
 ESTIMATORS = {"gigpo": gigpo, "mt_grpo": mt_grpo}
