@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
+from areal.trainer.ppo.aux_fields import BATCH_FIELDS_ATTRIBUTE, declared_fields
+
 __all__ = ["BATCH_FIELDS_ATTRIBUTE", "add_prompt_keys", "behaviour_entropy", "prompt_key", "stage_batch_fields"]
 
-#: The attribute through which a stage function names the optional batch fields it reads.
-BATCH_FIELDS_ATTRIBUTE = "batch_fields"
 
 
 def _canonical(problem: Any) -> str:
@@ -58,13 +58,8 @@ def add_prompt_keys(groups: Sequence[Mapping[str, Any]], problems: Sequence[Any]
 
 def stage_batch_fields(resolved: Any) -> frozenset[str]:
     """The optional batch fields the configured stage functions declare they read."""
-    fields: set[str] = set()
-    for stage in (resolved.compute, resolved.outcome, resolved.estimator, resolved.process):
-        fn = None if stage is None else stage.fn
-        while fn is not None:
-            fields.update(getattr(fn, BATCH_FIELDS_ATTRIBUTE, ()) or ())
-            fn = getattr(fn, "func", None)  # through functools.partial layers (bound kwargs, state)
-    return frozenset(fields)
+    stages = (resolved.compute, resolved.outcome, resolved.estimator, resolved.process)
+    return frozenset().union(*(declared_fields(s.fn) for s in stages if s is not None))
 
 
 @torch.no_grad()

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
-from areal.trainer.ppo.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields
+from areal.trainer.ppo.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields, stage_reads
 from areal.trainer.ppo.batch_checks import check_batch
 from areal.trainer.ppo.contracts import (
     call_stage,
@@ -92,7 +92,6 @@ def run_advantage_pipeline(
 ) -> dict[str, Any]:
     """Validate the batch, run the configured computation, return a NEW output dict."""
     check_batch(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
-    check_aux_fields(data)
     n_rows = data["input_ids"].shape[0]
     meta_complete = meta is not None
     if meta is None:
@@ -130,6 +129,8 @@ def _default_fields(
 ) -> dict[str, Any]:
     """The new and replaced batch fields, one block per stage of advantage.md §4."""
     process_stage, process_kwargs = select_process(resolved, config, options)
+    estimator = default_estimator(resolved, config)
+    check_aux_fields(data, stage_reads(estimator) | stage_reads(process_stage))
     # 1. Length penalty (one more reward component when rewards are [B, K]).
     outcome_inputs, unpenalized = outcome_stage_inputs(data, config, meta, resolved.outcome)
     # 2. Outcome reward shaping.
@@ -142,15 +143,16 @@ def _default_fields(
     token_adv, folded = process_rewards(data, aligned, config)
     # 5. Temporal estimator (the placed outcome and folded rewards are freed when it returns).
     temporal_inputs = _temporal_inputs(aligned, kl, place_outcome(score, aligned, config), folded, config, resolved, meta,
-                                       aligned_anchor_ids(data))
+                                       aligned_anchor_ids(data, stage_reads(estimator)))
     del folded
-    temporal = _run_temporal(default_estimator(resolved, config), temporal_inputs)
+    temporal = _run_temporal(estimator, temporal_inputs)
     del temporal_inputs
     # 6. Advantage normalisation.
     advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete)
     # 7. Process advantage shaping.
     advantages = _shape_process(process_stage, process_kwargs, ProcessAdvantageInputs(
-        advantages, token_adv, aligned.loss_mask, meta, aligned_token_entropy(data, aligned.loss_mask)))
+        advantages, token_adv, aligned.loss_mask, meta,
+        aligned_token_entropy(data, aligned.loss_mask, stage_reads(process_stage))))
     # 8. Output.
     return _output_fields(aligned, kl, temporal, advantages, outcome.rewards)
 

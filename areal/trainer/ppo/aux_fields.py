@@ -15,17 +15,43 @@ the stages (`TemporalInputs.anchor_ids`, `ProcessAdvantageInputs.token_entropy`)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
 
-from areal.trainer.ppo.batch_checks import BatchError
+from areal.trainer.ppo.batch_checks import BatchError, all_finite
 
-__all__ = ["ANCHOR_IDS", "TOKEN_ENTROPY", "aligned_anchor_ids", "aligned_token_entropy", "check_aux_fields"]
+__all__ = ["ANCHOR_IDS", "AUX_FIELDS", "TOKEN_ENTROPY", "aligned_anchor_ids", "aligned_token_entropy",
+           "check_aux_fields", "declared_fields", "stage_reads"]
 
 ANCHOR_IDS = "anchor_ids"
 TOKEN_ENTROPY = "token_entropy"
+AUX_FIELDS = (ANCHOR_IDS, TOKEN_ENTROPY)
+#: The attribute through which a stage function names the optional batch fields it reads.
+BATCH_FIELDS_ATTRIBUTE = "batch_fields"
+
+
+def stage_reads(stage: Any) -> frozenset[str]:
+    """The optional fields a resolved stage gets: all for a custom stage, the declared ones for a built-in.
+
+    A built-in declares them as its function's `batch_fields` attribute; aligning
+    and checking a field costs passes over [B, T], so nobody else pays for them.
+    """
+    if stage is None:
+        return frozenset()
+    if stage.custom:
+        return frozenset(AUX_FIELDS)
+    return declared_fields(stage.fn) & frozenset(AUX_FIELDS)
+
+
+def declared_fields(fn: Any) -> frozenset[str]:
+    """The `batch_fields` a stage function declares, looked up through functools.partial layers."""
+    fields: set[str] = set()
+    while fn is not None:
+        fields.update(getattr(fn, BATCH_FIELDS_ATTRIBUTE, ()) or ())
+        fn = getattr(fn, "func", None)
+    return frozenset(fields)
 
 
 def _tensor(data: Mapping[str, Any], key: str) -> torch.Tensor | None:
@@ -41,15 +67,17 @@ def _tensor(data: Mapping[str, Any], key: str) -> torch.Tensor | None:
     return value
 
 
-def check_aux_fields(data: Mapping[str, Any]) -> None:
-    """Shape, dtype and values of the optional fields that are present."""
-    anchors = _tensor(data, ANCHOR_IDS)
+def check_aux_fields(data: Mapping[str, Any], fields: Collection[str]) -> None:
+    """Shape, dtype and values of the optional `fields` that are present (the ones a stage reads)."""
+    anchors = _tensor(data, ANCHOR_IDS) if ANCHOR_IDS in fields else None
     if anchors is not None and (anchors.is_floating_point() or anchors.is_complex() or anchors.dtype == torch.bool):
         raise BatchError(f"{ANCHOR_IDS}: expected an integer tensor (one key per generated token), got {anchors.dtype}")
-    entropy = _tensor(data, TOKEN_ENTROPY)
+    entropy = _tensor(data, TOKEN_ENTROPY) if TOKEN_ENTROPY in fields else None
     if entropy is not None:
         if not entropy.is_floating_point():
             raise BatchError(f"{TOKEN_ENTROPY}: expected a floating tensor, got {entropy.dtype}")
+        if all_finite(entropy) and bool(entropy.min() >= 0):  # two reductions; the exact check only on failure
+            return
         active = data["loss_mask"].bool()
         bad = active & ~(torch.isfinite(entropy) & (entropy >= 0))
         if bool(bad.any()):
@@ -58,9 +86,9 @@ def check_aux_fields(data: Mapping[str, Any]) -> None:
                              f"{float(entropy[row, col])!r} at row {row}, position {col}")
 
 
-def aligned_anchor_ids(data: Mapping[str, Any]) -> torch.Tensor | None:
-    """[B, T] long, rolled left one position (last column 0), or None."""
-    anchors = data.get(ANCHOR_IDS)
+def aligned_anchor_ids(data: Mapping[str, Any], fields: Collection[str]) -> torch.Tensor | None:
+    """[B, T] long, rolled left one position (last column 0), or None (absent, or not among `fields`)."""
+    anchors = data.get(ANCHOR_IDS) if ANCHOR_IDS in fields else None
     if anchors is None:
         return None
     out = torch.roll(anchors.long(), shifts=-1, dims=-1)
@@ -68,9 +96,10 @@ def aligned_anchor_ids(data: Mapping[str, Any]) -> torch.Tensor | None:
     return out
 
 
-def aligned_token_entropy(data: Mapping[str, Any], loss_mask: torch.Tensor) -> torch.Tensor | None:
-    """[B, T] float32 entropies rolled left one position and masked by the aligned loss mask, or None."""
-    entropy = data.get(TOKEN_ENTROPY)
+def aligned_token_entropy(data: Mapping[str, Any], loss_mask: torch.Tensor,
+                          fields: Collection[str]) -> torch.Tensor | None:
+    """[B, T] float32 entropies rolled left one position and masked by the aligned mask, or None."""
+    entropy = data.get(TOKEN_ENTROPY) if TOKEN_ENTROPY in fields else None
     if entropy is None:
         return None
     active = loss_mask.bool()

@@ -103,24 +103,28 @@ def step_layout(inputs: TemporalInputs, where: str) -> StepLayout:
 def step_rewards(inputs: TemporalInputs, steps: StepLayout) -> tuple[torch.Tensor, torch.Tensor]:
     """(per-step process rewards [S], per-rollout outcome [N]) in float64.
 
-    A process reward off every step (before a row's first turn) goes to the row's
-    first step; rows without a step contribute nothing.
+    A step owns the positions from its first token up to the next step's first
+    token (environment tokens after a turn belong to it); a row's first step also
+    owns the positions before it. Per-step sums are differences of one row-wise
+    cumulative sum, so the [B, T] tensor is read once. Rows without a step
+    contribute nothing.
     """
-    token_step = steps.token_step
-    latest = torch.cummax(token_step, dim=1).values
-    n_rows = token_step.shape[0]
-    row_first = torch.full((n_rows,), steps.n_steps, dtype=torch.long, device=token_step.device)
-    row_first = row_first.scatter_reduce(0, steps.row, torch.arange(steps.n_steps, device=token_step.device),
-                                         reduce="amin", include_self=True)
-    row_first = torch.where(row_first < steps.n_steps, row_first, torch.full_like(row_first, -1))
-    target = torch.where(latest >= 0, latest, row_first[:, None].expand_as(latest))
-    keep = target >= 0
-    process = torch.zeros(steps.n_steps, dtype=torch.float64, device=token_step.device)
-    process.index_add_(0, target[keep], inputs.process_rewards.to(torch.float64)[keep])
+    device = steps.token_step.device
+    n_pos = steps.token_step.shape[1]
+    cumulative = torch.nn.functional.pad(torch.cumsum(inputs.process_rewards.to(torch.float64), dim=1), (1, 0))
+    same_row_next = torch.zeros(steps.n_steps, dtype=torch.bool, device=device)
+    same_row_next[:-1] = steps.row[1:] == steps.row[:-1]
+    end = torch.full_like(steps.first_token, n_pos)
+    end[:-1] = steps.first_token[1:]
+    end = torch.where(same_row_next, end, torch.full_like(end, n_pos))
+    first_in_row = torch.ones_like(same_row_next)
+    first_in_row[1:] = ~same_row_next[:-1]
+    begin = torch.where(first_in_row, torch.zeros_like(steps.first_token), steps.first_token)
+    process = cumulative[steps.row, end] - cumulative[steps.row, begin]
     row_outcome = inputs.outcome_rewards.to(torch.float64).sum(dim=1)
-    rollout_of_row = inputs.meta.logical_row_index(token_step.device)
-    rows = torch.arange(row_outcome.shape[0], device=token_step.device)
-    last_row = torch.zeros(steps.n_rollouts, dtype=torch.long, device=token_step.device)
+    rollout_of_row = inputs.meta.logical_row_index(device)
+    rows = torch.arange(row_outcome.shape[0], device=device)
+    last_row = torch.zeros(steps.n_rollouts, dtype=torch.long, device=device)
     last_row = last_row.scatter_reduce(0, rollout_of_row, rows, reduce="amax", include_self=False)
     return process, row_outcome[last_row]
 

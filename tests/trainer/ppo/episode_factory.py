@@ -46,6 +46,7 @@ def make_episode_groups(
     n_anchor_choices: int = 2,
     n_components: int = 0,
     prompt_keys: list[int] | None = None,
+    max_turn_len: int = 3,
 ) -> list[list[Episode]]:
     """`sizes[g]` episodes for prompt g; anchors drawn from a small pool per turn so states recur."""
     rng = np.random.default_rng(seed)
@@ -60,7 +61,7 @@ def make_episode_groups(
             for k in range(n_turns):
                 anchor = 7 + 31 * history if k else 7  # the first turn of every episode acts in the initial state
                 history = history * n_anchor_choices + int(rng.integers(0, n_anchor_choices)) + 1
-                turns.append(Turn(int(rng.integers(1, 4)), float(rng.choice([0.0, 0.5, 1.0])), anchor,
+                turns.append(Turn(int(rng.integers(1, max_turn_len + 1)), float(rng.choice([0.0, 0.5, 1.0])), anchor,
                                   int(rng.integers(1, 3)) if k < n_turns - 1 else 0))
             outcome = float(rng.integers(0, 2)) if binary else float(rng.normal())
             components = [float(rng.integers(0, 2)) if binary else float(rng.normal()) for _ in range(n_components)]
