@@ -375,40 +375,53 @@ def load_config(
 ) -> Any:
     """Load an experiment config from a YAML file or mapping plus dotted overrides.
 
-    `overrides` look like `actor.advantage.estimator.implementation=turn_gae`, as on
-    AReaL's command line. User code is never imported here; every value is checked
-    against the typed schema and the dataclass validators, and errors name the key.
+    Layers, in merge order: the files of a `defaults:` list (paths relative to
+    the including file, recursively), the file itself, then `overrides` such as
+    `actor.advantage.estimator.implementation=turn_gae` (AReaL's command line).
+    A stage given as a bare string means `{implementation: NAME, kwargs: {}}`
+    (see `areal.api.compose`). User code is never imported here; every value is
+    checked against the typed schema and the dataclass validators, and errors
+    name the key (and the file it came from).
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
+
+    from areal.api.compose import CompositionError, file_layers, mapping_layers, merge_layers, override_layer
 
     if schema is None:
         from areal.api.train_args import ExperimentConfig
 
         schema = ExperimentConfig
     try:
-        base = OmegaConf.structured(schema)
-        layers = [base]
-        if source is not None:
-            if isinstance(source, Mapping):
-                layers.append(OmegaConf.create(dict(source)))
-            else:
-                path = os.fspath(source)
-                if not os.path.isfile(path):
-                    raise ConfigError(f"config file {path!r} does not exist")
-                layers.append(OmegaConf.load(path))
-        overrides = list(overrides)
-        for item in overrides:
-            if "=" not in item or not item.split("=", 1)[0].strip():
-                raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. actor.kl_ctl=0.05")
-        if overrides:
-            layers.append(OmegaConf.from_dotlist(overrides))
-        merged = OmegaConf.merge(*layers)
+        layers = mapping_layers(source) if isinstance(source, Mapping) else [] if source is None else \
+            file_layers(source)
+        extra = override_layer(overrides)
+        merged = merge_layers(schema, [*layers, *([extra] if extra else [])], _named_nodes(schema))
+    except CompositionError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None)
         detail = str(exc).splitlines()[0]
         raise ConfigError(f"{key or 'config'}: {detail}") from None
+
+
+def _named_nodes(schema: type) -> list[Any]:
+    """The nodes whose kwargs belong to a name: every advantage stage, and the task (see areal.api.compose)."""
+    import dataclasses
+
+    from areal.api.compose import NamedNode
+
+    names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else set()
+    prefix = () if schema is AdvantageConfig else ("advantage",) if "advantage" in names else \
+        ("actor", "advantage") if "actor" in names else None
+    nodes = [] if prefix is None else [
+        NamedNode((*prefix, stage), "implementation", fresh=lambda name: StageSpec(implementation=name),
+                  bare_string=True) for stage in ("compute", *STAGE_NAMES)]
+    if "task" in names:
+        nodes.append(NamedNode(("task",), "name"))
+    return nodes
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

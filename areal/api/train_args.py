@@ -191,58 +191,142 @@ class RolloutConfig:
 
 @dataclass
 class TrainConfig:
-    """Optimisation schedule of the policy. Minibatches and KL live in `actor`.
+    """Optimisation schedule of the policy, checkpoints and resume. Minibatches and KL live in `actor`.
 
-    `num_threads` is per process (per rank under torchrun). `dist_timeout_s`
+    `num_threads` is per process (per rank under torchrun); null = the CPU cores
+    this process may use divided by the ranks on this machine (torchrun's
+    LOCAL_WORLD_SIZE), so ranks never oversubscribe the cores. `log_every`: the
+    progress bar's postfix refresh, or (when stderr is not a terminal) one
+    progress line every N steps. `dist_timeout_s`
     bounds every collective of a data-parallel run, so a dead rank makes the
     others fail instead of waiting (null: torch's default, 30 min for gloo).
     `debug_param_checksum` makes rank 0 write `param_checksums.jsonl`: after
     every step, one checksum per rank of the policy (critic, reference), to
     check that the replicas stay identical.
+
+    Checkpoints: `save_every` N writes `<run_dir>/checkpoints/step_<N>/` every N
+    steps and after the last step (0 = never); `keep_last` K keeps the newest K
+    (null = all). `resume`: null starts a new run; `auto` continues from the
+    newest complete checkpoint of the run directory (or starts a new run when
+    there is none); a path continues from that checkpoint folder.
     """
 
     steps: int = 500
     lr: float = 5e-4
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    num_threads: int = 2
-    log_every: int = 1
+    num_threads: int | None = None
+    log_every: int = 10
     dist_timeout_s: float | None = None
     debug_param_checksum: bool = False
+    save_every: int = 100
+    keep_last: int | None = 3
+    resume: str | None = None
 
     def __post_init__(self) -> None:
         _check_int("train.steps", self.steps, 1)
         _check_float("train.lr", self.lr, 0.0, open_low=True)
         _check_float("train.weight_decay", self.weight_decay, 0.0)
         _check_float("train.grad_clip", self.grad_clip, 0.0, open_low=True)
-        _check_int("train.num_threads", self.num_threads, 1)
+        if self.num_threads is not None:
+            _check_int("train.num_threads", self.num_threads, 1)
         _check_int("train.log_every", self.log_every, 1)
         if self.dist_timeout_s is not None:
             _check_float("train.dist_timeout_s", self.dist_timeout_s, 0.0, open_low=True)
         _check_bool("train.debug_param_checksum", self.debug_param_checksum)
+        _check_int("train.save_every", self.save_every, 0)
+        if self.keep_last is not None:
+            _check_int("train.keep_last", self.keep_last, 1)
+        self._check_resume()
+
+    def _check_resume(self) -> None:
+        """`auto`, null, or an existing checkpoint folder (one with a manifest)."""
+        value = self.resume
+        if value is None or value == "auto":
+            return
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"train.resume: got {value!r}, expected auto, null or a checkpoint folder")
+        from areal.trainer.checkpoint import MANIFEST
+
+        if not os.path.isdir(value):
+            raise ConfigError(f"train.resume: {value!r} is not a directory; expected auto, null or a checkpoint "
+                              "folder such as runs/<experiment>/<trial>/checkpoints/step_100")
+        if not os.path.isfile(os.path.join(value, MANIFEST)):
+            raise ConfigError(f"train.resume: {value!r} has no {MANIFEST}, so it is not a complete checkpoint "
+                              "(a save that was interrupted never gets one); pick a checkpoints/step_<N> folder")
+
+
+_LOGGERS = ("jsonl", "tensorboard", "wandb")
+_WANDB_MODES = ("offline", "online")
 
 
 @dataclass
 class OutputConfig:
-    """Where a run writes: `<dir>/<experiment_name>/` (metrics.jsonl, curves.png, config.yaml)."""
+    """Where and how a run reports: the run directory `<dir>/<experiment_name>/<trial_name>/`.
+
+    A run refuses to start where a run already is unless `train.resume` is set
+    or `overwrite` is true (which deletes that run directory first).
+    `loggers`: any of `jsonl` (metrics.jsonl), `tensorboard` (event files in
+    `tensorboard/`, via torch.utils.tensorboard) and `wandb` (Weights & Biases,
+    `pip install 'areal[wandb]'`; in `wandb_mode` offline by default, files in
+    `wandb/`, project `wandb_project` or `areal`). Only rank 0 logs.
+    `plot_smoothing` is the EMA weight of the smoothed curves in curves.png
+    (0 = raw only). `save_checkpoint` is the retired end-of-run checkpoint
+    switch: periodic checkpoints are `train.save_every`.
+    """
 
     dir: str = "runs"
     plot: bool = True
-    save_checkpoint: bool = False
     progress_bar: bool = True
+    overwrite: bool = False
+    loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    wandb_project: str | None = None
+    wandb_mode: str = "offline"
+    plot_smoothing: float = 0.9
+    save_checkpoint: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.dir, str) or not self.dir:
             raise ConfigError(f"output.dir: got {self.dir!r}, expected a non-empty path")
-        for name in ("plot", "save_checkpoint", "progress_bar"):
+        for name in ("plot", "progress_bar", "overwrite", "save_checkpoint"):
             _check_bool(f"output.{name}", getattr(self, name))
+        if self.save_checkpoint:
+            raise ConfigError("output.save_checkpoint: retired; checkpoints are written every train.save_every steps "
+                              "and after the last step to <run_dir>/checkpoints/step_<N>/ (policy/ is loadable with "
+                              "model.path=); remove the key")
+        self._check_loggers()
+        _check_choice("output.wandb_mode", self.wandb_mode, _WANDB_MODES)
+        if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
+            raise ConfigError(f"output.wandb_project: got {self.wandb_project!r}, expected a name or null")
+        _check_float("output.plot_smoothing", self.plot_smoothing, 0.0)
+        if self.plot_smoothing >= 1.0:
+            raise ConfigError(f"output.plot_smoothing: got {self.plot_smoothing!r}, expected a number in [0, 1)")
+
+    def _check_loggers(self) -> None:
+        loggers = list(self.loggers) if self.loggers is not None else []
+        for i, name in enumerate(loggers):
+            _check_choice(f"output.loggers[{i}]", name, _LOGGERS)
+        if len(set(loggers)) != len(loggers):
+            raise ConfigError(f"output.loggers: got {loggers}, expected each logger at most once")
+        if "wandb" in loggers:
+            import importlib.util
+
+            if importlib.util.find_spec("wandb") is None:
+                raise ConfigError("output.loggers: 'wandb' needs the wandb package, which is not installed; "
+                                  "pip install 'areal[wandb]' (or drop wandb from output.loggers)")
+        self.loggers = loggers
 
 
 @dataclass
 class ExperimentConfig:
-    """A whole experiment: the `actor:` section and the trainer around it."""
+    """A whole experiment: the `actor:` section and the trainer around it.
+
+    A run writes into `<output.dir>/<experiment_name>/<trial_name>/` (as in
+    AReaL: one experiment, several trials, e.g. seeds or ablations).
+    """
 
     experiment_name: str = "default"
+    trial_name: str = "trial0"
     seed: int = 1
     actor: PPOActorConfig = field(default_factory=PPOActorConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -255,9 +339,10 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"seed: got {self.seed!r}, expected an integer")
-        name = self.experiment_name
-        if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
-            raise ConfigError(f"experiment_name: got {name!r}, expected a non-empty name without '{os.sep}'")
+        for key in ("experiment_name", "trial_name"):
+            name = getattr(self, key)
+            if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
+                raise ConfigError(f"{key}: got {name!r}, expected a non-empty name without '{os.sep}'")
         self._check_cross_sections()
 
     def _check_cross_sections(self) -> None:

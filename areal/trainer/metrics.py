@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """A JSON-ready scalar: tensors become numbers, NaN/Inf become None."""
     if isinstance(value, torch.Tensor):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -24,18 +26,22 @@ class MetricsWriter:
 
     `path=None` keeps the records in memory only: data-parallel ranks other
     than 0 hold the same (reduced) rows but must not write the shared file.
+    `initial` rows (a resumed run's steps before its checkpoint) replace the
+    file's contents first, so rows a killed run wrote after the checkpoint are
+    dropped and the file continues with no gap and no duplicate.
     """
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, initial: Sequence[Mapping[str, Any]] = ()) -> None:
         self.path = None if path is None else Path(path)
         self._fh = None
+        self.records: list[dict[str, Any]] = [dict(r) for r in initial]
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = self.path.open("w", encoding="utf-8")
-        self.records: list[dict[str, Any]] = []
+            write_jsonl(self.path, self.records)
+            self._fh = self.path.open("a", encoding="utf-8")
 
     def write(self, record: Mapping[str, Any]) -> None:
-        row = {k: _plain(v) for k, v in record.items()}
+        row = {k: plain_value(v) for k, v in record.items()}
         if self._fh is not None:
             self._fh.write(json.dumps(row) + "\n")
             self._fh.flush()
@@ -44,6 +50,18 @@ class MetricsWriter:
     def close(self) -> None:
         if self._fh is not None and not self._fh.closed:
             self._fh.close()
+
+
+def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Replace `path` by these rows, atomically (temporary file, fsync, rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ loop is exactly the single-process one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -27,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from areal.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, config_to_yaml
 from areal.api.train_args import ExperimentConfig
+from areal.trainer.checksum import module_checksum
+from areal.trainer.cpu_threads import apply_num_threads
 from areal.trainer.distributed import (
     DistContext,
     all_gather_objects,
@@ -40,11 +40,13 @@ from areal.trainer.distributed import (
     reduce_metrics,
 )
 from areal.trainer.engine import PolicyEngine, ValueEngine, reference_logprobs
-from areal.trainer.metrics import MetricsWriter, masked_stats, window_mean
+from areal.trainer.loggers import RunLoggers, open_loggers
+from areal.trainer.metrics import masked_stats, window_mean
 from areal.trainer.model import build_critic, build_policy, frozen_copy
 from areal.trainer.plot import plot_curves
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.critic import PPOCritic
+from areal.trainer.progress import Progress
 from areal.trainer.rollout import (
     EpisodeRecord,
     add_reward_baselines,
@@ -54,8 +56,10 @@ from areal.trainer.rollout import (
     groups_to_device,
     sample_problems,
 )
+from areal.trainer.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
 from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, stage_batch_fields
 from areal.trainer.tasks import make_task
+from areal.trainer.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
 from areal.utils.data import concat_batch
 
 logger = logging.getLogger("areal.trainer")
@@ -73,6 +77,8 @@ class RunResult:
     seconds: float
     first5_reward: float | None
     last10_reward: float | None
+    checkpoint: Path | None = None  # the newest checkpoint this run wrote (None: none)
+    resumed_from: Path | None = None
 
     def summary(self, name: str, total_steps: int) -> str:
         def fmt(x: float | None) -> str:
@@ -103,16 +109,6 @@ def _special_ids(tokenizer: Any) -> dict[str, int]:
 def shipped_actor_config(config: PPOActorConfig) -> PPOActorConfig:
     """The actor config as a remote worker receives it: serialised to JSON and rebuilt (and re-validated)."""
     return actor_config_from_dict(json.loads(json.dumps(config_to_dict(config))))
-
-
-def module_checksum(module: torch.nn.Module) -> str:
-    """sha256 of a module's state dict (names, dtypes, shapes and bytes): equal iff the replicas are equal."""
-    digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
-        t = tensor.detach().to("cpu").contiguous()
-        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 #: How metrics are averaged over ranks: per episode, per active (loss-mask) token; every other
@@ -150,7 +146,10 @@ class Trainer:
                 f"rollout.batch_size >= {self.ctx.world_size}"
             )
         self.prompt_indices = assign_prompts_to_ranks(cfg.rollout.batch_size, self.ctx.world_size)[self.ctx.rank]
-        torch.set_num_threads(cfg.train.num_threads)
+        # before anything is built: a taken run directory fails in a second (decided on rank 0, shared)
+        self.plan = shared_plan(cfg, self.ctx)
+        self.run_dir = self.plan.run_dir
+        self.num_threads = apply_num_threads(cfg.train.num_threads)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
         # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1
@@ -177,7 +176,6 @@ class Trainer:
             self.critic = PPOCritic(cfg.critic, ValueEngine(model, lr=cfg.critic.lr,
                                                              weight_decay=cfg.critic.weight_decay,
                                                              grad_clip=cfg.critic.grad_clip, ctx=self.ctx))
-        self.run_dir = Path(cfg.output.dir) / cfg.experiment_name
         if self.ctx.is_main:
             _warn_unused_process_shaping(cfg)
 
@@ -320,45 +318,71 @@ class Trainer:
             fh.flush()
 
     def run(self) -> RunResult:
-        """Train for `train.steps`; Ctrl-C stops early but still writes metrics, plot and summary.
+        """Train up to `train.steps`, resuming first when planned; Ctrl-C stops early but keeps the outputs.
 
-        Under data parallelism every rank runs the loop (collectives each step);
-        only rank 0 writes config.yaml, metrics.jsonl, the plot and checkpoints
-        and shows the progress bar.
+        Checkpoints every `train.save_every` steps and after the last one
+        (`areal.trainer.trainer_state`). Under data parallelism every rank runs
+        the loop (collectives each step); only rank 0 writes config.yaml,
+        metrics, the plot and checkpoints and reports progress.
         """
         cfg, main = self.cfg, self.ctx.is_main
+        start, records = self._restore()
         if main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            prepare_run_dir(self.plan, start)
             (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
-        writer = MetricsWriter(self.run_dir / "metrics.jsonl" if main else None)
+        loggers = open_loggers(cfg, self.run_dir, records=records, start_step=start, is_main=main)
         checksums = None
         if cfg.train.debug_param_checksum and main:
-            checksums = (self.run_dir / "param_checksums.jsonl").open("w", encoding="utf-8")
-        bar = tqdm(total=cfg.train.steps, desc=cfg.experiment_name, disable=not (cfg.output.progress_bar and main),
-                   dynamic_ncols=True)
-        begin, interrupted, done = time.perf_counter(), False, 0
+            checksums = (self.run_dir / "param_checksums.jsonl").open("a", encoding="utf-8")
+        progress = Progress(name=cfg.experiment_name, total=cfg.train.steps, start=start, every=cfg.train.log_every,
+                            enabled=cfg.output.progress_bar and main)
+        elapsed_before = float((records[-1].get("elapsed") if records else None) or 0.0)
+        begin, interrupted, done, saved = time.perf_counter(), False, start, None
         try:
-            for step in range(cfg.train.steps):
+            for step in range(start, cfg.train.steps):
                 row = self.step(step).metrics
-                row["elapsed"] = time.perf_counter() - begin
-                writer.write(row)
+                row["elapsed"] = elapsed_before + time.perf_counter() - begin
+                row = loggers.log(row)
                 if cfg.train.debug_param_checksum:
                     self._write_checksums(checksums, step)
                 done = step + 1
-                bar.update(1)
-                if done % cfg.train.log_every == 0:
-                    bar.set_postfix(reward=f"{row['reward_mean']:.2f}", success=f"{row['success_rate']:.2f}")
+                progress.update(done, row)
+                if cfg.train.save_every and (done % cfg.train.save_every == 0 or done == cfg.train.steps):
+                    saved = self.save_checkpoint(done, loggers) or saved
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            bar.close()
-            writer.close()
+            progress.close()
+            loggers.close()
             if checksums is not None:
                 checksums.close()
-        result = self._finish(writer.records, done, interrupted, time.perf_counter() - begin)
+        result = self._finish(loggers.records, done, interrupted, time.perf_counter() - begin)
+        result.checkpoint, result.resumed_from = saved, self.plan.resume_from
         if not interrupted:
             barrier(self.ctx)  # ranks leave together, after rank 0 has written everything
         return result
+
+    def _restore(self) -> tuple[int, list[dict[str, Any]]]:
+        """Load the planned checkpoint into this freshly built trainer: (next step, metrics rows before it)."""
+        if self.plan.resume_from is None:
+            return 0, []
+        restored = load_trainer_checkpoint(self, self.plan.resume_from)
+        if restored.step > self.cfg.train.steps:
+            raise RunDirectoryError(f"train.steps: got {self.cfg.train.steps}, but the checkpoint "
+                                    f"{restored.folder} is at step {restored.step}; raise train.steps to continue")
+        if self.ctx.is_main:
+            logger.info("resuming %s at step %d", restored.folder, restored.step)
+        return restored.step, restored.records
+
+    def save_checkpoint(self, step: int, loggers: RunLoggers) -> Path | None:
+        """Write `checkpoints/step_<step>` (a collective; rank 0 writes), then keep the newest `train.keep_last`."""
+        from areal.trainer.checkpoint import checkpoint_root, prune
+
+        loggers.flush()  # what the checkpoint covers is on disk in every sink
+        folder = save_trainer_checkpoint(self, step, loggers.records)
+        if folder is not None:
+            prune(checkpoint_root(self.run_dir), self.cfg.train.keep_last)
+        return folder
 
     def _finish(self, records: list[dict[str, Any]], done: int, interrupted: bool, seconds: float) -> RunResult:
         cfg = self.cfg
@@ -366,11 +390,7 @@ class Trainer:
         if cfg.output.plot and records:
             plot_path = self.run_dir / "curves.png"
             if self.ctx.is_main:
-                plot_curves(records, plot_path, title=cfg.experiment_name)
-        if cfg.output.save_checkpoint and self.ctx.is_main:
-            ckpt = self.run_dir / "checkpoint"
-            self.policy.save_pretrained(ckpt)
-            self.task.tokenizer.save_pretrained(ckpt)
+                plot_curves(records, plot_path, title=cfg.experiment_name, smoothing=cfg.output.plot_smoothing)
         return RunResult(
             run_dir=self.run_dir, metrics_path=self.run_dir / "metrics.jsonl", plot_path=plot_path,
             steps_done=done, interrupted=interrupted, seconds=seconds,

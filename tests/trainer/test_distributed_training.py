@@ -57,7 +57,7 @@ def _train_two_ranks(tmp_path: Path, config: str, *extra: str) -> tuple[Path, st
     [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     name = Path(config).stem
-    return tmp_path / name, out + err
+    return tmp_path / name / "trial0", out + err
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -70,7 +70,7 @@ def _check_run(run_dir: Path, log: str, models: set[str]) -> list[dict]:
     for row in rows:
         for key in ("reward_mean", "adv_mean", "adv_std", "policy_loss", "entropy", "grad_norm", "tokens_per_s"):
             assert row[key] is not None and math.isfinite(row[key]), (key, row)
-    assert log.count(f"[areal] {run_dir.name}: done, 2/2 steps") == 1, log  # only rank 0 reports
+    assert log.count(f"[areal] {run_dir.parent.name}: done, 2/2 steps") == 1, log  # only rank 0 reports
     assert (run_dir / "config.yaml").is_file()
     checksums = _read_jsonl(run_dir / "param_checksums.jsonl")
     assert [c["step"] for c in checksums] == [0, 1]
@@ -82,7 +82,7 @@ def _check_run(run_dir: Path, log: str, models: set[str]) -> list[dict]:
     assert checksums[0]["policy"] != checksums[1]["policy"]
     if "reference" in models:
         assert checksums[0]["reference"] == checksums[1]["reference"]
-    print(f"\n{run_dir.name}: rank checksums equal after each step: {checksums}")
+    print(f"\n{run_dir.parent.name}: rank checksums equal after each step: {checksums}")
     return rows
 
 
@@ -96,8 +96,9 @@ def test_grpo_trains_on_two_ranks_with_identical_replicas(tmp_path: Path) -> Non
     rows = _check_run(run_dir, log, {"policy", "reference"})
     assert all(r["value_loss"] is None for r in rows)
     assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "curves.png", "metrics.jsonl",
-                                                         "param_checksums.jsonl"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "curves.png", "metrics.jsonl",
+                                                         "param_checksums.jsonl", "tensorboard"]
+    assert len(list((run_dir / "tensorboard").iterdir())) == 1  # rank 0 alone logs
 
 
 def test_ppo_with_critic_trains_on_two_ranks_with_identical_replicas(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ def train(tmp_path: Path, preset: str, *extra: str) -> list[dict]:
     argv = ["--config", str(PRESETS / f"{preset}.yaml"), *TINY, f"output.dir={tmp_path}",
             f"experiment_name={name}", *extra]
     assert main(argv) == 0
-    rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / name / "trial0" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]
     for r in rows:
         assert math.isfinite(r["policy_loss"]) and math.isfinite(r["adv_mean"]), r

@@ -65,13 +65,21 @@ def test_decoupled_loss_and_per_turn_export_run(tmp_path: Path) -> None:
     assert out.metrics["policy_loss"] is not None
 
 
-def test_checkpoint_round_trip_through_model_path(tmp_path: Path) -> None:
-    first = _trainer(tmp_path, "train.steps=1", "output.save_checkpoint=true", "experiment_name=ckpt").run()
-    ckpt = first.run_dir / "checkpoint"
+def test_checkpoint_policy_loads_through_model_path(tmp_path: Path) -> None:
+    first = _trainer(tmp_path, "train.steps=1", "experiment_name=ckpt").run()
+    ckpt = first.checkpoint / "policy"
+    assert first.checkpoint == first.run_dir / "checkpoints" / "step_1"
     assert (ckpt / "config.json").is_file() and (ckpt / "tokenizer.json").is_file()
     second = _trainer(tmp_path, "train.steps=1", f"model.path={ckpt}", "experiment_name=resumed", "critic.enabled=true")
     second.run()
     assert second.policy.config.hidden_size == 32
+    assert torch.equal(second.reference.lm_head.weight, first_policy_weight(ckpt))
+
+
+def first_policy_weight(folder: Path) -> torch.Tensor:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))["lm_head.weight"]
 
 
 def test_cli_entry_point_runs_the_default_config(tmp_path: Path) -> None:
@@ -83,9 +91,9 @@ def test_cli_entry_point_runs_the_default_config(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "[areal] cli: done, 2/2 steps" in proc.stdout
-    lines = (tmp_path / "cli" / "metrics.jsonl").read_text().splitlines()
+    lines = (tmp_path / "cli" / "trial0" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2 and json.loads(lines[-1])["step"] == 1
-    assert (tmp_path / "cli" / "curves.png").is_file()
+    assert (tmp_path / "cli" / "trial0" / "curves.png").is_file()
 
 
 def test_greedy_baseline_adds_one_reward_baseline_per_row(tmp_path: Path) -> None:

@@ -97,6 +97,44 @@ class PPOActor:
         """The `StageState` of every configured stage that keeps state across steps, by stage name."""
         return self.resolved.stage_states()
 
+    def _stateful_stages(self) -> dict[str, Any]:
+        """What keeps state, per stage: the bound `StageState`, or a stage object with `state_dict`/`load_state_dict`."""
+        out: dict[str, Any] = dict(self.stage_states)
+        r = self.resolved
+        for name, stage in (("compute", r.compute), ("outcome_reward_shaping", r.outcome),
+                            ("estimator", r.estimator), ("process_adv_shaping", r.process)):
+            if name in out:
+                continue
+            fn = None if stage is None else stage.fn
+            fn = getattr(fn, "func", fn)  # kwargs are bound with functools.partial
+            if callable(getattr(fn, "state_dict", None)) and callable(getattr(fn, "load_state_dict", None)):
+                out[name] = fn
+        return out
+
+    def state_fingerprints(self) -> dict[str, str]:
+        """sha256 of each `StageState`: equal on every data-parallel rank when the ranks agree on the state."""
+        return {name: state.fingerprint() for name, state in self.stage_states.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state of every configured stage that keeps one (checkpointed with the run); {} when none does.
+
+        Stages with a `StageState` (KRPO, SPO, plugins declaring `state`) and stage
+        objects with their own `state_dict` / `load_state_dict` are both included.
+        """
+        return {"stages": {name: fn.state_dict() for name, fn in self._stateful_stages().items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` returned; the stages with state must be the same ones."""
+        saved = dict(state.get("stages", {})) if isinstance(state, Mapping) else None
+        if saved is None:
+            raise ValueError(f"PPOActor.load_state_dict: got {type(state).__name__}, expected the dict of state_dict()")
+        stages = self._stateful_stages()
+        if set(saved) != set(stages):
+            raise ValueError(f"PPOActor.load_state_dict: the checkpoint holds state for stages {sorted(saved)}, "
+                             f"but the configured stages with state are {sorted(stages)}")
+        for name, fn in stages.items():
+            fn.load_state_dict(saved[name])
+
     def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
         """One PPO update over `data` (the output of `compute_advantages`)."""
         if self.engine is None:

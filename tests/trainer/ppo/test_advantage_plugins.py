@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -330,10 +331,12 @@ def test_custom_estimator_with_compute_gae_lambda():
     cfg = load_config(ROOT / "examples/custom_advantage/custom_estimator.yaml").actor
     out = PPOActor(cfg).compute_advantages(batch, meta)
     # Same token GAE, with a lambda function that computes vapo from turn counts directly.
-    ref_cfg = PPOActorConfig(gae_lambda="plugin_fixtures.vapo_from_turns", gae_lambda_kwargs={"alpha": 0.5})
+    # (the snippet builds on examples/ppo_token_gae.yaml: the references keep that run's actor settings)
+    plain = dataclasses.replace(cfg, advantage=AdvantageConfig())
+    ref_cfg = dataclasses.replace(plain, gae_lambda="plugin_fixtures.vapo_from_turns", gae_lambda_kwargs={"alpha": 0.5})
     ref = PPOActor(ref_cfg).compute_advantages(batch, meta)
     assert_same(out, ref)
-    token_unit = PPOActor(PPOActorConfig(gae_lambda="vapo", gae_lambda_kwargs={"alpha": 0.5})).compute_advantages(batch, meta)
+    token_unit = PPOActor(plain).compute_advantages(batch, meta)
     assert not torch.allclose(out["advantages"], token_unit["advantages"])
 
 

@@ -1,0 +1,184 @@
+"""Config composition: `defaults:` lists, bare-string stages, layered merging.
+
+A YAML file may start with `defaults: [base.yaml, ...]`: those files (paths
+relative to the including file, each possibly with its own `defaults:`) are
+merged in order, then the file itself, then the command-line overrides. This is
+Hydra's defaults list reduced to what a single experiment file needs; Hydra
+itself is not used because it owns the command line, the working directory and
+the output folders, all of which the trainer manages itself.
+
+Stage nodes (`actor.advantage.<stage>`) get one rule OmegaConf does not have: a
+layer that names an implementation different from the one configured so far
+replaces the stage (its kwargs belonged to the old implementation), and a bare
+string `estimator: turn_gae` means `{implementation: turn_gae, kwargs: {}}`. A
+layer that only sets `kwargs` (or repeats the implementation) updates them. The
+task follows the same rule: a new `task.name` starts from empty `task.kwargs`,
+so `task.name=guess` on top of the arithmetic run does not inherit its kwargs.
+
+This module knows no schema: which nodes follow the naming rule is passed in as
+`NamedNode`s (`areal.api.cli_args.load_config` lists the stages and the task),
+so it imports nothing from areal and adds no import circle. Its errors are
+`CompositionError`s; `load_config` re-raises them as `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The key that lists a file's base files.
+DEFAULTS_KEY = "defaults"
+
+
+class CompositionError(ValueError):
+    """A `defaults:` list, a YAML file or a layer is wrong; the message names the key and the file."""
+
+
+@dataclass(frozen=True)
+class NamedNode:
+    """A node selected by name whose kwargs belong to that name (a stage, the task).
+
+    `fresh(name)` is the node to start from when a layer names another
+    implementation (None: keep the node, empty its `kwargs`); `bare_string`
+    lets `key: NAME` stand for `{name_key: NAME, kwargs: {}}`.
+    """
+
+    path: tuple[str, ...]
+    name_key: str
+    fresh: Callable[[str], Any] | None = None
+    bare_string: bool = False
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One mapping to merge, and where it came from (for error messages)."""
+
+    source: str
+    data: dict[str, Any]
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        loaded = OmegaConf.load(path)
+    except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        detail = " ".join(str(exc).split())
+        raise CompositionError(f"config file {path!r}: cannot parse YAML: {detail}") from None
+    if not OmegaConf.is_dict(loaded):
+        raise CompositionError(f"config file {path!r}: expected a mapping at the top level, got a list")
+    return OmegaConf.to_container(loaded, resolve=False)
+
+
+def _default_entries(data: dict[str, Any], source: str) -> list[str]:
+    entries = data.pop(DEFAULTS_KEY, None)
+    if entries is None:
+        return []
+    if isinstance(entries, str) or not isinstance(entries, list):
+        raise CompositionError(f"{DEFAULTS_KEY} (in {source}): got {entries!r}, expected a list of YAML file paths "
+                          "relative to this file, e.g. defaults: [../grpo_arith.yaml]")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, str) or not entry:
+            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {source}): got {entry!r}, expected a YAML file path")
+    return entries
+
+
+def file_layers(path: str | os.PathLike, _stack: tuple[str, ...] = ()) -> list[Layer]:
+    """The layers of a YAML file: its `defaults:` (recursively, in order), then the file itself."""
+    path = os.fspath(path)
+    real = os.path.realpath(path)
+    if not os.path.isfile(path):
+        raise CompositionError(f"config file {path!r} does not exist")
+    data = _read_yaml(path)
+    entries = _default_entries(data, path)
+    layers: list[Layer] = []
+    here = os.path.dirname(real)
+    for i, entry in enumerate(entries):
+        target = os.path.join(here, os.path.expanduser(entry))
+        if not os.path.isfile(target):
+            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} resolves to {os.path.normpath(target)!r}, "
+                              "which does not exist (paths are relative to the including file)")
+        chain = (*_stack, real)
+        if os.path.realpath(target) in chain:
+            cycle = " -> ".join(os.path.basename(p) for p in (*chain, os.path.realpath(target)))
+            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} forms a cycle: {cycle}")
+        layers.extend(file_layers(target, chain))
+    layers.append(Layer(path, data))
+    return layers
+
+
+def mapping_layers(source: Mapping[str, Any]) -> list[Layer]:
+    """Layers of an in-memory config: its `defaults:` (relative to the working directory), then itself."""
+    data = dict(source)
+    entries = _default_entries(data, "the config mapping")
+    layers: list[Layer] = []
+    for entry in entries:
+        layers.extend(file_layers(os.path.expanduser(entry)))
+    layers.append(Layer("the config mapping", data))
+    return layers
+
+
+def override_layer(overrides: Sequence[str]) -> Layer | None:
+    """Dotted `key=value` overrides as one layer (None when there are none)."""
+    from omegaconf import OmegaConf
+
+    overrides = list(overrides)
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item or not item.split("=", 1)[0].strip():
+            raise CompositionError(f"override {item!r}: expected KEY=VALUE, e.g. actor.kl_ctl=0.05")
+        if item.split("=", 1)[0].strip() == DEFAULTS_KEY:
+            raise CompositionError(f"override {item!r}: {DEFAULTS_KEY} can only be given inside a YAML file")
+    if not overrides:
+        return None
+    return Layer("the command line", OmegaConf.to_container(OmegaConf.from_dotlist(overrides), resolve=False))
+
+
+def _node(data: Any, keys: Sequence[str]) -> Any:
+    for key in keys:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _apply_naming_rule(merged: Any, layer: dict[str, Any], node: NamedNode) -> None:
+    """A layer naming another implementation than `merged` has starts that node afresh."""
+    from omegaconf import OmegaConf
+
+    parent = _node(layer, node.path[:-1])
+    if not isinstance(parent, dict):
+        return
+    value = parent.get(node.path[-1])
+    if node.bare_string and isinstance(value, str):
+        value = parent[node.path[-1]] = {node.name_key: value, "kwargs": {}}
+    if not isinstance(value, dict) or not isinstance(value.get(node.name_key), str):
+        return
+    key = ".".join(node.path)
+    current = OmegaConf.select(merged, key)
+    if current is not None and current.get(node.name_key) == value[node.name_key]:
+        return
+    if node.fresh is not None:
+        OmegaConf.update(merged, key, node.fresh(value[node.name_key]), merge=False)
+    elif current is not None:
+        OmegaConf.update(merged, f"{key}.kwargs", {}, merge=False)
+
+
+def merge_layers(schema: type, layers: Sequence[Layer], named: Sequence[NamedNode] = ()) -> Any:
+    """The structured `schema` config with every layer merged in order; errors name the key and the source."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    merged = OmegaConf.structured(schema)
+    for layer in layers:
+        try:
+            for node in named:
+                _apply_naming_rule(merged, layer.data, node)
+            merged = OmegaConf.merge(merged, layer.data)
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", None) or "config"
+            raise CompositionError(f"{key} (in {layer.source}): {str(exc).splitlines()[0]}") from None
+    return merged
