@@ -184,8 +184,11 @@ def _rank() -> int:
 
 
 def _canonical_group_order(group_keys: torch.Tensor, z: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Groups sorted by key, then by their reward sequence: the same order whatever the rank layout."""
-    padded = torch.where(valid, z, torch.full_like(z, math.inf))
+    """Groups sorted by key, then by their reward sequence: the same order whatever the rank layout.
+
+    Sequences compare like Python lists: element by element, a prefix first.
+    """
+    padded = torch.where(valid, z, torch.full_like(z, -math.inf))
     order = torch.arange(group_keys.shape[0], device=group_keys.device)
     for j in range(z.shape[1] - 1, -1, -1):  # least significant column first, each sort stable
         order = order[torch.argsort(padded[order, j], stable=True)]

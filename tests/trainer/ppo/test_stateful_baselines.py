@@ -99,6 +99,26 @@ def test_krpo_carry_over_equals_a_persistent_filter_per_prompt(steps, seed, bina
         assert stored[key] == pytest.approx([x, p], rel=1e-9, abs=1e-12)
 
 
+def test_krpo_chains_a_prompts_groups_in_list_order_of_their_rewards():
+    """Two groups of one prompt in a step, one a prefix of the other: the shorter is chained first."""
+    params = {"process_var": 1e-2, "meas_var": 0.1}
+    actor = PPOActor(config({"implementation": "krpo", "kwargs": params}))
+    reference = eref.PersistentKRPO(**params)
+    groups = ref.make_peer_groups(0, [3, 2], binary=False)
+    groups[0]["rewards"] = torch.tensor([1.0, 0.0, 1.0])
+    groups[1]["rewards"] = torch.tensor([1.0, 0.0])
+    for group in groups:
+        group["prompt_keys"] = torch.full((group["input_ids"].shape[0],), 4, dtype=torch.long)
+    batch, meta = concat_batch(groups)
+    reference.step([(4, [1.0, 0.0, 1.0]), (4, [1.0, 0.0])])
+    actor.compute_advantages(batch, meta)
+    stored = actor.stage_states["outcome_reward_shaping"].get("values")[0].tolist()
+    assert stored == pytest.approx(list(reference.filters[4]), rel=1e-12)
+    other = eref.PersistentKRPO(**params)
+    other.step([(4, [1.0, 0.0]), (4, [1.0, 0.0, 1.0])])
+    assert other.filters[4] == reference.filters[4]  # the order is canonical, not the batch's
+
+
 def test_krpo_split_rollouts_share_their_rollouts_baseline():
     actor = PPOActor(config({"implementation": "krpo"}))
     batch, meta = keyed_batch(3, [3, 4], [5, 6], binary=False, split=True)
