@@ -4,5 +4,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-./scripts/setup.sh test verl trl reasoning wandb gguf
+./scripts/setup.sh test verl trl reasoning wandb gguf data
 exec .venv/bin/python -m pytest "$@"

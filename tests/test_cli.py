@@ -35,3 +35,21 @@ def test_validate_reports_an_unimportable_stage(capsys):
 def test_validate_reports_a_bad_key(capsys):
     assert main(["validate", str(ROOT / "examples/grpo_arith.yaml"), "actor.no_such_field=1"]) == 1
     assert "actor.no_such_field" in capsys.readouterr().err
+
+
+def test_validate_resolves_the_task_and_reward_plugins(capsys):
+    assert main(["validate", str(ROOT / "examples/custom_task/dataset.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"task \(single-turn\)\s+dataset\s", out)
+    assert re.search(r"reward/exact_answer x1\s+examples\.custom_task\.rewards\.exact_answer", out)
+    assert re.search(r"data\.train\s+examples/custom_task/data/train\.jsonl\s+200 rows", out)
+    assert main(["validate", str(ROOT / "examples/custom_task/multi_turn.yaml")]) == 0
+    assert re.search(r"task \(multi-turn\)\s+examples\.custom_task\.tasks\.make_reach_task", capsys.readouterr().out)
+
+
+def test_validate_reports_an_unimportable_task_and_reward(capsys):
+    path = ROOT / "examples/custom_task/single_turn.yaml"
+    assert main(["validate", str(path), "task.implementation=nope_pkg.tasks.make"]) == 1
+    assert "task.implementation: cannot use 'nope_pkg.tasks.make'" in capsys.readouterr().err
+    assert main(["validate", str(path), "reward=[{implementation: nope_pkg.rewards.fn}]"]) == 1
+    assert "reward[0] (fn): cannot use 'nope_pkg.rewards.fn'" in capsys.readouterr().err

@@ -1,366 +1,32 @@
-"""Configuration dataclasses for the PPO actor and its advantage pipeline.
+"""Config loading (YAML + dotted overrides) and the config dataclasses' public path.
 
-Configs hold only plain values, built-in names and import paths, so that they
-serialise to YAML/JSON unchanged and can be shipped to remote workers. Every
-dataclass validates itself on construction and names the offending field.
+The actor dataclasses live in `areal.api.actor_args`, the experiment sections in
+`areal.api.train_args`; both are re-exported here, the import path of the spec
+and of AReaL. The modules form a chain without cycles:
+`config_checks` <- `actor_args` <- `task_specs` / `train_args` <- `cli_args`.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-_NORM_LEVELS = ("batch", "group", None)
+from areal.api.actor_args import (
+    GVPO_PARAMS,
+    STAGE_NAMES,
+    AdvantageConfig,
+    NormConfig,
+    PPOActorConfig,
+    StageSpec,
+)
+from areal.api.config_checks import ConfigError
+from areal.api.train_args import ExperimentConfig
 
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field."""
-
-
-def _check_choice(field: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        raise ConfigError(f"{field}: got {value!r}, expected one of {list(choices)}")
-
-
-def _check_number(
-    field: str,
-    value: Any,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    allow_inf: bool = False,
-) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{field}: got {value!r} ({type(value).__name__}), expected a number")
-    if math.isnan(value) or (math.isinf(value) and not allow_inf):
-        raise ConfigError(f"{field}: got {value!r}, expected a finite number")
-    if low is not None and (value < low or (low_open and value == low)):
-        bound = f"> {low}" if low_open else f">= {low}"
-        raise ConfigError(f"{field}: got {value!r}, expected a number {bound}")
-    if high is not None and value > high:
-        raise ConfigError(f"{field}: got {value!r}, expected a number <= {high}")
-
-
-def _check_bool(field: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{field}: got {value!r} ({type(value).__name__}), expected true or false")
-
-
-@dataclass
-class NormConfig:
-    """How rewards or advantages are normalised.
-
-    Group boundaries come from the batch metadata (`TrajBatchMeta`); the fixed
-    `group_size` is only a fallback when a batch carries no metadata.
-    """
-
-    mean_level: str | None = "batch"
-    std_level: str | None = "batch"
-    mean_leave1out: bool = False
-    std_unbiased: bool = True
-    eps: float = 1e-5
-    group_size: int = 1
-
-    def __post_init__(self) -> None:
-        _check_choice("NormConfig.mean_level", self.mean_level, _NORM_LEVELS)
-        _check_choice("NormConfig.std_level", self.std_level, _NORM_LEVELS)
-        _check_bool("NormConfig.mean_leave1out", self.mean_leave1out)
-        _check_bool("NormConfig.std_unbiased", self.std_unbiased)
-        _check_number("NormConfig.eps", self.eps, low=0.0)
-        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
-            raise ConfigError(
-                f"NormConfig.group_size: got {self.group_size!r}, expected an integer >= 1"
-            )
-
-
-# ---------------------------------------------------------------------------
-# Pluggable advantage stages
-# ---------------------------------------------------------------------------
-
-from areal.api.builtin_stages import BUILTIN_STAGE_IMPLEMENTATIONS  # noqa: E402
-STAGE_NAMES: tuple[str, ...] = ("outcome_reward_shaping", "estimator", "process_adv_shaping")
-GVPO_PARAMS: tuple[str, ...] = ("negative_scale", "zero_penalty", "zero_eps")
-
-
-def _is_import_path(value: str) -> bool:
-    parts = value.split(".")
-    return len(parts) >= 2 and all(p.isidentifier() for p in parts)
-
-
-def _check_json_value(field: str, value: Any) -> None:
-    """Kwargs must survive a JSON round trip so configs can ship to workers."""
-    if value is None or isinstance(value, (bool, str, int)):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ConfigError(f"{field}: got {value!r}, expected a finite JSON number")
-        return
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check_json_value(f"{field}[{i}]", item)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ConfigError(f"{field}: key {key!r} is {type(key).__name__}, expected a string key")
-            _check_json_value(f"{field}.{key}", item)
-        return
-    raise ConfigError(
-        f"{field}: got {value!r} ({type(value).__name__}), expected a JSON-serialisable value "
-        "(null, bool, number, string, list or mapping)"
-    )
-
-
-@dataclass
-class StageSpec:
-    """One replaceable stage: a built-in name or a dotted import path, plus JSON kwargs.
-
-    Loading a config never imports user code; the path is resolved by each actor
-    worker when it is initialised.
-    """
-
-    implementation: str = "auto"
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def validate(self, stage: str) -> None:
-        where = f"actor.advantage.{stage}"
-        if not isinstance(self.implementation, str) or not self.implementation:
-            raise ConfigError(f"{where}.implementation: got {self.implementation!r}, expected a non-empty string")
-        builtins = BUILTIN_STAGE_IMPLEMENTATIONS[stage]
-        if self.implementation not in builtins and not _is_import_path(self.implementation):
-            raise ConfigError(
-                f"{where}.implementation: got {self.implementation!r}, expected one of "
-                f"{list(builtins)} or a dotted import path such as 'my_package.my_module.my_function'"
-            )
-        if self.kwargs is None:
-            self.kwargs = {}
-        if not isinstance(self.kwargs, dict):
-            raise ConfigError(f"{where}.kwargs: got {self.kwargs!r}, expected a mapping")
-        _check_json_value(f"{where}.kwargs", self.kwargs)
-
-    @property
-    def is_builtin(self) -> bool:
-        return "." not in self.implementation
-
-
-@dataclass
-class AdvantageConfig:
-    """`actor.advantage`: a whole-computation replacement or per-stage replacements.
-
-    `null` for a stage means "not configured" (built-in default behaviour); `auto`
-    selects the stage's default implementation explicitly.
-    """
-
-    compute: StageSpec = field(default_factory=lambda: StageSpec("default"))
-    outcome_reward_shaping: StageSpec | None = None
-    estimator: StageSpec | None = None
-    process_adv_shaping: StageSpec | None = None
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        if self.compute is None:
-            self.compute = StageSpec("default")
-        self.compute = _as_stage_spec(self.compute, "compute")
-        self.compute.validate("compute")
-        for stage in STAGE_NAMES:
-            spec = getattr(self, stage)
-            if spec is not None:
-                spec = _as_stage_spec(spec, stage)
-                setattr(self, stage, spec)
-                spec.validate(stage)
-        if self.compute.implementation == "default":
-            if self.compute.kwargs:
-                raise ConfigError(
-                    "actor.advantage.compute.kwargs: the default compute takes no kwargs "
-                    f"(got {sorted(self.compute.kwargs)}); configure the stages instead"
-                )
-        else:
-            configured = [s for s in STAGE_NAMES if getattr(self, s) is not None]
-            if configured:
-                raise ConfigError(
-                    f"actor.advantage: compute.implementation={self.compute.implementation!r} replaces the "
-                    f"whole computation and cannot be combined with stage config {configured}; "
-                    "set those stages to null"
-                )
-        process = self.process_adv_shaping
-        if process is not None and process.implementation == "auto" and process.kwargs:
-            raise ConfigError(
-                "actor.advantage.process_adv_shaping.kwargs: 'auto' accepts no kwargs "
-                f"(got {sorted(process.kwargs)}); name the implementation (e.g. gvpo) to pass kwargs"
-            )
-        if process is not None and process.implementation == "gvpo":
-            unknown = sorted(set(process.kwargs) - set(GVPO_PARAMS))
-            if unknown:
-                raise ConfigError(
-                    f"actor.advantage.process_adv_shaping.kwargs: unknown gvpo parameters {unknown}, "
-                    f"expected a subset of {list(GVPO_PARAMS)}"
-                )
-            for name, value in process.kwargs.items():
-                _check_number(f"actor.advantage.process_adv_shaping.kwargs.{name}", value, low=0.0)
-        for stage, names in (("process_adv_shaping", ("additive", "process_weighted")),
-                             ("outcome_reward_shaping", ("identity",))):
-            spec = getattr(self, stage)
-            if spec is not None and spec.implementation in names and spec.kwargs:
-                raise ConfigError(
-                    f"actor.advantage.{stage}.kwargs: built-in {spec.implementation!r} takes no kwargs "
-                    f"(got {sorted(spec.kwargs)})"
-                )
-
-    @property
-    def replaces_compute(self) -> bool:
-        return self.compute.implementation != "default"
-
-
-def _as_stage_spec(value: Any, stage: str) -> StageSpec:
-    if isinstance(value, StageSpec):
-        return value
-    if isinstance(value, str):
-        return StageSpec(implementation=value)
-    if isinstance(value, dict):
-        unknown = sorted(set(value) - {"implementation", "kwargs"})
-        if unknown:
-            raise ConfigError(
-                f"actor.advantage.{stage}: unknown keys {unknown}, expected 'implementation' and 'kwargs'"
-            )
-        return StageSpec(implementation=value.get("implementation", "auto"), kwargs=dict(value.get("kwargs") or {}))
-    raise ConfigError(
-        f"actor.advantage.{stage}: got {value!r}, expected null or {{implementation: ..., kwargs: {{...}}}}"
-    )
-
-
-# ---------------------------------------------------------------------------
-# The PPO actor
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class PPOActorConfig:
-    """Fields of AReaL's `actor` section that the advantage pipeline and PPO update read."""
-
-    # Reward processing
-    reward_bias: float = 0.0
-    reward_scaling: float = 1.0
-    reward_clip: float = 20.0
-    reward_norm: NormConfig | None = None
-    overlong_reward_penalty: bool = False
-    overlong_tokens: int | None = None
-    overlong_penalty_factor: float | None = None
-    max_new_tokens: int = 1024
-    mask_no_eos_with_zero: bool = False
-    # KL to the reference policy
-    kl_ctl: float = 0.1
-    kl_estimator: str = "k1"
-    # Temporal credit assignment
-    discount: float = 1.0
-    gae_lambda: float | str = 1.0
-    gae_lambda_kwargs: dict[str, Any] = field(default_factory=dict)
-    gae_timestep_unit: str = "token"
-    # Advantage post-processing
-    adv_norm: NormConfig | None = None
-    token_rewards_as_adv: bool = True
-    # Log-probabilities
-    use_decoupled_loss: bool = False
-    recompute_logprob: bool = False
-    # PPO update
-    eps_clip: float = 0.2
-    eps_clip_higher: float | None = None
-    c_clip: float | None = None
-    behav_imp_weight_cap: float | None = None
-    ppo_n_minibatches: int = 1
-    temperature: float = 1.0
-    # Pluggable advantage computation
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        p = "actor."
-        for name in ("reward_bias", "kl_ctl"):
-            _check_number(p + name, getattr(self, name))
-        _check_number(p + "reward_scaling", self.reward_scaling)
-        _check_number(p + "reward_clip", self.reward_clip, low=0.0, low_open=True, allow_inf=True)
-        _check_number(p + "discount", self.discount, low=0.0, high=1.0)
-        _check_choice(p + "kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
-        _check_choice(p + "gae_timestep_unit", self.gae_timestep_unit, ("token", "turn"))
-        for name in ("overlong_reward_penalty", "mask_no_eos_with_zero", "token_rewards_as_adv",
-                     "use_decoupled_loss", "recompute_logprob"):
-            _check_bool(p + name, getattr(self, name))
-        if isinstance(self.gae_lambda, str):
-            if not self.gae_lambda or ("." not in self.gae_lambda and not self.gae_lambda.isidentifier()):
-                raise ConfigError(
-                    f"{p}gae_lambda: got {self.gae_lambda!r}, expected a number in [0, 1], a built-in "
-                    "lambda name (constant, vapo, relative_position) or a dotted import path"
-                )
-        else:
-            _check_number(p + "gae_lambda", self.gae_lambda, low=0.0, high=1.0)
-            if self.gae_lambda_kwargs:
-                raise ConfigError(
-                    f"{p}gae_lambda_kwargs: got {sorted(self.gae_lambda_kwargs)} but gae_lambda is a "
-                    "constant; kwargs need a lambda function"
-                )
-        if not isinstance(self.gae_lambda_kwargs, dict):
-            raise ConfigError(f"{p}gae_lambda_kwargs: got {self.gae_lambda_kwargs!r}, expected a mapping")
-        _check_json_value(p + "gae_lambda_kwargs", self.gae_lambda_kwargs)
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ConfigError(f"{p}max_new_tokens: got {self.max_new_tokens!r}, expected an integer >= 1")
-        if self.overlong_reward_penalty:
-            if isinstance(self.overlong_tokens, bool) or not isinstance(self.overlong_tokens, int) \
-                    or not 1 <= self.overlong_tokens <= self.max_new_tokens:
-                raise ConfigError(
-                    f"{p}overlong_tokens: got {self.overlong_tokens!r}, expected an integer in "
-                    f"[1, max_new_tokens={self.max_new_tokens}] when overlong_reward_penalty is true"
-                )
-            if self.overlong_penalty_factor is None:
-                raise ConfigError(
-                    f"{p}overlong_penalty_factor: got None, expected a number when overlong_reward_penalty is true"
-                )
-            _check_number(p + "overlong_penalty_factor", self.overlong_penalty_factor, low=0.0)
-        for name in ("reward_norm", "adv_norm"):
-            value = getattr(self, name)
-            if isinstance(value, dict):
-                setattr(self, name, NormConfig(**value))
-            elif value is not None and not isinstance(value, NormConfig):
-                raise ConfigError(f"{p}{name}: got {value!r}, expected null or a NormConfig mapping")
-        _check_number(p + "eps_clip", self.eps_clip, low=0.0, low_open=True)
-        for name in ("eps_clip_higher", "behav_imp_weight_cap"):
-            if getattr(self, name) is not None:
-                _check_number(p + name, getattr(self, name), low=0.0, low_open=True)
-        if self.c_clip is not None:
-            _check_number(p + "c_clip", self.c_clip, low=1.0, low_open=True)
-        if isinstance(self.ppo_n_minibatches, bool) or not isinstance(self.ppo_n_minibatches, int) \
-                or self.ppo_n_minibatches < 1:
-            raise ConfigError(f"{p}ppo_n_minibatches: got {self.ppo_n_minibatches!r}, expected an integer >= 1")
-        _check_number(p + "temperature", self.temperature, low=0.0, low_open=True)
-        if isinstance(self.advantage, dict):
-            self.advantage = AdvantageConfig(**self.advantage)
-        elif not isinstance(self.advantage, AdvantageConfig):
-            raise ConfigError(f"{p}advantage: got {self.advantage!r}, expected an AdvantageConfig mapping")
-        else:
-            self.advantage.validate()
-        self._validate_process_requirements()
-
-    def _validate_process_requirements(self) -> None:
-        """gvpo / process_weighted only make sense on direct token advantages."""
-        spec = self.advantage.process_adv_shaping
-        if spec is None or spec.implementation not in ("gvpo", "process_weighted"):
-            return
-        where = "actor.advantage.process_adv_shaping"
-        if not self.token_rewards_as_adv:
-            raise ConfigError(
-                f"{where}: {spec.implementation!r} requires actor.token_rewards_as_adv=true (got false)"
-            )
-        if spec.implementation == "process_weighted" and self.mask_no_eos_with_zero:
-            raise ConfigError(
-                f"{where}: 'process_weighted' requires actor.mask_no_eos_with_zero=false (got true)"
-            )
-
+__all__ = [
+    "GVPO_PARAMS", "STAGE_NAMES", "AdvantageConfig", "ConfigError", "ExperimentConfig", "NormConfig",
+    "PPOActorConfig", "StageSpec", "actor_config_from_dict", "config_to_dict", "config_to_yaml", "load_config",
+]
 
 # ---------------------------------------------------------------------------
 # Loading: YAML files + dotted overrides, OmegaConf structured configs
@@ -389,8 +55,6 @@ def load_config(
     from areal.api.compose import CompositionError, file_layers, mapping_layers, merge_layers, override_layer
 
     if schema is None:
-        from areal.api.train_args import ExperimentConfig
-
         schema = ExperimentConfig
     try:
         layers = mapping_layers(source) if isinstance(source, Mapping) else [] if source is None else \

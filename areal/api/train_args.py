@@ -15,18 +15,20 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal.api.cli_args import ConfigError, PPOActorConfig
+from areal.api.actor_args import PPOActorConfig
+from areal.api.config_checks import ConfigError, check_bool, check_int, check_kwargs, check_number, is_import_path
+from areal.api.task_specs import BUILTIN_TASKS, task_has_process_scorer, validate_task
 
 _ARCHS = ("llama", "qwen2")
 _ATTN = ("eager", "sdpa")
 _DTYPES = ("float32", "bfloat16", "float64")
 _PRM_MODES = ("additive", "gvpo", "process_weighted")
 _EXPORTS = ("episode", "per_turn")
+_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name}: got {value!r}, expected an integer >= {low}")
+    check_int(name, value, low)
 
 
 def _check_float(name: str, value: Any, low: float, *, open_low: bool = False) -> None:
@@ -47,41 +49,95 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
         raise ConfigError(f"{name}: got {value!r}, expected one of {list(choices)}")
 
 
+#: Architecture of the tiny random-init policy; each applies only while `model.path` is null.
+TINY_ARCHITECTURE: dict[str, Any] = {
+    "arch": "llama", "hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 128,
+    "max_position_embeddings": 128,
+}
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 @dataclass
 class ModelConfig:
     """The policy: a local Hugging Face checkpoint, or (path null) a tiny random model.
 
-    The tiny architecture fields only apply to random init; a checkpoint brings its
-    own architecture. Hub ids are refused on purpose: runs must never download.
+    `path` is a local checkpoint directory (a `save_pretrained` folder with its
+    tokenizer, or a folder holding the GGUF file named by `gguf_file`; a GGUF
+    file path alone also works). The checkpoint brings its own architecture and
+    tokenizer, so the architecture fields (`arch`, `hidden_size`, `num_layers`,
+    `num_heads`, `intermediate_size`, `max_position_embeddings`) are errors next
+    to it; with `path: null` they size the tiny model (null: the defaults in
+    `TINY_ARCHITECTURE`; `architecture()` gives the values in force) and the
+    task's word vocabulary is its tokenizer. Hub ids are refused on purpose: runs never download.
     """
 
     path: str | None = None
-    arch: str = "llama"
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 128
-    max_position_embeddings: int = 128
+    gguf_file: str | None = None
+    arch: str | None = None
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    num_heads: int | None = None
+    intermediate_size: int | None = None
+    max_position_embeddings: int | None = None
     attn_implementation: str = "eager"
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if self.path is not None:
-            if not isinstance(self.path, str) or not self.path:
-                raise ConfigError(f"model.path: got {self.path!r}, expected a directory path or null")
-            if not os.path.isdir(self.path) or not os.path.isfile(os.path.join(self.path, "config.json")):
-                raise ConfigError(
-                    f"model.path: {self.path!r} is not a local Hugging Face checkpoint directory "
-                    "(no config.json there); use null for a tiny randomly initialised model"
-                )
-        _check_choice("model.arch", self.arch, _ARCHS)
         _check_choice("model.attn_implementation", self.attn_implementation, _ATTN)
         _check_choice("model.dtype", self.dtype, _DTYPES)
+        if self.gguf_file is not None and self.path is None:
+            self._split_gguf_path()
+        if self.path is None:
+            self._check_tiny_architecture()
+        else:
+            self._check_checkpoint()
+
+    def architecture(self) -> dict[str, Any]:
+        """The random-init architecture: each field, or its default when null."""
+        return {name: default if getattr(self, name) is None else getattr(self, name)
+                for name, default in TINY_ARCHITECTURE.items()}
+
+    def _split_gguf_path(self) -> None:
+        """`gguf_file: /dir/model.gguf` alone means `path: /dir`, `gguf_file: model.gguf`."""
+        if not isinstance(self.gguf_file, str) or not os.path.isfile(self.gguf_file):
+            raise ConfigError(f"model.gguf_file: got {self.gguf_file!r}, expected a GGUF file (or a file name "
+                              "inside model.path)")
+        self.path, self.gguf_file = os.path.split(os.path.abspath(self.gguf_file))
+
+    def _check_tiny_architecture(self) -> None:
+        arch = self.architecture()
+        _check_choice("model.arch", arch["arch"], _ARCHS)
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
-            _check_int(f"model.{name}", getattr(self, name), 1)
-        if self.hidden_size % self.num_heads:
+            _check_int(f"model.{name}", arch[name], 1)
+        if arch["hidden_size"] % arch["num_heads"]:
+            raise ConfigError(f"model.hidden_size: got {arch['hidden_size']}, expected a multiple of "
+                              f"model.num_heads={arch['num_heads']}")
+
+    def _check_checkpoint(self) -> None:
+        if not isinstance(self.path, str) or not self.path:
+            raise ConfigError(f"model.path: got {self.path!r}, expected a directory path or null")
+        given = [f"model.{name}" for name in TINY_ARCHITECTURE if getattr(self, name) is not None]
+        if given:
             raise ConfigError(
-                f"model.hidden_size: got {self.hidden_size}, expected a multiple of model.num_heads={self.num_heads}"
+                f"{', '.join(given)}: architecture fields size only the random-init model (model.path null); "
+                f"the checkpoint at model.path={self.path!r} brings its own architecture, so remove them"
+            )
+        if not os.path.isdir(self.path):
+            raise ConfigError(f"model.path: {self.path!r} is not a local directory; use null for a tiny randomly "
+                              "initialised model (hub ids are not downloaded)")
+        if self.gguf_file is not None:
+            if not isinstance(self.gguf_file, str) or not os.path.isfile(os.path.join(self.path, self.gguf_file)):
+                raise ConfigError(f"model.gguf_file: {self.gguf_file!r} is not a file inside model.path={self.path!r}")
+            return  # a GGUF file carries architecture, weights and tokenizer
+        if not os.path.isfile(os.path.join(self.path, "config.json")):
+            raise ConfigError(
+                f"model.path: {self.path!r} is not a local Hugging Face checkpoint directory (no config.json "
+                "there; for a GGUF file set model.gguf_file); use null for a tiny randomly initialised model"
+            )
+        if not any(os.path.isfile(os.path.join(self.path, f)) for f in _TOKENIZER_FILES):
+            raise ConfigError(
+                f"model.path: the checkpoint {self.path!r} has no tokenizer (none of {list(_TOKENIZER_FILES)}); "
+                "save it next to the weights with tokenizer.save_pretrained(path)"
             )
 
 
@@ -111,17 +167,136 @@ class CriticConfig:
 
 @dataclass
 class TaskConfig:
-    """Which synthetic environment to train on and its parameters (`task.kwargs`)."""
+    """What the policy is trained on: a built-in task or a task plugin.
 
-    name: str = "arith"
+    `implementation`: `arith`, `guess`, `reasoning_gym`, `dataset` (prompts from
+    `data.train`, scored only by `reward:`), or a dotted path to a factory
+    `fn(**kwargs) -> task` (see docs/training.md). `name` is an alias of
+    `implementation` (the older key). Null: `arith`, or `dataset` when
+    `data.train` is set. Built-in kwargs are validated here; a plugin's path is
+    checked for shape only and imported on every rank at trainer start-up.
+    `reward_weight` weighs the task's own score among the reward components.
+    """
+
+    implementation: str | None = None
+    name: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    reward_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        from areal.trainer.tasks.specs import build_task_spec
+        if self.name is not None and self.implementation is not None and self.name != self.implementation:
+            raise ConfigError(
+                f"task.name: got {self.name!r} but task.implementation is {self.implementation!r}; "
+                "task.name is an alias of task.implementation, set only one"
+            )
+        field_name = "task.implementation" if self.implementation is not None else "task.name"
+        if self.implementation is None:
+            self.implementation = self.name
+        self.kwargs = check_kwargs("task.kwargs", self.kwargs)
+        check_number("task.reward_weight", self.reward_weight)
+        if self.implementation is not None:
+            self.resolve(self.implementation, field_name)
 
-        if self.kwargs is None:
-            self.kwargs = {}
-        build_task_spec(self.name, self.kwargs)  # raises ConfigError naming task.name / task.kwargs.*
+    def resolve(self, implementation: str, field_name: str = "task.implementation") -> None:
+        """Fix the implementation (and its `name` alias) and validate its kwargs."""
+        validate_task(implementation, self.kwargs, field_name)
+        self.implementation = self.name = implementation
+
+    @property
+    def is_plugin(self) -> bool:
+        return self.implementation not in BUILTIN_TASKS
+
+    @property
+    def reward_name(self) -> str:
+        """The task's own reward component: `reward/<this>` (the factory's name for a plugin)."""
+        return str(self.implementation).rsplit(".", 1)[-1]
+
+
+@dataclass
+class RewardFunctionConfig:
+    """One reward function in TRL's convention, with its weight.
+
+    `implementation` is a dotted path to `fn(prompts, completions, **columns) ->
+    list[float]` (`columns`: the row's other fields, e.g. `answer`), called with
+    `kwargs` bound; the episode reward is the weighted sum of every component.
+    `name` (default: the function's name) keys its metric `reward/<name>`.
+    """
+
+    implementation: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    weight: float = 1.0
+    name: str | None = None
+
+    def validate(self, where: str) -> None:
+        if not is_import_path(self.implementation):
+            raise ConfigError(f"{where}.implementation: got {self.implementation!r}, expected a dotted import path "
+                              "such as 'my_package.rewards.exact_match'")
+        self.kwargs = check_kwargs(f"{where}.kwargs", self.kwargs)
+        check_number(f"{where}.weight", self.weight)
+        if self.name is None:
+            self.name = self.implementation.rsplit(".", 1)[1]
+        if not isinstance(self.name, str) or not self.name or "/" in self.name:
+            raise ConfigError(f"{where}.name: got {self.name!r}, expected a non-empty name without '/'")
+
+
+@dataclass
+class DataConfig:
+    """Prompt datasets read from local files with Hugging Face `datasets`.
+
+    `train` / `eval`: a `.jsonl`/`.json`, `.parquet` or `.csv` file, or a folder
+    written by `save_to_disk` (a `DatasetDict` folder uses `train_split` /
+    `eval_split`). `prompt_key` is the prompt column (text or chat messages);
+    every other column reaches the reward functions. Training rows are drawn in
+    epochs, shuffled with the run seed when `shuffle`.
+    """
+
+    train: str | None = None
+    eval: str | None = None
+    prompt_key: str = "prompt"
+    train_split: str = "train"
+    eval_split: str = "test"
+    shuffle: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("train", "eval"):
+            path = getattr(self, name)
+            if path is None:
+                continue
+            if not isinstance(path, str) or not os.path.exists(path):
+                raise ConfigError(f"data.{name}: {path!r} does not exist (expected a local file or folder)")
+            if os.path.isfile(path) and not path.lower().endswith(_DATA_SUFFIXES):
+                raise ConfigError(f"data.{name}: {path!r} has an unknown format; expected one of "
+                                  f"{list(_DATA_SUFFIXES)} or a folder written by Dataset.save_to_disk")
+        for name in ("prompt_key", "train_split", "eval_split"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ConfigError(f"data.{name}: got {getattr(self, name)!r}, expected a non-empty string")
+        check_bool("data.shuffle", self.shuffle)
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation with greedy decoding, and the per-step sample log.
+
+    Every `every` steps (null: never) the policy decodes `n_prompts` held-out
+    prompts greedily (`data.eval`, or fresh problems of a procedural task from
+    a separate seed, the same set each time) before that step's update, and
+    once more after the last update; `eval/accuracy` is the fraction of
+    episodes whose reward is >= `success_threshold`, beside `eval/reward_mean`
+    and one `eval/reward/<name>` per component. Every step rank 0 appends
+    `samples_per_step` (prompt, completion, reward) rows to `samples.jsonl`.
+    """
+
+    every: int | None = None
+    n_prompts: int = 32
+    success_threshold: float = 1.0
+    samples_per_step: int = 4
+
+    def __post_init__(self) -> None:
+        if self.every is not None:
+            _check_int("eval.every", self.every, 1)
+        _check_int("eval.n_prompts", self.n_prompts, 1)
+        check_number("eval.success_threshold", self.success_threshold)
+        _check_int("eval.samples_per_step", self.samples_per_step, 0)
 
 
 @dataclass
@@ -335,6 +510,9 @@ class ExperimentConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    reward: list[RewardFunctionConfig] = field(default_factory=list)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
@@ -360,14 +538,38 @@ class ExperimentConfig:
             )
         if self.critic.enabled and self.critic.ppo_n_minibatches is None:
             self.critic.ppo_n_minibatches = actor.ppo_n_minibatches
-        if rollout.prm.enabled:
-            from areal.trainer.tasks.specs import task_has_process_scorer
+        self._check_task_and_data()
+        self._check_rewards()
+        if rollout.prm.enabled and not self.task.is_plugin and not task_has_process_scorer(self.task.implementation):
+            raise ConfigError(
+                f"rollout.prm.enabled: task {self.task.implementation!r} has no process-reward scorer "
+                "(the guess task has one; a task plugin declares has_process_scorer = True)"
+            )
 
-            if not task_has_process_scorer(self.task.name):
+    def _check_task_and_data(self) -> None:
+        """Where prompts come from: the task's own generator or `data.train` (and `data.eval`)."""
+        task, data = self.task, self.data
+        if task.implementation is None:
+            task.resolve("dataset" if data.train is not None else "arith")
+        if task.implementation == "dataset" and data.train is None:
+            raise ConfigError("data.train: task 'dataset' takes its prompts from data.train, which is not set")
+        if self.eval.every is not None and task.implementation == "dataset" and data.eval is None:
+            raise ConfigError("data.eval: eval.every is set but task 'dataset' has no held-out prompts; "
+                              "set data.eval (a file of held-out rows) or eval.every=null")
+
+    def _check_rewards(self) -> None:
+        if not isinstance(self.reward, list):
+            raise ConfigError(f"reward: got {self.reward!r}, expected a list of {{implementation, kwargs, weight}}")
+        names: dict[str, int] = {}
+        for i, spec in enumerate(self.reward):
+            spec.validate(f"reward[{i}]")
+            if spec.name in names or spec.name == self.task.reward_name:
                 raise ConfigError(
-                    f"rollout.prm.enabled: task {self.task.name!r} has no process-reward scorer "
-                    "(the guess task has one)"
+                    f"reward[{i}].name: {spec.name!r} is already used (by "
+                    f"{'reward[%d]' % names[spec.name] if spec.name in names else 'the task'}); give each "
+                    "reward component its own name"
                 )
+            names[spec.name] = i
 
     @property
     def sampling_temperature(self) -> float:

@@ -1,65 +1,83 @@
 """Policy, reference and critic models (Hugging Face causal LMs, local only).
 
-The default is a tiny randomly initialised Llama/Qwen2 sized for a 2-core CPU;
-`model.path` loads a local checkpoint instead. The critic is the same backbone
-family plus a scalar value head, initialised from the checkpoint when given.
+The default is a tiny randomly initialised Llama/Qwen2 sized for a 2-core CPU,
+its vocabulary the tiny tokenizer's; `model.path` loads a local checkpoint
+instead (`model.gguf_file`: from a GGUF file, dequantised by transformers),
+used with its own tokenizer. The critic is the same backbone family plus a
+scalar value head, initialised from the checkpoint when given.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, LlamaConfig, PretrainedConfig, PreTrainedModel, Qwen2Config
+from transformers import AutoModel, AutoModelForCausalLM, LlamaConfig, PretrainedConfig, PreTrainedModel, Qwen2Config
 
-from areal.api.cli_args import ConfigError
+from areal.api.config_checks import ConfigError
 from areal.api.train_args import ModelConfig
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
-def tiny_config(cfg: ModelConfig, vocab_size: int, special_ids: dict[str, int]) -> PretrainedConfig:
-    """A small architecture config for random init; the task's tokenizer sets the vocab."""
+def special_ids(tokenizer: Any) -> dict[str, int]:
+    """The tokenizer's pad/bos/eos ids for a random-init model config."""
+    return {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id}
+
+
+def tiny_config(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> PretrainedConfig:
+    """A small architecture config for random init; the tiny tokenizer sets the vocab."""
+    arch = cfg.architecture()
     common = dict(
         vocab_size=vocab_size,
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
+        hidden_size=arch["hidden_size"],
+        intermediate_size=arch["intermediate_size"],
+        num_hidden_layers=arch["num_layers"],
+        num_attention_heads=arch["num_heads"],
+        num_key_value_heads=arch["num_heads"],
+        max_position_embeddings=arch["max_position_embeddings"],
         tie_word_embeddings=False,
-        **special_ids,
+        **special,
     )
-    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[cfg.arch]
+    config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch["arch"]]
     config = config_cls(**common)
     config._attn_implementation = cfg.attn_implementation
     return config
 
 
-def _hf_config(cfg: ModelConfig, vocab_size: int, special_ids: dict[str, int]) -> PretrainedConfig:
-    if cfg.path is None:
-        return tiny_config(cfg, vocab_size, special_ids)
-    config = AutoConfig.from_pretrained(cfg.path, local_files_only=True)
-    if config.vocab_size < vocab_size:
-        raise ConfigError(
-            f"model.path: checkpoint vocab_size={config.vocab_size} is smaller than the task's vocabulary "
-            f"({vocab_size} tokens)"
-        )
-    return config
+def _load(auto_cls: Any, cfg: ModelConfig) -> PreTrainedModel:
+    """`from_pretrained` from local files only, naming the field when it fails."""
+    extra = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
+    try:
+        return auto_cls.from_pretrained(cfg.path, local_files_only=True, attn_implementation=cfg.attn_implementation,
+                                        dtype=_DTYPES[cfg.dtype], **extra)
+    except (OSError, ValueError, ImportError, KeyError) as exc:
+        where = f"model.gguf_file={cfg.gguf_file!r}" if cfg.gguf_file else f"model.path={cfg.path!r}"
+        hint = " (GGUF needs the gguf extra: ./scripts/setup.sh gguf)" if cfg.gguf_file else ""
+        raise ConfigError(f"{where}: cannot load the checkpoint ({type(exc).__name__}: {exc}){hint}") from exc
 
 
-def build_policy(cfg: ModelConfig, vocab_size: int, special_ids: dict[str, int]) -> PreTrainedModel:
-    """The trainable policy (seed torch before calling for a reproducible init)."""
-    dtype = _DTYPES[cfg.dtype]
+def _check_vocab(model: PreTrainedModel, vocab_size: int, cfg: ModelConfig) -> None:
+    rows = model.get_input_embeddings().num_embeddings
+    if vocab_size > rows:
+        raise ConfigError(f"model.path={cfg.path!r}: the tokenizer has {vocab_size} tokens but the model's "
+                          f"embedding has only {rows} rows; the checkpoint and its tokenizer do not match")
+
+
+def build_policy(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> PreTrainedModel:
+    """The trainable policy (seed torch before calling for a reproducible init).
+
+    `vocab_size` / `special` come from the tokenizer (`len(tok)`, `special_ids(tok)`):
+    they size a random-init model and are checked against a checkpoint.
+    """
     if cfg.path is None:
-        model = AutoModelForCausalLM.from_config(tiny_config(cfg, vocab_size, special_ids)).to(dtype)
+        model = AutoModelForCausalLM.from_config(tiny_config(cfg, vocab_size, special)).to(_DTYPES[cfg.dtype])
     else:
-        _hf_config(cfg, vocab_size, special_ids)
-        model = AutoModelForCausalLM.from_pretrained(
-            cfg.path, local_files_only=True, attn_implementation=cfg.attn_implementation
-        ).to(dtype)
+        model = _load(AutoModelForCausalLM, cfg)
+        _check_vocab(model, vocab_size, cfg)
     model.train()
     return model
 
@@ -91,16 +109,12 @@ class ValueModel(nn.Module):
         return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
 
 
-def build_critic(cfg: ModelConfig, vocab_size: int, special_ids: dict[str, int]) -> ValueModel:
+def build_critic(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> ValueModel:
     """The critic: the policy's architecture (or checkpoint backbone) with a zero-initialised value head."""
-    dtype = _DTYPES[cfg.dtype]
     if cfg.path is None:
-        backbone = AutoModel.from_config(tiny_config(cfg, vocab_size, special_ids))
+        backbone = AutoModel.from_config(tiny_config(cfg, vocab_size, special))
     else:
-        _hf_config(cfg, vocab_size, special_ids)
-        backbone = AutoModel.from_pretrained(
-            cfg.path, local_files_only=True, attn_implementation=cfg.attn_implementation
-        )
-    critic = ValueModel(backbone).to(dtype)
+        backbone = _load(AutoModel, cfg)
+    critic = ValueModel(backbone).to(_DTYPES[cfg.dtype])
     critic.train()
     return critic

@@ -1,9 +1,13 @@
 """Multi-turn rollout of prompt groups and their export as trajectory-group dicts.
 
 `collect_episodes` runs every episode of a step in lock-step turns (one batched
-sampling call per turn). The exporters turn each prompt's episodes into the
-tensor dict that `areal.utils.data.concat_batch` takes: one row per episode, or
-one row per generated turn with `RolloutGroup` metadata (split rollouts).
+sampling call per turn): the task's prompt is encoded with the model's
+tokenizer, each generated turn is decoded to text for the environment, and
+its observation is encoded back (no special tokens; context only). After the
+last turn the reward set scores every episode (the task's own score plus the
+reward functions). The exporters turn each prompt's episodes into the tensor
+dict that `areal.utils.data.concat_batch` takes: one row per episode, or one
+row per generated turn with `RolloutGroup` metadata (split rollouts).
 Layout (unshifted, right-padded): `loss_mask` 1 only on generated tokens,
 `turn_ids` the turn index there and -1 elsewhere, `logprobs` the behaviour
 log-prob of token t at t, `token_rewards` the turn's process score on its tokens.
@@ -11,7 +15,6 @@ log-prob of token t at t, `token_rewards` the turn's process score on its tokens
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,13 +22,15 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from areal.trainer.codec import Text
+from areal.trainer.rewards import RewardBreakdown
 from areal.trainer.sampling import sample_continuations
-from areal.trainer.tasks.base import Episode, Task
+from areal.trainer.tasks.runtime import Episode, TaskRuntime
 
 
 @dataclass
 class EpisodeRecord:
-    """Everything recorded about one sampled episode (unpadded lists)."""
+    """Everything recorded about one sampled episode (unpadded lists, plus its text)."""
 
     tokens: list[int]
     loss_mask: list[int]
@@ -35,6 +40,13 @@ class EpisodeRecord:
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     reward: float = 0.0
     truncated: bool = False
+    prompt: Text | None = None
+    row: dict[str, Any] = field(default_factory=dict)
+    turn_texts: list[str] = field(default_factory=list)
+    observations: list[Text] = field(default_factory=list)
+    env_reward: float = 0.0
+    rewards: dict[str, float] = field(default_factory=dict)
+    completion: str = ""
 
     @classmethod
     def start(cls, prompt_ids: Sequence[int]) -> EpisodeRecord:
@@ -62,6 +74,11 @@ class EpisodeRecord:
     def generated_tokens(self) -> int:
         return sum(self.loss_mask)
 
+    @property
+    def completion_ids(self) -> list[int]:
+        """Everything after the prompt: generated turns and the observations between them."""
+        return self.tokens[self.turn_spans[0][0]:] if self.turn_spans else []
+
 
 @dataclass
 class _Live:
@@ -70,10 +87,36 @@ class _Live:
     budget: int
 
 
+def _turn_caps(runtime: TaskRuntime, active: Sequence[_Live]) -> list[int]:
+    """Tokens each active episode may generate this turn; the context must fit the model."""
+    cap = runtime.max_turn_tokens
+    caps = [item.budget if cap is None else min(cap, item.budget) for item in active]
+    limit = runtime.max_length
+    if limit is not None:
+        for item, c in zip(active, caps):
+            if len(item.record.tokens) + c > limit:
+                raise ValueError(
+                    f"{runtime.where('rollout', item.episode.index)}: a context of {len(item.record.tokens)} tokens "
+                    f"plus {c} to generate exceeds the model's max_position_embeddings={limit}; shorten the "
+                    "prompts, lower rollout.max_new_tokens, or (random init) raise model.max_position_embeddings")
+    return caps
+
+
+def _open_all(runtime: TaskRuntime, rows: Sequence[dict[str, Any]], n_samples: int, budget: int) -> list[_Live]:
+    live = []
+    for index, row in enumerate(rows):
+        for _ in range(n_samples):
+            episode = runtime.open(row, index)
+            record = EpisodeRecord.start(episode.prompt_ids)
+            record.prompt, record.row = episode.prompt, row
+            live.append(_Live(episode, record, budget))
+    return live
+
+
 def collect_episodes(
     model: PreTrainedModel,
-    task: Task,
-    problems: Sequence[Any],
+    runtime: TaskRuntime,
+    rows: Sequence[dict[str, Any]],
     n_samples: int,
     *,
     budget: int,
@@ -82,33 +125,49 @@ def collect_episodes(
     process_rewards: bool = False,
     greedy: bool = False,
 ) -> list[list[EpisodeRecord]]:
-    """Sample `n_samples` episodes per problem; returns one list of records per problem."""
-    live = []
-    for problem in problems:
-        for _ in range(n_samples):
-            episode = task.new_episode(problem, process_rewards=process_rewards)
-            live.append(_Live(episode, EpisodeRecord.start(episode.prompt_ids), budget))
+    """Sample `n_samples` scored episodes per row; returns one list of records per row."""
+    live = _open_all(runtime, rows, n_samples, budget)
+    turn_cap = runtime.max_turn_tokens
     active = list(live)
     while active:
-        caps = [min(task.max_turn_tokens, item.budget) for item in active]
+        caps = _turn_caps(runtime, active)
         outs = sample_continuations(
-            model, [item.record.tokens for item in active], caps, task.stop_token_ids,
-            temperature=temperature, pad_id=task.pad_token_id, generator=generator, greedy=greedy,
+            model, [item.record.tokens for item in active], caps, runtime.stop_token_ids,
+            temperature=temperature, pad_id=runtime.pad_token_id, generator=generator, greedy=greedy,
         )
         still = []
-        for item, cap, out in zip(active, caps, outs):
-            cut_by_budget = not out.stopped and len(out.token_ids) < task.max_turn_tokens
-            result = item.episode.step(out.token_ids)
-            item.record.add_turn(out.token_ids, out.logprobs, result.process_score)
+        for item, out in zip(active, outs):
+            cut_by_budget = not out.stopped and (turn_cap is None or len(out.token_ids) < turn_cap)
+            text = runtime.codec.decode(out.token_ids)
+            result = runtime.step(item.episode, text)
+            rec = item.record
+            rec.add_turn(out.token_ids, out.logprobs, result.process_score if process_rewards else None)
+            rec.turn_texts.append(text)
+            rec.env_reward += float(result.reward)
             item.budget -= len(out.token_ids)
             if result.done or cut_by_budget or item.budget <= 0:
-                item.record.truncated = cut_by_budget or not result.done
-                item.record.reward = float(item.episode.reward)
+                rec.truncated = cut_by_budget or not result.done
                 continue
-            item.record.add_environment(result.feedback_ids)
+            observation = result.observation if result.observation is not None else ""
+            rec.add_environment(runtime.codec.encode_observation(observation, out.token_ids))
+            rec.observations.append(observation)
             still.append(item)
         active = still
-    return [[item.record for item in live[i * n_samples:(i + 1) * n_samples]] for i in range(len(problems))]
+    score_records(runtime, live)
+    return [[item.record for item in live[i * n_samples:(i + 1) * n_samples]] for i in range(len(rows))]
+
+
+def score_records(runtime: TaskRuntime, live: Sequence[_Live]) -> RewardBreakdown:
+    """Every episode's reward components and total (the weighted sum), stored on its record."""
+    records = [item.record for item in live]
+    completions = [runtime.codec.decode(rec.completion_ids) for rec in records]
+    breakdown = runtime.score([item.episode for item in live], completions, [r.completion_ids for r in records],
+                              [r.env_reward for r in records])
+    for i, rec in enumerate(records):
+        rec.rewards = breakdown.row(i)
+        rec.completion = completions[i]
+        rec.reward = float(breakdown.total[i])
+    return breakdown
 
 
 def _pad_rows(rows: Sequence[Sequence[Any]], value: Any, dtype: torch.dtype) -> torch.Tensor:
@@ -199,7 +258,3 @@ def groups_to_device(groups: Sequence[dict[str, Any]], device: torch.device) -> 
             moved[key] = value
         out.append(moved)
     return out
-
-
-def sample_problems(task: Task, rng: random.Random, n: int) -> list[Any]:
-    return [task.sample_problem(rng) for _ in range(n)]

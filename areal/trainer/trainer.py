@@ -40,9 +40,10 @@ from areal.trainer.distributed import (
     reduce_metrics,
 )
 from areal.trainer.engine import PolicyEngine, ValueEngine, reference_logprobs
+from areal.trainer.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
 from areal.trainer.loggers import RunLoggers, open_loggers
 from areal.trainer.metrics import masked_stats, window_mean
-from areal.trainer.model import build_critic, build_policy, frozen_copy
+from areal.trainer.model import build_critic, build_policy, frozen_copy, special_ids
 from areal.trainer.plot import plot_curves
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.critic import PPOCritic
@@ -54,11 +55,11 @@ from areal.trainer.rollout import (
     export_episodes,
     export_turn_rows,
     groups_to_device,
-    sample_problems,
 )
 from areal.trainer.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
 from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, stage_batch_fields
-from areal.trainer.tasks import make_task
+from areal.trainer.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
+from areal.trainer.tokenizer import build_tokenizer
 from areal.trainer.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
 from areal.utils.data import concat_batch
 
@@ -99,11 +100,6 @@ class StepOutput:
     batch: dict[str, Any]
     data: dict[str, Any]
     records: list[EpisodeRecord]
-
-
-def _special_ids(tokenizer: Any) -> dict[str, int]:
-    return {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
-            "eos_token_id": tokenizer.eos_token_id}
 
 
 def shipped_actor_config(config: PPOActorConfig) -> PPOActorConfig:
@@ -154,14 +150,14 @@ class Trainer:
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
         # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + 1_000_003 * self.ctx.rank)
-        self.task = make_task(cfg.task.name, cfg.task.kwargs)
-        tok = self.task.tokenizer
-        needed = self.task.max_sequence_length(cfg.generation_budget)
-        self.policy = build_policy(cfg.model, len(tok), _special_ids(tok)).to(self.device)
-        limit = getattr(self.policy.config, "max_position_embeddings", needed)
-        if needed > limit:
-            raise ConfigError(f"model.max_position_embeddings: {limit} is shorter than the task's trajectories "
-                              f"(up to {needed} tokens)")
+        # task and reward plugins are imported here, on every rank; any rank's failure stops all of them
+        parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
+        self.tokenizer = build_tokenizer(cfg.model, getattr(parts.task, "vocabulary", None),
+                                         getattr(parts.task, "stop_words", ()) or ())
+        self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+        self.task = build_runtime(cfg, parts, self.tokenizer, self.policy)
+        self.prompt_source = make_prompt_source(cfg, parts, self.rng)
+        self.evaluator = Evaluator(cfg.eval, make_eval_rows(cfg, parts), cfg.train.steps)
         broadcast_module(self.policy, self.ctx)
         self.reference = frozen_copy(self.policy) if cfg.actor.kl_ctl != 0 else None
         self.engine = PolicyEngine(self.policy, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
@@ -171,11 +167,13 @@ class Trainer:
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
         self.critic = None
         if cfg.critic.enabled:
-            model = build_critic(cfg.model, len(tok), _special_ids(tok)).to(self.device)
+            model = build_critic(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
             broadcast_module(model, self.ctx)
             self.critic = PPOCritic(cfg.critic, ValueEngine(model, lr=cfg.critic.lr,
                                                              weight_decay=cfg.critic.weight_decay,
                                                              grad_clip=cfg.critic.grad_clip, ctx=self.ctx))
+        # a resumed run appends to the samples it already wrote
+        self.sample_log = SampleLog(self.run_dir / "samples.jsonl", append=self.plan.resume_from is not None)
         if self.ctx.is_main:
             _warn_unused_process_shaping(cfg)
 
@@ -188,7 +186,7 @@ class Trainer:
         rolls out its round-robin share (all prompts in a single process).
         """
         cfg = self.cfg
-        problems = sample_problems(self.task, self.rng, cfg.rollout.batch_size)
+        problems = self.prompt_source.sample(cfg.rollout.batch_size)
         if self.ctx.is_distributed:
             problems = [problems[i] for i in self.prompt_indices]
         groups = collect_episodes(
@@ -233,8 +231,24 @@ class Trainer:
             gvpo_zero_penalty=shaping.zero_penalty, gvpo_zero_eps=shaping.zero_eps,
         )
 
+    def evaluate(self, updates: int) -> dict[str, float]:
+        """Greedy decoding of the held-out rows (`eval/*` metrics); rank 0 logs a few as samples."""
+        start = time.perf_counter()
+        metrics, records = self.evaluator.run(self.policy, self.task, self.ctx, budget=self.cfg.generation_budget,
+                                              temperature=self.cfg.sampling_temperature, updates=updates)
+        metrics["eval/seconds"] = time.perf_counter() - start
+        if self.ctx.is_main and self.cfg.eval.samples_per_step:
+            self.sample_log.write(sample_rows(records, self.cfg.eval.samples_per_step, 1, updates, "eval"))
+        return metrics
+
     def step(self, step: int) -> StepOutput:
-        """One RL step: rollout, advantages, policy (and critic) update, metrics."""
+        """One RL step: rollout, advantages, policy (and critic) update, metrics.
+
+        Evaluation runs before the update of every `eval.every`-th step and
+        after the last update (`eval/updates` says which policy it measured);
+        rank 0 appends a few of the step's episodes to `samples.jsonl`.
+        """
+        evaluation = self.evaluate(step) if self.evaluator.due(step, after_update=False) else {}
         start = time.perf_counter()
         dicts, records = self.rollout()
         batch, meta = concat_batch(dicts)
@@ -247,6 +261,12 @@ class Trainer:
         row = self._metrics(step, records, data, stats, seconds)
         if self.ctx.is_distributed:
             row = self._reduce_metrics(row, records, data)
+        if self.evaluator.due(step, after_update=True):
+            evaluation = self.evaluate(step + 1)
+        row.update(evaluation)
+        if self.ctx.is_main and self.cfg.eval.samples_per_step:
+            self.sample_log.write(sample_rows(records, self.cfg.eval.samples_per_step, self.cfg.rollout.n_samples,
+                                              step, "train"))
         return StepOutput(row, batch, data, records)
 
     def _reduce_metrics(self, row: dict[str, Any], records: list[EpisodeRecord],
@@ -263,7 +283,8 @@ class Trainer:
         local["_adv_sq_mean"] = row["adv_std"] ** 2 + row["adv_mean"] ** 2
         local["_generated"] = float(sum(r.generated_tokens for r in records))
         local.pop("adv_std")
-        weights = {k: n_episodes if k in _EPISODE_KEYS else n_tokens if k in _TOKEN_KEYS else 1.0 for k in local}
+        weights = {k: n_episodes if k in _EPISODE_KEYS or k.startswith("reward/") else n_tokens if k in _TOKEN_KEYS
+                   else 1.0 for k in local}
         out = reduce_metrics(local, self.ctx, weights=weights)
         reduced: dict[str, Any] = {"step": row["step"]}
         for key in row:
@@ -298,6 +319,7 @@ class Trainer:
             "tokens_per_s": generated / seconds if seconds > 0 else None,
             "seconds": seconds,
         }
+        row.update({k: v for k, v in episode_metrics(records, 1.0, "").items() if k.startswith("reward/")})
         if "ref_logp" in data and isinstance(data.get("ref_logp"), torch.Tensor):
             row["kl"] = masked_stats(data["logprobs"] - data["ref_logp"], mask)[0]
         if "token_rewards" in data:

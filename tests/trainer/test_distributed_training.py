@@ -97,7 +97,7 @@ def test_grpo_trains_on_two_ranks_with_identical_replicas(tmp_path: Path) -> Non
     assert all(r["value_loss"] is None for r in rows)
     assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "curves.png", "metrics.jsonl",
-                                                         "param_checksums.jsonl", "tensorboard"]
+                                                         "param_checksums.jsonl", "samples.jsonl", "tensorboard"]
     assert len(list((run_dir / "tensorboard").iterdir())) == 1  # rank 0 alone logs
 
 

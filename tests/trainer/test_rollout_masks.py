@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
-from areal.api.train_args import ModelConfig
 from areal.trainer.engine import PolicyEngine
-from areal.trainer.model import build_policy
-from areal.trainer.rollout import collect_episodes, export_episodes, export_turn_rows, sample_problems
+from areal.trainer.rollout import export_episodes, export_turn_rows
 from areal.trainer.sampling import left_pad, sample_continuations
-from areal.trainer.tasks import make_task
 from areal.utils.data import RolloutGroup, concat_batch
+from runtime_helpers import make_runtime, run, sample_rows
 
 torch.set_num_threads(2)
-
-
-def tiny_policy(task, attn: str = "eager", seed: int = 0):
-    torch.manual_seed(seed)
-    tok = task.tokenizer
-    cfg = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, attn_implementation=attn)
-    return build_policy(cfg, len(tok), {"pad_token_id": tok.pad_token_id, "bos_token_id": tok.bos_token_id,
-                                        "eos_token_id": tok.eos_token_id})
-
-
-def run(task, model, n_prompts=4, n_samples=4, budget=16, temperature=1.0, process=False, seed=0):
-    problems = sample_problems(task, random.Random(seed), n_prompts)
-    gen = torch.Generator().manual_seed(seed)
-    return collect_episodes(model, task, problems, n_samples, budget=budget, temperature=temperature,
-                            generator=gen, process_rewards=process)
 
 
 def test_left_pad_positions_start_at_zero_per_row() -> None:
@@ -41,8 +22,7 @@ def test_left_pad_positions_start_at_zero_per_row() -> None:
 
 
 def test_sampling_respects_per_row_limits_and_stop_tokens() -> None:
-    task = make_task("guess", {"max_turn_tokens": 3})
-    model = tiny_policy(task)
+    task, model = make_runtime("guess", {"max_turn_tokens": 3})
     outs = sample_continuations(model, [[2, 5], [2, 5, 6, 7], [2]], [3, 1, 2], task.stop_token_ids,
                                 temperature=1.0, pad_id=0, generator=torch.Generator().manual_seed(0))
     for out, cap in zip(outs, [3, 1, 2]):
@@ -53,8 +33,7 @@ def test_sampling_respects_per_row_limits_and_stop_tokens() -> None:
 
 
 def test_single_turn_masks_and_layout() -> None:
-    task = make_task("arith", {"max_operand": 9})  # two-token answer field
-    model = tiny_policy(task)
+    task, model = make_runtime("arith", {"max_operand": 9})  # two-token answer field
     groups = run(task, model)
     batch = export_episodes(groups[0], task.pad_token_id)
     rows, width = batch["input_ids"].shape
@@ -63,7 +42,7 @@ def test_single_turn_masks_and_layout() -> None:
         assert batch[key].shape == (rows, width)
     assert batch["rewards"].shape == (rows,) and batch["is_truncated"].dtype == torch.bool
     for i, rec in enumerate(groups[0]):
-        n_prompt = len(task.new_episode(task.sample_problem(random.Random(0))).prompt_ids)
+        n_prompt = len(task.open(rec.row, 0).prompt_ids)
         seqlen = len(rec.tokens)
         assert batch["attention_mask"][i].tolist() == [1] * seqlen + [0] * (width - seqlen)
         expected_loss = [0] * n_prompt + [1] * (seqlen - n_prompt) + [0] * (width - seqlen)
@@ -76,8 +55,7 @@ def test_single_turn_masks_and_layout() -> None:
 
 @pytest.mark.parametrize("attn,temperature", [("eager", 1.0), ("eager", 0.7), ("sdpa", 1.3)])
 def test_behaviour_logprobs_equal_a_recomputed_forward_pass(attn: str, temperature: float) -> None:
-    task = make_task("guess", {"num_range": 8, "max_turns": 3})
-    model = tiny_policy(task, attn=attn, seed=3)
+    task, model = make_runtime("guess", {"num_range": 8, "max_turns": 3}, attn=attn, seed=3)
     groups = run(task, model, n_prompts=3, n_samples=4, temperature=temperature)
     batch, _ = concat_batch([export_episodes(g, task.pad_token_id) for g in groups])
     engine = PolicyEngine(model, lr=1e-3)
@@ -89,8 +67,7 @@ def test_behaviour_logprobs_equal_a_recomputed_forward_pass(attn: str, temperatu
 
 
 def test_multi_turn_turn_ids_feedback_and_process_rewards() -> None:
-    task = make_task("guess", {"num_range": 8, "max_turns": 4, "max_turn_tokens": 2})
-    model = tiny_policy(task, seed=1)
+    task, model = make_runtime("guess", {"num_range": 8, "max_turns": 4, "max_turn_tokens": 2}, seed=1)
     groups = run(task, model, n_prompts=4, n_samples=8, process=True)
     records = [r for g in groups for r in g]
     assert max(len(r.turn_spans) for r in records) >= 2
@@ -118,16 +95,14 @@ def test_multi_turn_turn_ids_feedback_and_process_rewards() -> None:
 
 
 def test_budget_exhaustion_marks_truncated() -> None:
-    task = make_task("guess", {"max_turn_tokens": 2})
-    model = tiny_policy(task)
+    task, model = make_runtime("guess", {"max_turn_tokens": 2})
     for rec in (r for g in run(task, model, budget=1) for r in g):
         assert rec.generated_tokens == 1 and rec.truncated
 
 
 @pytest.mark.parametrize("explicit", [False, True])
 def test_split_rows_one_row_per_turn_with_rollout_group(explicit: bool) -> None:
-    task = make_task("guess", {"num_range": 8, "max_turns": 4})
-    model = tiny_policy(task, seed=2)
+    task, model = make_runtime("guess", {"num_range": 8, "max_turns": 4}, seed=2)
     groups = run(task, model, n_prompts=3, n_samples=4, process=True)
     dicts = [export_turn_rows(g, task.pad_token_id, with_process=True, explicit_rewards=explicit) for g in groups]
     for records, d in zip(groups, dicts):
@@ -160,9 +135,8 @@ def test_split_rows_one_row_per_turn_with_rollout_group(explicit: bool) -> None:
 
 
 def test_greedy_sampling_takes_the_argmax_and_keeps_tempered_logprobs() -> None:
-    task = make_task("arith", {})
-    model = tiny_policy(task, seed=4)
-    ctx = [task.new_episode(task.sample_problem(random.Random(i))).prompt_ids for i in range(5)]
+    task, model = make_runtime("arith", {}, seed=4)
+    ctx = [task.open(row, i).prompt_ids for i, row in enumerate(sample_rows(task, 5))]
     outs = sample_continuations(model, ctx, [1] * 5, task.stop_token_ids, temperature=0.5, pad_id=0, greedy=True)
     ids, mask, pos = left_pad(ctx, 0)
     with torch.no_grad():

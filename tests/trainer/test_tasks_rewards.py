@@ -1,4 +1,4 @@
-"""Reward functions, environments and specs of the built-in synthetic tasks."""
+"""Scoring, environments and specs of the built-in tasks (text in, text out)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,17 @@ import random
 
 import pytest
 
-from areal.api.cli_args import ConfigError
+from areal.api.config_checks import ConfigError
+from areal.api.task_specs import build_task_spec
+from areal.api.train_args import TaskConfig
 from areal.trainer.tasks import make_task
-from areal.trainer.tasks.arith import ArithProblem, arith_answer, arith_reward
-from areal.trainer.tasks.guess import GuessProblem, feedback_word, is_consistent, parse_guess
-from areal.trainer.tasks.specs import build_task_spec
+from areal.trainer.tasks.arith import arith_answer, arith_reward
+from areal.trainer.tasks.guess import feedback_word, is_consistent, parse_guess
+from runtime_helpers import make_runtime
 
 
-def ids(task, text: str) -> list[int]:
-    return task.tokenizer.encode(text, add_special_tokens=False)
+def task(name: str, **kwargs):
+    return make_task(TaskConfig(implementation=name, kwargs=kwargs))
 
 
 # -- arith ------------------------------------------------------------------------------------
@@ -24,55 +26,59 @@ def test_arith_answer(a: int, b: int, op: str, expected: int) -> None:
     assert arith_answer(a, b, op) == expected
 
 
-def test_arith_reward_exact_digits_with_optional_eos() -> None:
-    assert arith_reward(["7"], 7, "<eos>") == 1.0
-    assert arith_reward(["7", "<eos>"], 7, "<eos>") == 1.0
-    assert arith_reward(["1", "2"], 12, "<eos>") == 1.0
-    assert arith_reward(["1", "<eos>", "2"], 12, "<eos>") == 0.0
-    assert arith_reward(["6"], 7, "<eos>") == 0.0
-    assert arith_reward([], 7, "<eos>") == 0.0
-    assert arith_reward(["7", "7"], 7, "<eos>") == 0.0
+def test_arith_reward_reads_the_digits_of_the_text() -> None:
+    assert arith_reward("7", 7) == 1.0
+    assert arith_reward(" 7 ", "7") == 1.0
+    assert arith_reward("1 8", 18) == 1.0  # the word tokenizer decodes digits space-separated
+    assert arith_reward("18", 18) == 1.0
+    assert arith_reward("6", 7) == 0.0
+    assert arith_reward("", 7) == 0.0
+    assert arith_reward("77", 7) == 0.0
+    assert arith_reward("7.", 7) == 0.0
 
 
-def test_arith_episode_prompt_and_reward() -> None:
-    task = make_task("arith", {"max_operand": 4})
-    assert task.max_turn_tokens == 1  # answers 0..8: one digit
-    ep = task.new_episode(ArithProblem(3, 4, 7))
-    assert task.tokenizer.decode(ep.prompt_ids) == "<bos> 3 + 4 ="
-    out = ep.step(ids(task, "7"))
-    assert out.done and out.feedback_ids == [] and ep.reward == 1.0 and ep.success
-    ep = task.new_episode(ArithProblem(3, 4, 7))
-    ep.step(ids(task, "8"))
-    assert ep.reward == 0.0
+def test_arith_prompt_score_and_word_tokenizer() -> None:
+    runtime, _ = make_runtime("arith", {"max_operand": 4})
+    assert runtime.max_turn_tokens == 1  # answers 0..8: one digit
+    row = {"a": 3, "b": 4, "answer": "7"}
+    ep = runtime.open(row, 0)
+    assert ep.prompt == "3 + 4 ="
+    assert runtime.tokenizer.decode(ep.prompt_ids) == "<bos> 3 + 4 ="
+    assert runtime.step(ep, "7").done and runtime.step(ep, "7").reward == 1.0
+    assert runtime.step(runtime.open(row, 0), "8").reward == 0.0
+    eos = runtime.tokenizer.eos_token_id
+    seven = runtime.tokenizer.convert_tokens_to_ids("7")
+    assert runtime.codec.decode([seven, eos]) == "7"  # the stop token never reaches the scorer
 
 
 def test_arith_two_digit_answers_widen_the_answer_field() -> None:
-    task = make_task("arith", {"max_operand": 9})
-    assert task.max_turn_tokens == 2
-    ep = task.new_episode(ArithProblem(9, 9, 18))
-    assert task.tokenizer.decode(ep.prompt_ids) == "<bos> 9 + 9 ="
-    ep.step(ids(task, "1 8"))
-    assert ep.reward == 1.0
+    runtime, _ = make_runtime("arith", {"max_operand": 9})
+    assert runtime.max_turn_tokens == 2
+    ep = runtime.open({"a": 9, "b": 9, "answer": "18"}, 0)
+    assert runtime.tokenizer.decode(ep.prompt_ids) == "<bos> 9 + 9 ="
+    ids = runtime.tokenizer.encode("1 8", add_special_tokens=False)
+    assert runtime.step(ep, runtime.codec.decode(ids)).reward == 1.0
 
 
 def test_arith_problems_are_seeded_and_in_range() -> None:
-    task = make_task("arith", {"min_operand": 1, "max_operand": 3})
-    a = [task.sample_problem(random.Random(5)) for _ in range(3)]
-    b = [task.sample_problem(random.Random(5)) for _ in range(3)]
+    t = task("arith", min_operand=1, max_operand=3)
+    a = [t.sample(random.Random(5), "train") for _ in range(3)]
+    b = [t.sample(random.Random(5), "train") for _ in range(3)]
     assert a == b
     rng = random.Random(0)
     for _ in range(50):
-        p = task.sample_problem(rng)
-        assert 1 <= p.a <= 3 and 1 <= p.b <= 3 and p.answer == p.a + p.b
+        row = t.sample(rng, "train")
+        assert 1 <= row["a"] <= 3 and 1 <= row["b"] <= 3 and row["answer"] == str(row["a"] + row["b"])
 
 
 # -- guess ------------------------------------------------------------------------------------
 
 def test_guess_parsing_and_feedback() -> None:
-    assert parse_guess(["3", "<eot>"], 8) == 3
-    assert parse_guess(["9"], 8) is None  # out of range
-    assert parse_guess(["higher"], 8) is None
-    assert parse_guess([], 8) is None
+    assert parse_guess("3", 8) == 3
+    assert parse_guess("3 5", 8) == 3  # the first word is the guess
+    assert parse_guess("9", 8) is None  # out of range
+    assert parse_guess("higher", 8) is None
+    assert parse_guess("", 8) is None
     assert feedback_word(3, 5) == "higher"
     assert feedback_word(6, 5) == "lower"
     assert feedback_word(5, 5) is None
@@ -80,46 +86,45 @@ def test_guess_parsing_and_feedback() -> None:
     assert is_consistent(4, 2, 6) and not is_consistent(1, 2, 6) and not is_consistent(None, 0, 7)
 
 
-def test_guess_episode_feedback_and_success() -> None:
-    task = make_task("guess", {"num_range": 8, "max_turns": 4})
-    ep = task.new_episode(GuessProblem(5), process_rewards=True)
-    assert task.tokenizer.decode(ep.prompt_ids) == "<bos> guess"
-    first = ep.step(ids(task, "3 <eot>"))
-    assert not first.done and task.tokenizer.decode(first.feedback_ids) == "higher"
+def test_guess_environment_feedback_rewards_and_process_scores() -> None:
+    env = task("guess", num_range=8, max_turns=4).environment({"hidden": 5})
+    assert env.reset() == "guess"
+    first = env.step("3")
+    assert not first.done and first.observation.split() == ["higher"] and first.reward == 0.0
     assert first.process_score == 1.0
-    second = ep.step(ids(task, "2 <eot>"))  # inconsistent: feedback said higher than 3
-    assert task.tokenizer.decode(second.feedback_ids) == "higher" and second.process_score == 0.0
-    third = ep.step(ids(task, "5"))
-    assert third.done and third.feedback_ids == [] and third.process_score == 1.0
-    assert ep.reward == 1.0 and ep.success
+    second = env.step("2")  # inconsistent: feedback said higher than 3
+    assert second.observation.split() == ["higher"] and second.process_score == 0.0
+    third = env.step("5")
+    assert third.done and third.observation is None and third.process_score == 1.0 and third.reward == 1.0
 
 
 def test_guess_episode_fails_after_max_turns_without_trailing_feedback() -> None:
-    task = make_task("guess", {"num_range": 8, "max_turns": 2})
-    ep = task.new_episode(GuessProblem(0))
-    assert task.tokenizer.decode(ep.step(ids(task, "<eot>")).feedback_ids) == "invalid"
-    last = ep.step(ids(task, "7 <eot>"))
-    assert last.done and last.feedback_ids == [] and last.process_score is None
-    assert ep.reward == 0.0 and not ep.success
+    env = task("guess", num_range=8, max_turns=2).environment({"hidden": 0})
+    assert env.step("").observation.split() == ["invalid"]
+    last = env.step("7")
+    assert last.done and last.observation is None and last.reward == 0.0
 
 
 def test_guess_signed_process_reward() -> None:
-    task = make_task("guess", {"num_range": 8, "process_reward": "signed"})
-    ep = task.new_episode(GuessProblem(6), process_rewards=True)
-    assert ep.step(ids(task, "4")).process_score == 1.0
-    assert ep.step(ids(task, "1")).process_score == -1.0
+    env = task("guess", num_range=8, process_reward="signed").environment({"hidden": 6})
+    assert env.step("4").process_score == 1.0
+    assert env.step("1").process_score == -1.0
 
 
-def test_guess_stop_tokens_include_end_of_turn() -> None:
-    task = make_task("guess", {})
-    assert task.tokenizer.convert_tokens_to_ids("<eot>") in task.stop_token_ids
-    assert task.pad_token_id == 0
+def test_guess_end_of_turn_word_is_a_stop_token_and_skipped_in_text() -> None:
+    runtime, _ = make_runtime("guess", {})
+    eot = runtime.tokenizer.convert_tokens_to_ids("<eot>")
+    assert eot in runtime.stop_token_ids and runtime.pad_token_id == 0
+    three = runtime.tokenizer.convert_tokens_to_ids("3")
+    assert runtime.codec.decode([three, eot]) == "3"
+    ep = runtime.open({"hidden": 3}, 0)
+    assert runtime.tokenizer.decode(ep.prompt_ids) == "<bos> guess"
 
 
 # -- specs ------------------------------------------------------------------------------------
 
 def test_unknown_task_name_names_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"task\.name: got 'chess'"):
+    with pytest.raises(ConfigError, match=r"task\.implementation: got 'chess'"):
         build_task_spec("chess", {})
 
 
@@ -135,7 +140,15 @@ def test_bad_task_kwarg_value_names_the_field() -> None:
         build_task_spec("arith", {"op": "mul"})
 
 
-def test_arith_has_no_process_scorer() -> None:
-    task = make_task("arith", {})
-    with pytest.raises(ValueError, match="process-reward"):
-        task.new_episode(ArithProblem(1, 1, 2), process_rewards=True)
+def test_name_is_an_alias_of_implementation() -> None:
+    assert TaskConfig(name="guess").implementation == "guess"
+    assert TaskConfig(implementation="guess").name == "guess"
+    with pytest.raises(ConfigError, match=r"task\.name: got 'arith' but task\.implementation is 'guess'"):
+        TaskConfig(name="arith", implementation="guess")
+
+
+def test_reasoning_gym_spec_passes_dataset_options_through() -> None:
+    spec = build_task_spec("reasoning_gym", {"dataset": "basic_arithmetic", "size": 50, "max_terms": 3})
+    assert spec.dataset_config == {"max_terms": 3} and spec.size == 50
+    with pytest.raises(ConfigError, match=r"task\.kwargs\.dataset: missing"):
+        build_task_spec("reasoning_gym", {"size": 3})

@@ -66,13 +66,18 @@ def test_decoupled_loss_and_per_turn_export_run(tmp_path: Path) -> None:
 
 
 def test_checkpoint_policy_loads_through_model_path(tmp_path: Path) -> None:
-    first = _trainer(tmp_path, "train.steps=1", "experiment_name=ckpt").run()
+    trainer = _trainer(tmp_path, "train.steps=1", "experiment_name=ckpt")
+    first, first_vocab = trainer.run(), trainer.tokenizer.get_vocab()
     ckpt = first.checkpoint / "policy"
     assert first.checkpoint == first.run_dir / "checkpoints" / "step_1"
     assert (ckpt / "config.json").is_file() and (ckpt / "tokenizer.json").is_file()
-    second = _trainer(tmp_path, "train.steps=1", f"model.path={ckpt}", "experiment_name=resumed", "critic.enabled=true")
+    overrides = [o for o in TINY if not o.startswith("model.")]
+    cfg = load_config(DEFAULT, [*overrides, f"output.dir={tmp_path}", "train.steps=1", f"model.path={ckpt}",
+                                "experiment_name=resumed", "critic.enabled=true"])
+    second = Trainer(cfg)
     second.run()
     assert second.policy.config.hidden_size == 32
+    assert second.tokenizer.get_vocab() == first_vocab  # the checkpoint's own tokenizer
     assert torch.equal(second.reference.lm_head.weight, first_policy_weight(ckpt))
 
 

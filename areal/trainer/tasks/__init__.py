@@ -1,9 +1,10 @@
-"""Synthetic verifiable environments generated in code (no downloads).
+"""Tasks: text-in/text-out environments, built-in or plugins (see `base`).
 
-`specs` is torch-free (used when a config is validated); the environments
-themselves are built with `make_task`.
+`areal.api.task_specs` validates built-in kwargs at config load (torch-free);
+`make_task` builds the task object on every rank at trainer start-up.
 """
 
+from areal.trainer.tasks.base import Environment, StepResult, Task
 from areal.trainer.tasks.registry import make_task
 
-__all__ = ["make_task"]
+__all__ = ["Environment", "StepResult", "Task", "make_task"]

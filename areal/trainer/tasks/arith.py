@@ -1,13 +1,12 @@
-"""Task (a): single-turn arithmetic with a verifiable 1/0 reward."""
+"""Task (a): single-turn arithmetic with a verifiable 1/0 reward, in text."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from typing import Any
 
-from areal.trainer.tasks.base import Episode, Task, TurnOutcome
-from areal.trainer.tasks.specs import ArithSpec
-from areal.trainer.tokenizer import BOS, build_word_tokenizer, encode_words
+from areal.api.task_specs import ArithSpec
+from areal.trainer.tasks.base import Task
 
 _SYMBOLS = {"add": "+", "sub_abs": "-", "mod10": "%"}
 
@@ -23,69 +22,36 @@ def arith_answer(a: int, b: int, op: str) -> int:
     raise ValueError(f"unknown op {op!r}")
 
 
-def arith_reward(response_tokens: list[str], answer: int, eos: str) -> float:
-    """1.0 iff the response, up to an optional `<eos>`, spells the answer's digits."""
-    if eos in response_tokens:
-        response_tokens = response_tokens[: response_tokens.index(eos)]
-    return 1.0 if response_tokens == list(str(answer)) else 0.0
-
-
-@dataclass(frozen=True)
-class ArithProblem:
-    a: int
-    b: int
-    answer: int
-
-
-class ArithEpisode(Episode):
-    def __init__(self, task: ArithTask, problem: ArithProblem) -> None:
-        self._task = task
-        self.problem = problem
-        self.prompt_ids = task.prompt_ids(problem)
-        self._reward = 0.0
-
-    def step(self, turn_ids: list[int]) -> TurnOutcome:
-        tokens = self._task.tokenizer.convert_ids_to_tokens(turn_ids)
-        self._reward = arith_reward(tokens, self.problem.answer, self._task.tokenizer.eos_token)
-        return TurnOutcome(done=True)
-
-    @property
-    def reward(self) -> float:
-        return self._reward
+def arith_reward(completion: str, answer: int | str) -> float:
+    """1.0 iff the completion, whitespace removed, is the answer's decimal digits."""
+    return 1.0 if "".join(completion.split()) == str(answer) else 0.0
 
 
 class ArithTask(Task):
-    """`<bos> a + b =` → the answer's digits.
+    """`a + b =` (digits space-separated, one word each) -> the answer's digits.
 
-    The answer field is fixed-width (`max_turn_tokens` = digits of the largest
-    answer): the turn ends at `<eos>` or when the field is full.
+    With the word tokenizer of the random-init model the answer field is
+    fixed-width (`max_turn_tokens` = digits of the largest answer): the turn
+    ends at `<eos>` or when the field is full.
     """
 
     name = "arith"
-    max_turns = 1
 
     def __init__(self, spec: ArithSpec) -> None:
         self.spec = spec
         self.symbol = _SYMBOLS[spec.op]
-        self.tokenizer = build_word_tokenizer([*"0123456789", self.symbol, "="])
+        self.vocabulary = (*"0123456789", self.symbol, "=")
         operands = range(spec.min_operand, spec.max_operand + 1)
         largest = max(arith_answer(a, b, spec.op) for a in operands for b in operands)
         self.max_turn_tokens = len(str(largest))
 
-    def sample_problem(self, rng: random.Random) -> ArithProblem:
+    def sample(self, rng: random.Random, split: str) -> dict[str, Any]:
         a = rng.randint(self.spec.min_operand, self.spec.max_operand)
         b = rng.randint(self.spec.min_operand, self.spec.max_operand)
-        return ArithProblem(a, b, arith_answer(a, b, self.spec.op))
+        return {"a": a, "b": b, "answer": str(arith_answer(a, b, self.spec.op))}
 
-    def prompt_ids(self, problem: ArithProblem) -> list[int]:
-        text = f"{BOS} {' '.join(str(problem.a))} {self.symbol} {' '.join(str(problem.b))} ="
-        return encode_words(self.tokenizer, text)
+    def prompt(self, row: dict[str, Any]) -> str:
+        return f"{' '.join(str(row['a']))} {self.symbol} {' '.join(str(row['b']))} ="
 
-    def new_episode(self, problem: ArithProblem, *, process_rewards: bool = False) -> ArithEpisode:
-        if process_rewards:
-            raise ValueError("the arith task has no process-reward scorer")
-        return ArithEpisode(self, problem)
-
-    def max_sequence_length(self, budget: int) -> int:
-        digits = len(str(self.spec.max_operand))
-        return 3 + 2 * digits + min(budget, self.max_turn_tokens)
+    def score(self, row: dict[str, Any], completion: str) -> float:
+        return arith_reward(completion, row["answer"])

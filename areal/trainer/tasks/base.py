@@ -1,75 +1,69 @@
-"""The environment protocol shared by single- and multi-turn tasks.
+"""The task interface: text in, text out, for single- and multi-turn tasks.
 
-A task samples problems and opens an `Episode` per sampled trajectory. The
-rollout loop alternates: the policy generates one turn (until a stop token or
-`max_turn_tokens`), the episode answers with environment tokens (never trained
-on) or finishes. Single-turn tasks are episodes that finish after one turn.
+A task turns a *row* (a dict: a dataset row, or a problem the task generated)
+into a prompt and scores the policy's text. Single-turn tasks implement
+`prompt(row)` and `score(row, completion)`; multi-turn tasks implement
+`environment(row)`, an `Environment` whose `reset()` gives the prompt and whose
+`step(action)` answers each generated turn with an observation, a per-turn
+reward and `done`. Procedural tasks also implement `sample(rng, split)`.
+Prompts and observations are strings or chat messages; the rollout tokenizes
+them with the model's tokenizer. Subclassing these bases is optional: the
+trainer checks a plugin's object for the methods it needs at start-up.
 """
 
 from __future__ import annotations
 
 import random
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from transformers import PreTrainedTokenizerFast
+from areal.trainer.codec import Text
 
 
 @dataclass(frozen=True)
-class TurnOutcome:
-    """What the environment returns after one generated turn."""
+class StepResult:
+    """The environment's answer to one generated turn.
 
-    feedback_ids: list[int] = field(default_factory=list)
+    `reward` is this turn's contribution to the episode reward (the episode's
+    outcome is the sum over turns); `process_score` is an optional per-turn
+    process reward, placed on the turn's tokens as `token_rewards` when
+    `rollout.prm.enabled`. `observation` (text or messages) is appended after
+    the turn unless `done`; it is context only (loss_mask 0).
+    """
+
+    observation: Text | None = None
+    reward: float = 0.0
     done: bool = False
     process_score: float | None = None
 
 
-class Episode(ABC):
-    """One trajectory's environment state."""
+class Environment:
+    """One episode of a multi-turn task."""
 
-    prompt_ids: list[int]
+    def reset(self) -> Text:
+        """The episode's prompt (text or chat messages)."""
+        raise NotImplementedError
 
-    @abstractmethod
-    def step(self, turn_ids: list[int]) -> TurnOutcome:
-        """Consume one generated turn; return feedback tokens or finish."""
-
-    @property
-    @abstractmethod
-    def reward(self) -> float:
-        """Outcome reward; meaningful once the episode is done (or cut off)."""
-
-    @property
-    def success(self) -> bool:
-        return self.reward >= 1.0
+    def step(self, action: str) -> StepResult:
+        """Consume one generated turn (decoded text, special tokens skipped)."""
+        raise NotImplementedError
 
 
-class Task(ABC):
-    """A synthetic verifiable task with its own word-level vocabulary."""
+class Task:
+    """Optional base class of a task; every attribute below has a usable default.
 
-    name: str
-    tokenizer: PreTrainedTokenizerFast
-    max_turn_tokens: int
-    max_turns: int
-    has_process_scorer: bool = False
+    `max_turn_tokens` caps one turn (null: the episode's budget); `vocabulary`
+    and `stop_words` only serve the random-init model's word tokenizer (a task
+    without a vocabulary gets a byte-level tokenizer there).
+    """
 
-    @property
-    def stop_token_ids(self) -> frozenset[int]:
-        """Tokens that end a turn early (kept in the trajectory, trained on)."""
-        return frozenset({self.tokenizer.eos_token_id})
+    name: ClassVar[str] = "task"
+    multi_turn: ClassVar[bool] = False
+    has_process_scorer: ClassVar[bool] = False
+    max_turn_tokens: int | None = None
+    vocabulary: tuple[str, ...] | None = None
+    stop_words: tuple[str, ...] = ()
 
-    @property
-    def pad_token_id(self) -> int:
-        return self.tokenizer.pad_token_id
-
-    @abstractmethod
-    def sample_problem(self, rng: random.Random) -> Any:
-        """One problem (the prompt group shares it)."""
-
-    @abstractmethod
-    def new_episode(self, problem: Any, *, process_rewards: bool = False) -> Episode:
-        """A fresh episode for `problem`."""
-
-    @abstractmethod
-    def max_sequence_length(self, budget: int) -> int:
-        """Upper bound on a trajectory's length given a generation budget."""
+    def sample(self, rng: random.Random, split: str) -> dict[str, Any]:
+        """A fresh row (`split` is `train` or `eval`); tasks without it need `data.train`."""
+        raise NotImplementedError

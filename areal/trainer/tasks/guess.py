@@ -1,27 +1,28 @@
 """Task (b): guess a hidden number in a few turns with higher/lower feedback.
 
-Environment tokens (`higher`, `lower`, `invalid`) are appended between turns and
-are never trained on. The optional process scorer rates each turn by whether its
-guess is still consistent with all the feedback so far.
+The environment's words (`higher`, `lower`, `invalid`) are appended between
+turns as observation text and are never trained on. The optional process
+scorer rates each turn by whether its guess is still consistent with all the
+feedback so far.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from typing import Any
 
-from areal.trainer.tasks.base import Episode, Task, TurnOutcome
-from areal.trainer.tasks.specs import GuessSpec
-from areal.trainer.tokenizer import BOS, build_word_tokenizer, encode_words
+from areal.api.task_specs import GuessSpec
+from areal.trainer.tasks.base import Environment, StepResult, Task
 
 EOT, HIGHER, LOWER, INVALID, PROMPT = "<eot>", "higher", "lower", "invalid", "guess"
 
 
-def parse_guess(tokens: list[str], num_range: int) -> int | None:
-    """The guess is the turn's first token when it is an in-vocabulary number."""
-    if not tokens or not tokens[0].isdigit():
+def parse_guess(text: str, num_range: int) -> int | None:
+    """The guess is the turn's first word when it is a number in [0, num_range)."""
+    words = text.split()
+    if not words or not words[0].isdigit():
         return None
-    value = int(tokens[0])
+    value = int(words[0])
     return value if value < num_range else None
 
 
@@ -39,72 +40,54 @@ def is_consistent(guess: int | None, low: int, high: int) -> bool:
     return guess is not None and low <= guess <= high
 
 
-@dataclass(frozen=True)
-class GuessProblem:
-    hidden: int
-
-
-class GuessEpisode(Episode):
-    def __init__(self, task: GuessTask, problem: GuessProblem, process_rewards: bool) -> None:
-        self._task = task
-        self.hidden = problem.hidden
-        self.prompt_ids = encode_words(task.tokenizer, f"{BOS} {PROMPT}")
-        self._process = process_rewards
-        self.low, self.high = 0, task.spec.num_range - 1
+class GuessEnvironment(Environment):
+    def __init__(self, spec: GuessSpec, hidden: int) -> None:
+        self.spec = spec
+        self.hidden = hidden
+        self.low, self.high = 0, spec.num_range - 1
         self.turns = 0
-        self.found = False
 
-    def step(self, turn_ids: list[int]) -> TurnOutcome:
-        tokens = self._task.tokenizer.convert_ids_to_tokens(turn_ids)
-        guess = parse_guess(tokens, self._task.spec.num_range)
-        score = self._score(guess) if self._process else None
+    def reset(self) -> str:
+        return PROMPT
+
+    def step(self, action: str) -> StepResult:
+        guess = parse_guess(action, self.spec.num_range)
+        score = self._score(guess)
         self.turns += 1
         word = feedback_word(guess, self.hidden)
         if word is None:
-            self.found = True
-            return TurnOutcome(done=True, process_score=score)
+            return StepResult(reward=1.0, done=True, process_score=score)
         if word == HIGHER:
             self.low = max(self.low, guess + 1)
         elif word == LOWER:
             self.high = min(self.high, guess - 1)
-        if self.turns >= self._task.spec.max_turns:
-            return TurnOutcome(done=True, process_score=score)
-        return TurnOutcome(feedback_ids=encode_words(self._task.tokenizer, word), process_score=score)
+        if self.turns >= self.spec.max_turns:
+            return StepResult(done=True, process_score=score)
+        return StepResult(observation=f" {word}", process_score=score)
 
     def _score(self, guess: int | None) -> float:
         good = is_consistent(guess, self.low, self.high)
-        if self._task.spec.process_reward == "signed":
+        if self.spec.process_reward == "signed":
             return 1.0 if good else -1.0
         return 1.0 if good else 0.0
 
-    @property
-    def reward(self) -> float:
-        return 1.0 if self.found else 0.0
-
 
 class GuessTask(Task):
-    """Prompt `<bos> guess`; each turn is a number token, optionally ended by `<eot>`."""
+    """Prompt `guess`; each turn is a number, optionally ended by `<eot>`."""
 
     name = "guess"
+    multi_turn = True
     has_process_scorer = True
 
     def __init__(self, spec: GuessSpec) -> None:
         self.spec = spec
         numbers = [str(i) for i in range(spec.num_range)]
-        self.tokenizer = build_word_tokenizer([*numbers, EOT, HIGHER, LOWER, INVALID, PROMPT])
+        self.vocabulary = (*numbers, EOT, HIGHER, LOWER, INVALID, PROMPT)
+        self.stop_words = (EOT,)
         self.max_turn_tokens = spec.max_turn_tokens
-        self.max_turns = spec.max_turns
 
-    @property
-    def stop_token_ids(self) -> frozenset[int]:
-        return frozenset({self.tokenizer.convert_tokens_to_ids(EOT), self.tokenizer.eos_token_id})
+    def sample(self, rng: random.Random, split: str) -> dict[str, Any]:
+        return {"hidden": rng.randrange(self.spec.num_range)}
 
-    def sample_problem(self, rng: random.Random) -> GuessProblem:
-        return GuessProblem(rng.randrange(self.spec.num_range))
-
-    def new_episode(self, problem: GuessProblem, *, process_rewards: bool = False) -> GuessEpisode:
-        return GuessEpisode(self, problem, process_rewards)
-
-    def max_sequence_length(self, budget: int) -> int:
-        generated = min(budget, self.spec.max_turns * self.max_turn_tokens)
-        return 2 + generated + (self.spec.max_turns - 1)
+    def environment(self, row: dict[str, Any]) -> GuessEnvironment:
+        return GuessEnvironment(self.spec, int(row["hidden"]))

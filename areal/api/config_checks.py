@@ -1,0 +1,92 @@
+"""`ConfigError` and the small value checks every config section uses.
+
+The leaf of the config layer: it imports nothing from `areal`, so the actor
+config, the experiment sections and the task specs can all depend on it
+without importing each other (and without torch).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+def check_choice(field: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise ConfigError(f"{field}: got {value!r}, expected one of {list(choices)}")
+
+
+def check_number(
+    field: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    allow_inf: bool = False,
+) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{field}: got {value!r} ({type(value).__name__}), expected a number")
+    if math.isnan(value) or (math.isinf(value) and not allow_inf):
+        raise ConfigError(f"{field}: got {value!r}, expected a finite number")
+    if low is not None and (value < low or (low_open and value == low)):
+        bound = f"> {low}" if low_open else f">= {low}"
+        raise ConfigError(f"{field}: got {value!r}, expected a number {bound}")
+    if high is not None and value > high:
+        raise ConfigError(f"{field}: got {value!r}, expected a number <= {high}")
+
+
+def check_bool(field: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{field}: got {value!r} ({type(value).__name__}), expected true or false")
+
+
+def check_int(field: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{field}: got {value!r}, expected an integer >= {low}")
+
+
+def is_import_path(value: Any) -> bool:
+    """`pkg.module.attr` shape only: configs never import user code at load time."""
+    if not isinstance(value, str):
+        return False
+    parts = value.split(".")
+    return len(parts) >= 2 and all(p.isidentifier() for p in parts)
+
+
+def check_json_value(field: str, value: Any) -> None:
+    """Kwargs must survive a JSON round trip so configs can ship to workers."""
+    if value is None or isinstance(value, (bool, str, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(f"{field}: got {value!r}, expected a finite JSON number")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_json_value(f"{field}[{i}]", item)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"{field}: key {key!r} is {type(key).__name__}, expected a string key")
+            check_json_value(f"{field}.{key}", item)
+        return
+    raise ConfigError(
+        f"{field}: got {value!r} ({type(value).__name__}), expected a JSON-serialisable value "
+        "(null, bool, number, string, list or mapping)"
+    )
+
+
+def check_kwargs(field: str, value: Any) -> dict[str, Any]:
+    """A plugin's `kwargs`: null becomes {}, anything else must be a JSON mapping."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{field}: got {value!r}, expected a mapping")
+    check_json_value(field, value)
+    return value

@@ -1,0 +1,177 @@
+"""Reward functions in TRL's convention, summed with weights into the episode reward.
+
+`fn(prompts, completions, **columns) -> list[float]`, called with keywords as
+TRL's GRPOTrainer does: `prompts` are the rows' prompts (text or messages),
+`completions` the decoded completions (for chat prompts TRL's
+`[{"role": "assistant", "content": ...}]`), and `columns` the rows' other
+fields (e.g. `answer`), plus `completion_ids` for functions that take it. A
+function without `**kwargs` receives only the columns it names. The task's own
+score is one more component. Every component is kept per row
+(`RewardBreakdown.values`, [N, K]) and logged as `reward/<name>`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from areal.api.train_args import RewardFunctionConfig
+from areal.utils.dynamic_import import PluginResolutionError, import_object
+
+
+class RewardFunctionError(ValueError):
+    """A reward function raised, or returned the wrong number of values or a non-finite one."""
+
+
+@dataclass(frozen=True)
+class RewardFunction:
+    """A resolved reward component: `weight * fn(...)` (`columns`: None = it takes **kwargs)."""
+
+    name: str
+    where: str
+    fn: Callable[..., Any]
+    weight: float
+    columns: frozenset[str] | None
+
+
+def _named_parameters(fn: Callable[..., Any], kwargs: Mapping[str, Any], where: str,
+                      path: str) -> frozenset[str] | None:
+    """The keywords `fn` accepts (None when it has **kwargs); it must take prompts and completions."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    params = signature.parameters
+    try:
+        signature.bind_partial(prompts=None, completions=None, **kwargs)
+    except TypeError as exc:
+        raise PluginResolutionError(where, path, f"its signature ({', '.join(map(str, params.values()))}) cannot "
+                                    f"take prompts=, completions= and the configured kwargs {sorted(kwargs)}: "
+                                    f"{exc}") from None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    names = frozenset(n for n, p in params.items()
+                      if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY))
+    missing = [n for n in ("prompts", "completions") if n not in names]
+    if missing:
+        raise PluginResolutionError(where, path, f"its signature ({', '.join(map(str, params.values()))}) has no "
+                                    f"parameter {missing}; expected fn(prompts, completions, **columns)")
+    return names
+
+
+def resolve_reward_functions(specs: Sequence[RewardFunctionConfig]) -> list[RewardFunction]:
+    """Import every configured reward function (on each rank, at start-up)."""
+    out = []
+    for i, spec in enumerate(specs):
+        where = f"reward[{i}] ({spec.name})"
+        raw = import_object(spec.implementation, stage=where)
+        if not callable(raw):
+            raise PluginResolutionError(where, spec.implementation, f"resolved to a {type(raw).__name__}, "
+                                        "which is not callable")
+        columns = _named_parameters(raw, spec.kwargs, where, spec.implementation)
+        fn = functools.partial(raw, **spec.kwargs) if spec.kwargs else raw
+        if columns is not None:
+            columns = columns - set(spec.kwargs)
+        out.append(RewardFunction(spec.name, f"{where} {spec.implementation!r}", fn, float(spec.weight), columns))
+    return out
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    """Per-row reward components and their weighted sum."""
+
+    names: tuple[str, ...]
+    weights: tuple[float, ...]
+    values: torch.Tensor  # [N, K] float64, the raw (unweighted) component values
+    total: torch.Tensor   # [N] float64, sum_k weights[k] * values[:, k]
+
+    def row(self, i: int) -> dict[str, float]:
+        return {name: float(v) for name, v in zip(self.names, self.values[i].tolist())}
+
+    def means(self) -> dict[str, float]:
+        """`reward/<name>`: each component's mean over the rows."""
+        if self.values.shape[0] == 0:
+            return {}
+        return {f"reward/{n}": float(v) for n, v in zip(self.names, self.values.mean(dim=0).tolist())}
+
+
+def _snippet(prompt: Any) -> str:
+    text = prompt if isinstance(prompt, str) else str(prompt)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_values(values: Any, n: int, where: str, prompts: Sequence[Any]) -> list[float]:
+    """`n` finite numbers, or an error naming `where` and the offending row."""
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
+        raise RewardFunctionError(f"{where}: returned {type(values).__name__}, expected a list of {n} floats")
+    values = list(values)
+    if len(values) != n:
+        raise RewardFunctionError(f"{where}: returned {len(values)} values for {n} completions")
+    out = []
+    for i, v in enumerate(values):
+        if not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+            raise RewardFunctionError(f"{where}: row {i} (prompt {_snippet(prompts[i])!r}): got {v!r}, "
+                                      "expected a finite number")
+        out.append(float(v))
+    return out
+
+
+def _columns(rows: Sequence[Mapping[str, Any]], skip: str | None) -> dict[str, list[Any]]:
+    keys = dict.fromkeys(k for row in rows for k in row if k != skip)
+    return {k: [row.get(k) for row in rows] for k in keys}
+
+
+def call_reward_function(rf: RewardFunction, prompts: Sequence[Any], completions: Sequence[Any],
+                         columns: Mapping[str, list[Any]], completion_ids: Sequence[Sequence[int]]) -> list[float]:
+    available = {**columns, "completion_ids": [list(c) for c in completion_ids]}
+    kwargs = available if rf.columns is None else {k: v for k, v in available.items() if k in rf.columns}
+    try:
+        values = rf.fn(prompts=list(prompts), completions=list(completions), **kwargs)
+    except Exception as exc:
+        raise RewardFunctionError(f"{rf.where}: raised {type(exc).__name__}: {exc} (on {len(prompts)} completions; "
+                                  f"columns passed: {sorted(kwargs)})") from exc
+    return check_values(values, len(prompts), rf.where, prompts)
+
+
+class RewardSet:
+    """The task's own score (when it has one) plus the configured reward functions."""
+
+    def __init__(self, functions: Sequence[RewardFunction], task_name: str | None, task_weight: float = 1.0,
+                 prompt_key: str | None = None) -> None:
+        self.functions = list(functions)
+        self.task_name = task_name
+        self.task_weight = float(task_weight)
+        self.prompt_key = prompt_key
+        self.names = tuple(([task_name] if task_name else []) + [f.name for f in self.functions])
+        self.weights = tuple(([self.task_weight] if task_name else []) + [f.weight for f in self.functions])
+        if not self.names:
+            raise ValueError("reward: the task has no score of its own and no reward function is configured; "
+                             "add reward: [{implementation: pkg.mod.fn, weight: 1.0}]")
+
+    def score(self, rows: Sequence[Mapping[str, Any]], prompts: Sequence[Any], completions: Sequence[str],
+              completion_ids: Sequence[Sequence[int]], task_scores: Sequence[float] | None) -> RewardBreakdown:
+        """Every component for `len(rows)` episodes (`task_scores`: the task's own, already checked)."""
+        n = len(rows)
+        cols: list[list[float]] = []
+        if self.task_name:
+            if task_scores is None or len(task_scores) != n:
+                raise ValueError("RewardSet.score: the task's scores are missing")
+            cols.append([float(s) for s in task_scores])
+        if self.functions:
+            trl_completions = [[{"role": "assistant", "content": c}] if not isinstance(p, str) else c
+                               for p, c in zip(prompts, completions)]
+            columns = _columns(rows, self.prompt_key)
+            for rf in self.functions:
+                cols.append(call_reward_function(rf, prompts, trl_completions, columns, completion_ids))
+        values = torch.tensor(cols, dtype=torch.float64).T.reshape(n, len(self.names))
+        weights = torch.tensor(self.weights, dtype=torch.float64)
+        return RewardBreakdown(self.names, self.weights, values, values @ weights)

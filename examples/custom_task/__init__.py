@@ -1,0 +1,1 @@
+"""An example task package that lives outside `areal/` (see README.md here)."""

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# GRPO on SmolLM2-135M-Instruct with a reasoning-gym task on 2 CPU cores (see README.md here).
+#   examples/real_model/install.sh        # once
+#   examples/real_model/run.sh [key=value ...]
+# Uses the converted folder when install.sh made it, else the GGUF file directly (model.gguf_file).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+converted=runs/models/SmolLM2-135M-Instruct
+if [ -f "$converted/config.json" ]; then
+  model="model.path=$converted"
+else
+  model="model.gguf_file=$(.venv/bin/python examples/real_model/locate.py)"
+fi
+exec .venv/bin/python -m areal.trainer.main --config examples/real_model/grpo_smollm2.yaml "$model" "$@"
