@@ -79,7 +79,8 @@ def stage_configs() -> dict[str, tuple[str, list[str]]]:
         "spo": ("spo", base),
         "gigpo": ("grpo", [*base, "actor.reward_norm=null", "actor.token_rewards_as_adv=false",
                            "actor.advantage.estimator={implementation: gigpo, kwargs: {step_discount: 0.95}}"]),
-        "mt_grpo": ("mt_grpo_guess", base),
+        "mt_grpo": ("../guess_mt_grpo", base),
+        "gigpo (guess)": ("../guess_gigpo", base),
         "entropy": ("grpo_entropy", base),
     }
 

@@ -1,5 +1,9 @@
 """The batch fields the trainer adds for advantage stages that read more than rewards and masks.
 
+* `rewards` [rows, K] with `reward_keys` / `reward_weights` when the reward set
+  has several components (the task's score and reward functions): every outcome
+  stage can then see each component (`reward_components`); one component stays
+  a plain [rows] reward.
 * `prompt_keys` [rows] int64 on every trajectory group: one stable key per prompt
   (blake2b of its canonical form, the same in every process and after a resume,
   unlike Python's salted `hash`), for per-prompt state (KRPO, SPO). Always added:
@@ -10,11 +14,15 @@
   reads it (`batch_fields = ("token_entropy",)` on the stage function, as the
   built-in `entropy_advantage` does; a plugin may declare it the same way).
 
-`anchor_ids` (GiGPO's per-turn state keys) come from the rollout itself.
+* `anchor_ids` (GiGPO's per-turn state keys): the rollout records, before each
+  turn, `anchor_key(env, context)` — the environment's own `state_key()` when it
+  has one (the guess task: the interval the feedback still allows and the turn),
+  else the token context the turn is generated from.
 """
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import hashlib
 import json
@@ -25,7 +33,8 @@ import torch
 
 from areal.trainer.ppo.aux_fields import BATCH_FIELDS_ATTRIBUTE, declared_fields
 
-__all__ = ["BATCH_FIELDS_ATTRIBUTE", "add_prompt_keys", "behaviour_entropy", "prompt_key", "stage_batch_fields"]
+__all__ = ["BATCH_FIELDS_ATTRIBUTE", "add_prompt_keys", "anchor_key", "behaviour_entropy", "prompt_key",
+           "reward_components", "stage_batch_fields"]
 
 
 
@@ -39,10 +48,26 @@ def _canonical(problem: Any) -> str:
         return repr(problem)
 
 
+def _key(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
+
+
 def prompt_key(problem: Any) -> int:
     """A signed 64-bit key of the problem, stable across processes, ranks and resumes."""
-    digest = hashlib.blake2b(_canonical(problem).encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
+    return _key(_canonical(problem).encode("utf-8"))
+
+
+def anchor_key(env: Any, context: Sequence[int]) -> int:
+    """A signed 64-bit key of the state a turn acts in.
+
+    The environment's `state_key()` (any JSON-able value) when it defines one;
+    otherwise the token ids the turn is generated from, i.e. the observation the
+    policy sees. Two turns with the same key are GiGPO's same anchor state.
+    """
+    state_key = getattr(env, "state_key", None)
+    if callable(state_key):
+        return _key(b"state:" + _canonical(state_key()).encode("utf-8"))
+    return _key(b"tokens:" + array.array("q", context).tobytes())
 
 
 def add_prompt_keys(groups: Sequence[Mapping[str, Any]], problems: Sequence[Any]) -> list[dict[str, Any]]:
@@ -54,6 +79,14 @@ def add_prompt_keys(groups: Sequence[Mapping[str, Any]], problems: Sequence[Any]
         rows = group["input_ids"].shape[0]
         out.append({**group, "prompt_keys": torch.full((rows,), prompt_key(problem), dtype=torch.long)})
     return out
+
+
+def reward_components(reward_set: Any) -> tuple[tuple[str, ...], tuple[float, ...]] | None:
+    """(names, weights) of a reward set with several components, else None (a plain [B] reward)."""
+    names = tuple(getattr(reward_set, "names", ()) or ())
+    if len(names) < 2:
+        return None
+    return names, tuple(float(w) for w in reward_set.weights)
 
 
 def stage_batch_fields(resolved: Any) -> frozenset[str]:

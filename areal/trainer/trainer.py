@@ -57,7 +57,7 @@ from areal.trainer.rollout import (
     groups_to_device,
 )
 from areal.trainer.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
-from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, stage_batch_fields
+from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, reward_components, stage_batch_fields
 from areal.trainer.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
 from areal.trainer.tokenizer import build_tokenizer
 from areal.trainer.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
@@ -195,11 +195,12 @@ class Trainer:
         )
         pad = self.task.pad_token_id
         with_process = cfg.rollout.prm.enabled
+        components = reward_components(self.task.rewards)
         if cfg.rollout.export == "per_turn":
-            dicts = [export_turn_rows(g, pad, with_process=with_process,
+            dicts = [export_turn_rows(g, pad, with_process=with_process, components=components,
                                       explicit_rewards=cfg.rollout.explicit_rollout_rewards) for g in groups]
         else:
-            dicts = [export_episodes(g, pad, with_process=with_process) for g in groups]
+            dicts = [export_episodes(g, pad, with_process=with_process, components=components) for g in groups]
         if cfg.rollout.greedy_baseline:
             greedy = collect_episodes(
                 self.policy, self.task, problems, 1, budget=cfg.generation_budget,
