@@ -6,7 +6,8 @@
   of today's [B] batch holding the weighted sum;
 * the GDPO preset trains two steps with two reward functions, and its advantages
   equal verl's definition (tests/trainer/ppo/estimators_reference.gdpo_verl) on
-  the step's components and weights.
+  the step's components and weights; with 2 gloo ranks (torchrun) it trains with
+  the ranks' parameters checked equal after every update.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 import torch
+from dist_launch import clean_env, run_bounded
 
 from areal.api.cli_args import load_config
 from areal.trainer.metrics import read_metrics
@@ -101,3 +103,16 @@ def test_gdpo_preset_with_two_reward_functions_trains_and_equals_verls_definitio
         blind[b, mask[b]] = torch.tensor(values, dtype=torch.float64)
     assert len({tuple(r[1:]) for r in comps}) > 2  # the seeded step's graded components differ between samples
     assert not torch.allclose(blind, want, atol=1e-4)
+
+
+def test_gdpo_with_two_reward_functions_on_two_ranks(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+           "areal.trainer.main", "--config", str(PRESETS / "gdpo.yaml"), *TINY, "rollout.batch_size=4",
+           "train.steps=2", "train.dist_timeout_s=60", "train.debug_param_checksum=true", TWO_FUNCTIONS,
+           f"output.dir={tmp_path}"]
+    [(code, out, err)] = run_bounded([cmd], [clean_env()], 150)
+    assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
+    rows = read_metrics(tmp_path / "preset_gdpo" / "trial0" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1]
+    for r in rows:
+        assert math.isfinite(r["adv_mean"]) and {"reward/char_length", "reward/digit_share"} <= set(r)
