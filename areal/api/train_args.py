@@ -24,6 +24,7 @@ _ATTN = ("eager", "sdpa")
 _DTYPES = ("float32", "bfloat16", "float64")
 _PRM_MODES = ("additive", "gvpo", "process_weighted")
 _EXPORTS = ("episode", "per_turn")
+_PARALLEL = ("ddp", "fsdp")
 _DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
@@ -378,6 +379,13 @@ class TrainConfig:
     `debug_param_checksum` makes rank 0 write `param_checksums.jsonl`: after
     every step, one checksum per rank of the policy (critic, reference), to
     check that the replicas stay identical.
+    `parallel` picks torch's data-parallel engine under torchrun: `ddp`
+    (DistributedDataParallel, one full replica per rank) or `fsdp` (FSDP2
+    `fully_shard`: parameters, gradients and optimiser state sharded over the
+    ranks, plus a full copy of the policy for sampling); ignored in a single
+    process (see docs/distributed.md). `failure_timeout_s` bounds how long, once
+    a rank fails, it waits for the others to learn the cause, and how long a rank
+    that learnt of a peer's failure may take to stop before it is ended.
 
     Checkpoints: `save_every` N writes `<run_dir>/checkpoints/step_<N>/` every N
     steps and after the last step (0 = never); `keep_last` K keeps the newest K
@@ -394,6 +402,8 @@ class TrainConfig:
     log_every: int = 10
     dist_timeout_s: float | None = None
     debug_param_checksum: bool = False
+    parallel: str = "ddp"
+    failure_timeout_s: float = 30.0
     save_every: int = 100
     keep_last: int | None = 3
     resume: str | None = None
@@ -409,6 +419,8 @@ class TrainConfig:
         if self.dist_timeout_s is not None:
             _check_float("train.dist_timeout_s", self.dist_timeout_s, 0.0, open_low=True)
         _check_bool("train.debug_param_checksum", self.debug_param_checksum)
+        _check_choice("train.parallel", self.parallel, _PARALLEL)
+        _check_float("train.failure_timeout_s", self.failure_timeout_s, 0.0, open_low=True)
         _check_int("train.save_every", self.save_every, 0)
         if self.keep_last is not None:
             _check_int("train.keep_last", self.keep_last, 1)

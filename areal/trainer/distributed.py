@@ -10,9 +10,9 @@ with `reduce_metrics`.
 
 The trainer dispatches *prompts* before rollout with `assign_prompts_to_ranks`
 (round-robin by prompt index: token counts do not exist yet), so each rank rolls
-out and trains on whole groups only. Gradients are synchronised with
-`all_reduce_gradients` (one flat all-reduce per dtype) and replicas start equal
-through `broadcast_module`.
+out and trains on whole groups only. Replicas start equal through
+`broadcast_module`; gradients are synchronised by torch's own engines (DDP or
+FSDP2, see `areal.trainer.engine`).
 
 The dispatch functions are pure functions of their arguments, so every rank
 computes the same assignment from the same global list of prompts or groups;
@@ -35,7 +35,6 @@ import torch.distributed as dist
 __all__ = [
     "DistContext",
     "all_gather_objects",
-    "all_reduce_gradients",
     "all_reduce_tensor",
     "assign_groups_to_ranks",
     "assign_prompts_to_ranks",
@@ -322,10 +321,13 @@ def all_gather_objects(obj: Any, ctx: DistContext | None) -> list[Any]:
 
 
 def broadcast_module(module: torch.nn.Module, ctx: DistContext | None, src: int = 0) -> None:
-    """Copy rank `src`'s parameters and buffers into every replica (as DDP does at construction).
+    """Copy rank `src`'s parameters and buffers into every replica.
 
     Ranks seed their initialisation identically already; the broadcast makes
     "replicas start equal" a guarantee rather than a property of the init code.
+    DDP repeats it at construction; FSDP2 needs it, because `fully_shard` keeps
+    each rank's slice of its *local* tensors, and the frozen reference policy is
+    copied from the broadcast weights.
     """
     if not _live(ctx):
         return
@@ -334,59 +336,6 @@ def broadcast_module(module: torch.nn.Module, ctx: DistContext | None, src: int 
             work = tensor.data.to(_comm_device(ctx, tensor.data), copy=True)
             dist.broadcast(work, src=src)
             tensor.data.copy_(work)
-
-
-def _flat_buffer_dtype(dtype: torch.dtype) -> torch.dtype:
-    # half-precision gradients are summed in float32, float64 stays float64
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def all_reduce_gradients(
-    parameters: Sequence[torch.nn.Parameter], ctx: DistContext | None, *, local_ok: bool = True
-) -> list[int]:
-    """SUM every parameter's gradient over ranks; returns the ranks whose `local_ok` was False.
-
-    Call it after `backward()` and before clipping, so clipping sees the
-    synchronised gradient and every replica takes the same optimiser step.
-    Gradients are packed into one flat buffer per dtype (a few collectives per
-    step, whatever the number of tensors). A parameter whose gradient is None on
-    some rank contributes zeros there; it keeps None only if it is None on every
-    rank, so optimisers treat it identically everywhere. `local_ok=False` (e.g.
-    a non-finite loss) is reported in the same collective, so every rank can
-    refuse the step together instead of one rank raising while others wait.
-    """
-    if not _live(ctx):
-        return [] if local_ok else [0]
-    params = [p for p in parameters if p.requires_grad]
-    world, rank = dist.get_world_size(), dist.get_rank()
-    ref = params[0].detach() if params else torch.zeros(1)
-    device = _comm_device(ctx, ref)
-    # per parameter: does it have a gradient here; per rank: is its step healthy
-    flags = torch.zeros(len(params) + world, dtype=torch.float64, device=device)
-    for i, p in enumerate(params):
-        if p.grad is not None:
-            flags[i] = 1.0
-    if not local_ok:
-        flags[len(params) + rank] = 1.0
-    dist.all_reduce(flags, op=dist.ReduceOp.SUM)
-    by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
-    for p in params:
-        by_dtype.setdefault(_flat_buffer_dtype(p.dtype), []).append(p)
-    for buffer_dtype, group in by_dtype.items():
-        pieces = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1) for p in group]
-        flat = torch.cat([t.to(device=device, dtype=buffer_dtype) for t in pieces])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        offset = 0
-        for p in group:
-            n = p.numel()
-            summed = flat[offset:offset + n].view_as(p).to(device=p.device, dtype=p.dtype)
-            offset += n
-            p.grad = summed
-    have_grad = flags[: len(params)].tolist()
-    for p, count in zip(params, have_grad):
-        if count == 0:
-            p.grad = None
-    return [r for r, bad in enumerate(flags[len(params):].tolist()) if bad]
 
 
 # ---------------------------------------------------------------------------

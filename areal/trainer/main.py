@@ -4,20 +4,31 @@ Dotted overrides go straight to `areal.api.cli_args.load_config`, as on AReaL's
 command line, and may come before or after `--config`. `--print-config` prints
 the fully resolved config (defaults, file and overrides merged) and exits.
 Exit status: 0 done, 1 bad config (or a plugin that does not resolve, on any
-rank, or a run directory that is already taken), 130 interrupted (outputs kept).
+rank, or a run directory that is already taken, or a checkpoint that does not
+fit the run) or, under torchrun, a failure on any rank; 130 interrupted
+(outputs kept).
 
 Data parallel: `torchrun --nproc_per_node=N -m areal.trainer.main --config ...`.
 Every rank loads the same config, joins the process group (`init_distributed`:
 gloo on CPU, nccl on GPU) and runs its own `Trainer`; without torchrun's
 environment no process group is created and the run is the single-process one.
+
+Failures under torchrun (`areal.trainer.failures`): an exception on any rank is
+published to the other ranks, and every rank exits 1 with one line naming the
+failing rank, the stage and the cause; the same text is in each rank's torch
+elastic error file, so torchrun's summary shows it. The failing rank also
+prints its traceback. In a single process a failure during training raises as
+usual (traceback, exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from areal.api.cli_args import ConfigError, config_to_yaml, load_config
 
@@ -36,6 +47,86 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)
 
 
+def _build_errors() -> tuple[type[BaseException], ...]:
+    """Errors of a bad setup, reported in one line without a traceback."""
+    from areal.trainer.ppo.actor import WorkerInitError
+
+    # a plugin that does not resolve: ImportError/ValueError/TypeError in one process; in a process
+    # group WorkerInitError (a RuntimeError), raised on every rank and naming the failing ranks
+    return (ConfigError, WorkerInitError, ImportError, ValueError, TypeError)
+
+
+def _setup_message(exc: BaseException, text: str, *, resuming: bool = False) -> str:
+    if resuming:
+        kind = "error while resuming"
+    else:
+        kind = "config error" if isinstance(exc, ConfigError) else "error while building the trainer"
+    return f"{kind}: {text}"
+
+
+def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool, resuming: bool = False) -> int:
+    """Tell the other ranks, print this rank's line (and, on the failing rank, the traceback), exit 1."""
+    from areal.trainer.failures import write_error_file
+
+    failure = watch.fail(exc)
+    if failure is not exc and not setup and failure.report.reporter == failure.rank:  # the root cause is here
+        traceback.print_exception(exc, file=sys.stderr)
+    own_words = str(exc) if failure.report.error == f"{type(exc).__name__}: {exc}" else str(failure)
+    line = _setup_message(exc, own_words, resuming=resuming) if setup else f"error: {failure}"
+    print(line, file=sys.stderr, flush=True)
+    write_error_file(failure)  # torchrun's summary: the root cause, after this rank's traceback
+    return 1
+
+
+def _train(cfg: Any, ctx: Any, watch: Any) -> int:
+    """Build and run the trainer; under a failure watch every failure goes through `_stop_every_rank`."""
+    from areal.trainer.distributed import barrier
+    from areal.trainer.failures import stage
+    from areal.trainer.trainer import Trainer
+
+    try:
+        with stage("building the trainer"):
+            trainer = Trainer(cfg, ctx)
+    except _build_errors() as exc:
+        if watch is not None:
+            return _stop_every_rank(exc, watch, setup=True)
+        print(_setup_message(exc, str(exc)), file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if watch is None:
+            raise
+        return _stop_every_rank(exc, watch, setup=False)
+    from areal.trainer.checkpoint import CheckpointError
+
+    try:
+        result = trainer.run()
+    except (ConfigError, CheckpointError) as exc:  # a checkpoint that does not fit this run
+        if watch is not None:
+            return _stop_every_rank(exc, watch, setup=True, resuming=True)
+        print(_setup_message(exc, str(exc), resuming=True), file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if watch is None:
+            raise
+        return _stop_every_rank(exc, watch, setup=False)
+    if watch is not None:
+        watch.close()
+        barrier(ctx)  # no rank leaves (and takes a store it hosts down) while another still watches it
+    if ctx.is_main:
+        print(result.summary(cfg.experiment_name, cfg.train.steps), flush=True)
+    return 130 if result.interrupted else 0
+
+
+def _start_watch(watch_cls: Any, ctx: Any, timeout_s: float) -> Any:
+    """This rank's failure watch on the job's store; None (failures then raise locally) if there is no store."""
+    try:
+        return watch_cls.for_this_rank(ctx.rank, ctx.world_size, timeout_s)
+    except (KeyError, ValueError, RuntimeError) as exc:  # no MASTER_ADDR/PORT, or the store does not answer
+        print(f"[areal] rank {ctx.rank}: warning: failures will not reach the other ranks (no rendezvous store: "
+              f"{type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -48,10 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import torch.distributed as dist
 
-    from areal.trainer.checkpoint import CheckpointError
     from areal.trainer.distributed import destroy, init_distributed
-    from areal.trainer.ppo.actor import WorkerInitError
-    from areal.trainer.trainer import Trainer
+    from areal.trainer.failures import FailureWatch
 
     joined_here = not (dist.is_available() and dist.is_initialized())
     try:
@@ -59,29 +148,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, RuntimeError) as exc:  # a broken torchrun environment or rendezvous
         print(f"error while joining the process group: {exc}", file=sys.stderr)
         return 1
+    watch = None
     try:
-        try:
-            trainer = Trainer(cfg, ctx)
-        except ConfigError as exc:
-            print(f"config error: {exc}", file=sys.stderr)
-            return 1
-        # a plugin that does not resolve: ImportError/ValueError/TypeError in one process; in a process
-        # group WorkerInitError (a RuntimeError), raised on every rank and naming the failing ranks
-        except (WorkerInitError, ImportError, ValueError, TypeError) as exc:
-            print(f"error while building the trainer: {exc}", file=sys.stderr)
-            return 1
-        try:
-            result = trainer.run()
-        except (ConfigError, CheckpointError) as exc:  # a checkpoint that does not fit this run
-            print(f"error while resuming: {exc}", file=sys.stderr)
-            return 1
-        if ctx.is_main:
-            print(result.summary(cfg.experiment_name, cfg.train.steps), flush=True)
-        return 130 if result.interrupted else 0
+        if ctx.is_distributed:
+            watch = _start_watch(FailureWatch, ctx, cfg.train.failure_timeout_s)
+        return _train(cfg, ctx, watch)
     finally:
+        if watch is not None:
+            watch.close()
         if joined_here:  # leave only a process group this call created
             destroy(ctx)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    # torch elastic's `record`: an exception that escapes main (a bug) still reaches torchrun's summary
+    sys.exit(record(main)())

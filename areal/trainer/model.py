@@ -106,7 +106,8 @@ class ValueModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
+        # a fresh tensor, not a view: FSDP2 warns about (and cannot hook in-place ops on) view outputs
+        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).clone()
 
 
 def build_critic(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> ValueModel:

@@ -9,9 +9,11 @@ pipeline's `returns`.
 Data parallelism (`torchrun`, see docs/distributed.md): one `Trainer` per rank,
 given the rank's `DistContext`. Every rank samples the same global prompt list
 (shared seed), rolls out only its round-robin share of the prompts (whole
-groups), and trains its replica with gradients summed over ranks; metrics are
-reduced across ranks and only rank 0 writes files. Without a process group the
-loop is exactly the single-process one.
+groups), and trains through torch's DDP or FSDP2 (`train.parallel`, see
+`areal.trainer.engine`); metrics are reduced across ranks and only rank 0
+writes files. `Trainer.policy` is always the plain `transformers` module that
+samples and is saved (under FSDP a full copy refreshed after every update).
+Without a process group the loop is exactly the single-process one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from areal.trainer.distributed import (
     reduce_metrics,
 )
 from areal.trainer.engine import PolicyEngine, ValueEngine, reference_logprobs
+from areal.trainer.failures import staged
 from areal.trainer.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
 from areal.trainer.loggers import RunLoggers, open_loggers
 from areal.trainer.metrics import masked_stats, window_mean
@@ -148,7 +151,8 @@ class Trainer:
         self.num_threads = apply_num_threads(cfg.train.num_threads)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
-        # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1
+        # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1. `generate`
+        # draws from torch's global RNG: sample_continuations seeds a forked global RNG from this generator
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + 1_000_003 * self.ctx.rank)
         # task and reward plugins are imported here, on every rank; any rank's failure stops all of them
         parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
@@ -159,9 +163,12 @@ class Trainer:
         self.prompt_source = make_prompt_source(cfg, parts, self.rng)
         self.evaluator = Evaluator(cfg.eval, make_eval_rows(cfg, parts), cfg.train.steps)
         broadcast_module(self.policy, self.ctx)
+        parallel = cfg.train.parallel
+        # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP
         self.reference = frozen_copy(self.policy) if cfg.actor.kl_ctl != 0 else None
         self.engine = PolicyEngine(self.policy, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
-                                   grad_clip=cfg.train.grad_clip, ctx=self.ctx)
+                                   grad_clip=cfg.train.grad_clip, ctx=self.ctx, parallel=parallel)
+        self.policy = self.engine.rollout_model  # the plain module (under FSDP: the full sampling copy)
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
@@ -171,7 +178,10 @@ class Trainer:
             broadcast_module(model, self.ctx)
             self.critic = PPOCritic(cfg.critic, ValueEngine(model, lr=cfg.critic.lr,
                                                              weight_decay=cfg.critic.weight_decay,
-                                                             grad_clip=cfg.critic.grad_clip, ctx=self.ctx))
+                                                             grad_clip=cfg.critic.grad_clip, ctx=self.ctx,
+                                                             parallel=parallel))
+        # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
+        torch.manual_seed(cfg.seed + 2 + 1_000_003 * self.ctx.rank)
         # a resumed run appends to the samples it already wrote
         self.sample_log = SampleLog(self.run_dir / "samples.jsonl", append=self.plan.resume_from is not None)
         if self.ctx.is_main:
@@ -179,6 +189,7 @@ class Trainer:
 
     # -- one step ---------------------------------------------------------------------------
 
+    @staged("rollout")
     def rollout(self) -> tuple[list[dict[str, Any]], list[EpisodeRecord]]:
         """Sample this rank's prompt groups and export them as trajectory-group dicts.
 
@@ -212,6 +223,7 @@ class Trainer:
             dicts = groups_to_device(dicts, self.device)
         return dicts, [rec for g in groups for rec in g]
 
+    @staged("reference log-probs and values")
     def prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Add the aligned model outputs the advantage pipeline reads."""
         ids, mask, temp = batch["input_ids"], batch["attention_mask"], self.cfg.sampling_temperature
@@ -225,6 +237,7 @@ class Trainer:
             batch["token_entropy"] = behaviour_entropy(self.engine.model, ids, mask, temp)
         return batch
 
+    @staged("advantages")
     def compute_advantages(self, batch: dict[str, Any], meta: Any) -> dict[str, Any]:
         shaping = self.cfg.rollout.prm.advantage_shaping
         return self.actor.compute_advantages(
@@ -232,6 +245,7 @@ class Trainer:
             gvpo_zero_penalty=shaping.zero_penalty, gvpo_zero_eps=shaping.zero_eps,
         )
 
+    @staged("evaluation")
     def evaluate(self, updates: int) -> dict[str, float]:
         """Greedy decoding of the held-out rows (`eval/*` metrics); rank 0 logs a few as samples."""
         start = time.perf_counter()
@@ -242,6 +256,7 @@ class Trainer:
             self.sample_log.write(sample_rows(records, self.cfg.eval.samples_per_step, 1, updates, "eval"))
         return metrics
 
+    @staged(lambda self, step: f"step {step}")
     def step(self, step: int) -> StepOutput:
         """One RL step: rollout, advantages, policy (and critic) update, metrics.
 
@@ -258,6 +273,7 @@ class Trainer:
         stats = self.actor.ppo_update(data)
         if self.critic is not None:
             stats.update(self.critic.ppo_update(data))
+        self.engine.sync_rollout_model()  # FSDP: the sampling copy takes the new weights (no-op otherwise)
         seconds = time.perf_counter() - start
         row = self._metrics(step, records, data, stats, seconds)
         if self.ctx.is_distributed:
@@ -270,6 +286,7 @@ class Trainer:
                                               step, "train"))
         return StepOutput(row, batch, data, records)
 
+    @staged("metrics")
     def _reduce_metrics(self, row: dict[str, Any], records: list[EpisodeRecord],
                         data: dict[str, Any]) -> dict[str, Any]:
         """The step's metrics over all ranks (the same row on every rank).
@@ -329,6 +346,7 @@ class Trainer:
 
     # -- the run ----------------------------------------------------------------------------
 
+    @staged(lambda self, fh, step: f"step {step} > parameter checksums")
     def _write_checksums(self, fh: Any, step: int) -> None:
         """`train.debug_param_checksum`: every rank's model checksums, one JSON line per step (rank 0 writes)."""
         models = {"policy": self.policy, "reference": self.reference,
@@ -385,6 +403,7 @@ class Trainer:
             barrier(self.ctx)  # ranks leave together, after rank 0 has written everything
         return result
 
+    @staged("resuming from a checkpoint")
     def _restore(self) -> tuple[int, list[dict[str, Any]]]:
         """Load the planned checkpoint into this freshly built trainer: (next step, metrics rows before it)."""
         if self.plan.resume_from is None:
@@ -397,6 +416,7 @@ class Trainer:
             logger.info("resuming %s at step %d", restored.folder, restored.step)
         return restored.step, restored.records
 
+    @staged(lambda self, step, loggers: f"step {step} > checkpoint")
     def save_checkpoint(self, step: int, loggers: RunLoggers) -> Path | None:
         """Write `checkpoints/step_<step>` (a collective; rank 0 writes), then keep the newest `train.keep_last`."""
         from areal.trainer.checkpoint import checkpoint_root, prune
@@ -407,6 +427,7 @@ class Trainer:
             prune(checkpoint_root(self.run_dir), self.cfg.train.keep_last)
         return folder
 
+    @staged("writing the run's outputs")
     def _finish(self, records: list[dict[str, Any]], done: int, interrupted: bool, seconds: float) -> RunResult:
         cfg = self.cfg
         plot_path = None

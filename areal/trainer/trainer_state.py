@@ -207,6 +207,21 @@ def _load_optimizer_state(engine: Any, state: dict[str, Any]) -> None:
         engine.optimizer.load_state_dict(state)
 
 
+def _checkpoint_model(engine: Any, default: torch.nn.Module) -> torch.nn.Module:
+    """The plain module holding the engine's full weights (under FSDP a collective: every rank calls it)."""
+    custom = getattr(engine, "checkpoint_model", None)
+    return custom() if callable(custom) else default
+
+
+def _load_into(engine: Any, default: torch.nn.Module, folder: Path) -> None:
+    """Load a saved module into the engine's plain module, then into what it trains (FSDP shards)."""
+    module = _checkpoint_model(engine, default)
+    load_module(module, folder)
+    push = getattr(engine, "load_checkpoint_model", None)
+    if callable(push):
+        push(module)
+
+
 def _reference_checksum(reference: torch.nn.Module | None) -> str | None:
     if reference is None:
         return None
@@ -252,6 +267,12 @@ def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any
     """
     rngs = all_gather_objects(capture_rng(trainer), trainer.ctx)
     _check_stage_states_agree(trainer)
+    # every rank takes part: under FSDP (train.parallel) the full weights and optimiser states are gathered
+    policy, policy_optim = _checkpoint_model(trainer.engine, trainer.policy), _optimizer_state(trainer.engine)
+    critic = critic_optim = None
+    if trainer.critic is not None:
+        critic = _checkpoint_model(trainer.critic.engine, trainer.critic.engine.model)
+        critic_optim = _optimizer_state(trainer.critic.engine)
     if not trainer.ctx.is_main:
         return None
     state = {"step": step, "world_size": trainer.ctx.world_size, "rng": rngs, "data": data_state(trainer),
@@ -259,12 +280,12 @@ def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any
     cfg = trainer.cfg
 
     def write(folder: Path) -> dict[str, Any]:
-        save_module(trainer.policy, folder / POLICY_DIR)
+        save_module(policy, folder / POLICY_DIR)
         _tokenizer(trainer).save_pretrained(folder / POLICY_DIR)
-        torch.save(_optimizer_state(trainer.engine), folder / OPTIMIZER_FILE)
-        if trainer.critic is not None:
-            save_module(trainer.critic.engine.model, folder / CRITIC_DIR)
-            torch.save(_optimizer_state(trainer.critic.engine), folder / CRITIC_OPTIMIZER_FILE)
+        torch.save(policy_optim, folder / OPTIMIZER_FILE)
+        if critic is not None:
+            save_module(critic, folder / CRITIC_DIR)
+            torch.save(critic_optim, folder / CRITIC_OPTIMIZER_FILE)
         torch.save(state, folder / STATE_FILE)
         with open(folder / METRICS_FILE, "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(row) + "\n" for row in records)
@@ -307,10 +328,10 @@ def _load_models(trainer: Any, folder: Path, manifest: dict[str, Any]) -> None:
         want = "enabled" if has_critic else "disabled"
         raise CheckpointError(f"checkpoint {folder} was written with critic.enabled={want == 'enabled'}; set "
                               f"critic.{'enabled=true' if has_critic else 'enabled=false'} to resume it")
-    load_module(trainer.policy, folder / POLICY_DIR)
+    _load_into(trainer.engine, trainer.policy, folder / POLICY_DIR)
     _load_optimizer_state(trainer.engine, torch.load(folder / OPTIMIZER_FILE, weights_only=True, map_location="cpu"))
     if trainer.critic is not None:
-        load_module(trainer.critic.engine.model, folder / CRITIC_DIR)
+        _load_into(trainer.critic.engine, trainer.critic.engine.model, folder / CRITIC_DIR)
         _load_optimizer_state(trainer.critic.engine,
                               torch.load(folder / CRITIC_OPTIMIZER_FILE, weights_only=True, map_location="cpu"))
 

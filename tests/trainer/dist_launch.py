@@ -41,10 +41,40 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (torchrun starts each worker in a session of its own)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    for pid in descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def run_bounded(cmds: list[list[str]], envs: list[dict[str, str]], timeout: float) -> list[tuple[int, str, str]]:
     """Start the commands together; kill every process tree that outlives `timeout`.
 
-    Returns (exit code, stdout, stderr) per command; a hang fails the test.
+    Returns (exit code, stdout, stderr) per command; a hang fails the test
+    (and kills the workers too, which torchrun runs in sessions of their own).
     """
     procs = [subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True) for cmd, env in zip(cmds, envs)]
@@ -58,6 +88,5 @@ def run_bounded(cmds: list[list[str]], envs: list[dict[str, str]], timeout: floa
     finally:
         for proc in procs:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                _kill_tree(proc)
     return results

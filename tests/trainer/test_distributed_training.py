@@ -14,6 +14,7 @@ Every job runs under a subprocess timeout, so a hung rank fails the test instead
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -32,12 +33,15 @@ from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
 from areal.api.cli_args import PPOActorConfig  # noqa: E402
 from areal.api.train_args import CriticConfig, ModelConfig  # noqa: E402
 from areal.trainer.distributed import DistContext, assign_prompts_to_ranks  # noqa: E402
-from areal.trainer.engine import PolicyEngine, ValueEngine  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
+
+from areal.trainer.engine import NonFiniteLossError, PolicyEngine, ValueEngine, full_state_dict  # noqa: E402
 from areal.trainer.model import build_critic, build_policy  # noqa: E402
 from areal.trainer.ppo.critic import PPOCritic  # noqa: E402
 from areal.trainer.ppo.update import ppo_update  # noqa: E402
+from areal.trainer.checksum import module_checksum  # noqa: E402
 
-JOB_TIMEOUT_S = 120
+JOB_TIMEOUT_S = 360  # generous: the 2 CPU cores are shared (a 30 s job took > 240 s under load 11); a hang still fails
 TINY = ["train.steps=2", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
         "model.intermediate_size=64", "output.progress_bar=false", "train.num_threads=1", "train.dist_timeout_s=60"]
 UPDATE_TOL = 1e-5
@@ -101,10 +105,17 @@ def test_grpo_trains_on_two_ranks_with_identical_replicas(tmp_path: Path) -> Non
     assert len(list((run_dir / "tensorboard").iterdir())) == 1  # rank 0 alone logs
 
 
-def test_ppo_with_critic_trains_on_two_ranks_with_identical_replicas(tmp_path: Path) -> None:
-    run_dir, log = _train_two_ranks(tmp_path, "ppo_token_gae.yaml", "output.plot=false")
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_ppo_with_critic_trains_on_two_ranks_with_identical_replicas(tmp_path: Path, parallel: str) -> None:
+    run_dir, log = _train_two_ranks(tmp_path, "ppo_token_gae.yaml", "output.plot=false", f"train.parallel={parallel}")
     rows = _check_run(run_dir, log, {"policy", "reference", "critic"})
     assert all(math.isfinite(r["value_loss"]) for r in rows)
+    # the checkpointed policy is the trained one (under FSDP: the sampling copy, refreshed after every update)
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(run_dir / "checkpoints" / "step_2" / "policy", local_files_only=True)
+    final = _read_jsonl(run_dir / "param_checksums.jsonl")[-1]
+    assert module_checksum(saved) == final["policy"][0]
 
 
 def test_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> None:
@@ -158,23 +169,68 @@ def _cat(groups: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 
 
 def _flat(module: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    """Every weight, unsharded (an all-gather for an FSDP module)."""
+    return torch.cat([t.detach().reshape(-1) for t in full_state_dict(module).values()])
 
 
-def _update(batch: dict[str, torch.Tensor], ctx: DistContext | None) -> dict[str, object]:
+def _flat_grads(engine: PolicyEngine | ValueEngine) -> torch.Tensor:
+    """The last step's reduced (and clipped) gradient, unsharded."""
+    grads = [p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad for p in engine.train_module.parameters()]
+    return torch.cat([g.detach().reshape(-1) for g in grads])
+
+
+def _update(batch: dict[str, torch.Tensor], ctx: DistContext | None, parallel: str = "ddp") -> dict[str, object]:
     """One policy and one critic update from the same seeded initialisation."""
     torch.manual_seed(5)
     policy = build_policy(MODEL, VOCAB, SPECIAL)
     critic_model = build_critic(MODEL, VOCAB, SPECIAL)
-    engine = PolicyEngine(policy, lr=1e-2, ctx=ctx)
+    engine = PolicyEngine(policy, lr=1e-2, ctx=ctx, parallel=parallel)
     stats = ppo_update(PPOActorConfig(ppo_n_minibatches=N_MINIBATCHES, temperature=1.0), engine, batch)
     critic = PPOCritic(CriticConfig(enabled=True, ppo_n_minibatches=N_MINIBATCHES),
-                       ValueEngine(critic_model, lr=1e-2, ctx=ctx))
+                       ValueEngine(critic_model, lr=1e-2, ctx=ctx, parallel=parallel, grad_clip=1e9))
     stats.update(critic.ppo_update(batch))
-    return {"policy": _flat(policy), "critic": _flat(critic_model), "stats": stats}
+    return {"policy": _flat(engine.model), "critic": _flat(critic.engine.model), "stats": stats,
+            "policy_grad": _flat_grads(engine), "critic_grad": _flat_grads(critic.engine),
+            "engine": engine, "critic_engine": critic.engine}
 
 
-def _update_worker(out_dir: str) -> None:
+def _non_finite_loss(ctx: DistContext, parallel: str) -> dict[str, object]:
+    """Rank 1 hands its engine a NaN loss: every rank must raise the same error and nobody steps."""
+    torch.manual_seed(5)
+    engine = PolicyEngine(build_policy(MODEL, VOCAB, SPECIAL), lr=1e-2, ctx=ctx, parallel=parallel)
+    before = _flat(engine.model)
+    batch = _cat(_global_groups()[:1])
+    logp, _ = engine.forward_logprobs(batch["input_ids"], batch["attention_mask"], 1.0)
+    loss = logp.mean() * (float("nan") if ctx.rank == 1 else 1.0)
+    try:
+        engine.optimizer_step(loss)
+    except NonFiniteLossError as exc:
+        error = {"message": str(exc), "failed_ranks": exc.failed_ranks}
+    else:
+        error = None
+    grads = [p.grad for p in engine.train_module.parameters()]
+    return {"error": error, "unchanged": torch.equal(before, _flat(engine.model)),
+            "no_grads": all(g is None for g in grads)}
+
+
+def _state_round_trip(result: dict[str, object], ctx: DistContext, parallel: str) -> bool:
+    """`engine.state_dict()` restores a fresh engine exactly: the next step is identical."""
+    engine = result["engine"]
+    buffer = io.BytesIO()  # through bytes, as a checkpoint file (the state's tensors alias the live ones)
+    torch.save(engine.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer)
+    torch.manual_seed(99)  # different initial weights, overwritten by the load
+    fresh = PolicyEngine(build_policy(MODEL, VOCAB, SPECIAL), lr=1e-2, ctx=ctx, parallel=parallel)
+    fresh.load_state_dict(state)
+    batch = _cat([_global_groups()[ctx.rank]])
+    for eng in (engine, fresh):
+        logp, _ = eng.forward_logprobs(batch["input_ids"], batch["attention_mask"], 1.0)
+        eng.optimizer_step((logp * batch["loss_mask"]).sum() / batch["loss_mask"].sum() / ctx.world_size)
+    return torch.equal(_flat(engine.model), _flat(fresh.model))
+
+
+def _update_worker(out_dir: str, parallel: str) -> None:
     from areal.trainer.distributed import destroy, init_distributed
 
     torch.set_num_threads(1)
@@ -182,14 +238,24 @@ def _update_worker(out_dir: str) -> None:
     try:
         mine = assign_prompts_to_ranks(N_GROUPS, ctx.world_size)[ctx.rank]
         groups = _global_groups()
-        result = _update(_cat([groups[i] for i in mine]), ctx)
-        torch.save({**result, "groups": mine}, os.path.join(out_dir, f"rank{ctx.rank}.pt"))
+        result = _update(_cat([groups[i] for i in mine]), ctx, parallel)
+        result["round_trip"] = _state_round_trip(result, ctx, parallel)
+        result["non_finite"] = _non_finite_loss(ctx, parallel)
+        keep = {k: v for k, v in result.items() if not k.endswith("engine")}
+        torch.save({**keep, "groups": mine}, os.path.join(out_dir, f"rank{ctx.rank}.pt"))
     finally:
         destroy(ctx)
 
 
-def test_two_rank_update_equals_one_process_update(tmp_path: Path) -> None:
-    cmd = _torchrun(str(Path(__file__)), "update", str(tmp_path))
+@pytest.fixture(scope="module")
+def one_process_update() -> dict[str, object]:
+    return _update(_cat(_global_groups()), None)
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_rank_update_equals_one_process_update(tmp_path: Path, parallel: str,
+                                                   one_process_update: dict[str, object]) -> None:
+    cmd = _torchrun(str(Path(__file__)), "update", str(tmp_path), parallel)
     [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
@@ -197,14 +263,20 @@ def test_two_rank_update_equals_one_process_update(tmp_path: Path) -> None:
     groups = _global_groups()
     tokens = [int(sum(groups[i]["loss_mask"].sum() for i in r["groups"])) for r in ranks]
     assert tokens[0] != tokens[1]  # the global token normalisation matters
-    whole = _update(_cat(groups), None)
+    whole = one_process_update
     start = _update(_cat(groups[:1]), None)  # any update moves the parameters well beyond the tolerance
     for model in ("policy", "critic"):
         assert torch.equal(ranks[0][model], ranks[1][model]), f"{model}: rank replicas differ"
         diff = (ranks[0][model] - whole[model]).abs().max().item()
         moved = (start[model] - whole[model]).abs().max().item()
-        print(f"\n{model}: max |2-rank - 1-process| = {diff:.3g} (a different batch moves it by {moved:.3g})")
+        # the gradient itself, not only AdamW's (nearly scale-free) step: catches a wrong DDP/FSDP loss scale
+        grad = f"{model}_grad"
+        gdiff = (ranks[0][grad] - whole[grad]).abs().max().item()
+        gscale = whole[grad].abs().max().item()
+        print(f"\n{parallel} {model}: max |2-rank - 1-process| = {diff:.3g} (a different batch moves it by "
+              f"{moved:.3g}); last gradient: max diff {gdiff:.3g} of max |g| {gscale:.3g}")
         assert diff <= UPDATE_TOL and moved > 100 * UPDATE_TOL
+        assert gdiff <= 1e-4 * gscale
     for key, value in whole["stats"].items():
         if key == "value_clip_frac":
             # counts (V_clip-R)^2 > (V-R)^2, where V_clip = V_old + (V - V_old) equals V only up to an
@@ -212,9 +284,15 @@ def test_two_rank_update_equals_one_process_update(tmp_path: Path) -> None:
             continue
         for rank in ranks:
             assert rank["stats"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    # a non-finite loss on rank 1 stops both ranks before backward, with one message naming rank 1
+    errors = [r["non_finite"]["error"] for r in ranks]
+    assert errors[0] is not None and errors[0] == errors[1], errors
+    assert errors[0]["failed_ranks"] == [1] and errors[0]["message"].startswith("non-finite loss on rank(s) [1]")
+    assert all(r["non_finite"]["unchanged"] and r["non_finite"]["no_grads"] for r in ranks)
+    assert all(r["round_trip"] for r in ranks)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["update"] or len(sys.argv) != 3:
-        raise SystemExit("usage: test_distributed_training.py update OUT_DIR (under torchrun)")
-    _update_worker(sys.argv[2])
+    if sys.argv[1:2] != ["update"] or len(sys.argv) != 4:
+        raise SystemExit("usage: test_distributed_training.py update OUT_DIR ddp|fsdp (under torchrun)")
+    _update_worker(sys.argv[2], sys.argv[3])

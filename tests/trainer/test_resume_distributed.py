@@ -1,6 +1,6 @@
 """A 2-rank torchrun job killed with SIGKILL and resumed equals the same job uninterrupted.
 
-Both ranks restore their own RNG states (each rank samples its own episodes),
+For DDP and FSDP2 (`train.parallel`). Both ranks restore their own RNG states (each rank samples its own episodes),
 the shared prompt position, the replicas' weights and optimiser states; rank 0
 alone writes the checkpoint, the metrics and the TensorBoard events.
 """
@@ -14,8 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
-from dist_launch import clean_env, run_bounded
+from dist_launch import clean_env, descendants, run_bounded
 
 from areal.trainer.checkpoint import latest_checkpoint
 from areal.trainer.metrics import read_metrics
@@ -26,7 +27,7 @@ TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "
         "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
         "train.dist_timeout_s=60", "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}"]
 WALL_CLOCK = ("seconds", "elapsed", "tokens_per_s")
-JOB_TIMEOUT_S = 180
+JOB_TIMEOUT_S = 360  # shared CPUs; FSDP jobs are slower; a hang still fails
 
 
 def _torchrun(out: Path, name: str, *extra: str) -> list[str]:
@@ -54,7 +55,13 @@ def _kill_job_after_rows(cmd: list[str], metrics: Path, rows: int) -> None:
         killed = proc.poll() is None
     finally:
         if proc.poll() is None:
+            workers = descendants(proc.pid)  # torchrun starts each rank in a session of its own
             os.killpg(proc.pid, signal.SIGKILL)
+            for pid in workers:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         proc.wait()
     assert killed, f"the job ended (exit {proc.returncode}) before it could be killed"
 
@@ -73,14 +80,16 @@ def _rows(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in read_metrics(run_dir / "metrics.jsonl")]
 
 
-def test_two_rank_job_resumes_exactly(tmp_path: Path) -> None:
-    _run(_torchrun(tmp_path, "ref"))
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_rank_job_resumes_exactly(tmp_path: Path, parallel: str) -> None:
+    mode = f"train.parallel={parallel}"
+    _run(_torchrun(tmp_path, "ref", mode))
     reference = tmp_path / "ref" / "trial0"
     run_dir = tmp_path / "run" / "trial0"
-    _kill_job_after_rows(_torchrun(tmp_path, "run"), run_dir / "metrics.jsonl", rows=3)
+    _kill_job_after_rows(_torchrun(tmp_path, "run", mode), run_dir / "metrics.jsonl", rows=3)
     last = latest_checkpoint(run_dir / "checkpoints")
     assert last is not None and last.name != f"step_{STEPS}"
-    log = _run(_torchrun(tmp_path, "run", "train.resume=auto"))
+    log = _run(_torchrun(tmp_path, "run", mode, "train.resume=auto"))
     assert log.count(f"[areal] run: done, {STEPS}/{STEPS} steps") == 1  # rank 0 reports, once
     rows = _rows(run_dir)
     assert [r["step"] for r in rows] == list(range(STEPS)) and rows == _rows(reference)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from areal.api.cli_args import PPOActorConfig
+from areal.trainer.failures import staged
 from areal.trainer.ppo.advantage import CallOptions, ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
 from areal.trainer.ppo.stage_state import StageState
 from areal.utils.data import TrajBatchMeta, concat_batch
@@ -15,7 +16,14 @@ logger = logging.getLogger("areal.actor")
 
 
 class WorkerInitError(RuntimeError):
-    """Plugin resolution failed on at least one data-parallel rank (raised on all of them)."""
+    """Plugin resolution failed on at least one data-parallel rank (raised on all of them).
+
+    `failed_ranks` names the ranks whose resolution failed.
+    """
+
+    def __init__(self, message: str, failed_ranks: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.failed_ranks = failed_ranks
 
 
 def _resolve_on_every_rank(config: PPOActorConfig) -> ResolvedAdvantage:
@@ -41,7 +49,8 @@ def _resolve_on_every_rank(config: PPOActorConfig) -> ResolvedAdvantage:
     dist.all_gather_object(reports, None if error is None else f"rank {rank}: {error}")
     failures = [r for r in reports if r]
     if failures:
-        raise WorkerInitError("actor worker initialisation failed: " + "; ".join(failures)) from error
+        raise WorkerInitError("actor worker initialisation failed: " + "; ".join(failures),
+                              [i for i, r in enumerate(reports) if r]) from error
     return resolved
 
 
@@ -135,6 +144,7 @@ class PPOActor:
         for name, fn in stages.items():
             fn.load_state_dict(saved[name])
 
+    @staged("policy update")
     def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
         """One PPO update over `data` (the output of `compute_advantages`)."""
         if self.engine is None:

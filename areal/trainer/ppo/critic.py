@@ -7,8 +7,8 @@ aligned loss mask.
 
 Under data parallelism the update follows the policy update's rules
 (`areal.trainer.ppo.update.plan_minibatches`): the same number of minibatches
-on every rank, losses scaled by local / global active tokens, gradients summed
-by the engine, statistics global on every rank.
+on every rank, losses scaled by local / global active tokens, gradients
+reduced by the engine's DDP / FSDP2 module, statistics global on every rank.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 
 from areal.api.train_args import CriticConfig
 from areal.trainer.engine import ValueEngine
+from areal.trainer.failures import staged
 from areal.trainer.ppo.loss import clipped_value_loss
 from areal.trainer.ppo.update import plan_minibatches
 
@@ -34,13 +35,10 @@ class PPOCritic:
     @torch.no_grad()
     def compute_values(self, batch: Mapping[str, Any]) -> torch.Tensor:
         """Aligned values [B, T], zero past each row's sequence."""
-        model = self.engine.model
-        was_training = model.training
-        model.eval()
-        values = self.engine.forward_values(batch["input_ids"], batch["attention_mask"])
-        model.train(was_training)
+        values = self.engine.compute_values(batch["input_ids"], batch["attention_mask"])
         return values * batch["attention_mask"].to(values.dtype)
 
+    @staged("critic update")
     def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
         """One pass of clipped value regression onto `returns`; minibatch-averaged stats."""
         for key in ("values", "returns", "loss_mask"):

@@ -8,12 +8,15 @@ one optimiser step each, one pass per batch.
 
 Data parallelism (the engine has a live `DistContext`): every rank runs the same
 number of minibatches (`ppo_n_minibatches` capped by the smallest rank's row
-count), and each minibatch loss is scaled by local / global active tokens
-before the engine sums gradients over ranks. The step therefore follows the
-token mean over the union of the ranks' k-th minibatches, exactly what one
-process computes when that union is its k-th minibatch (see
-`areal.trainer.distributed.assign_prompts_to_ranks` for when it is). Returned
-statistics are global on every rank.
+count; DDP and FSDP2 reduce gradients inside backward, so a rank with one step
+fewer would leave the others waiting), and each minibatch loss is scaled by
+local / global active tokens: the rank's share of the global token mean, the
+shares summing to it. The engine turns shares into what DDP's / FSDP2's
+gradient *average* needs (x world size, `engine.backward_scale`), so the
+reduced gradient is that of the token mean over the union of the ranks' k-th
+minibatches, exactly what one process computes when that union is its k-th
+minibatch (see `areal.trainer.distributed.assign_prompts_to_ranks` for when it
+is). Returned statistics are global on every rank.
 """
 
 from __future__ import annotations
@@ -75,8 +78,8 @@ def plan_minibatches(data: Mapping[str, Any], n_minibatches: int, engine: Any) -
 
     Single process: `minibatch_slices` as always. Data parallel: the count is
     capped by the smallest rank's row count (every rank must take the same
-    number of optimiser steps or the gradient all-reduce would hang), and the
-    active tokens (`loss_mask`) of each slice are summed over ranks.
+    number of optimiser steps or the gradient reduction inside backward would
+    hang), and the active tokens (`loss_mask`) of each slice are summed over ranks.
     """
     rows = data["input_ids"].shape[0]
     ctx = _live_ctx(engine)

@@ -1,0 +1,101 @@
+"""Failures on one rank stop every rank under torchrun, and every report names the root cause.
+
+Through the real launcher (`python -m torch.distributed.run --standalone --nproc_per_node=2`, gloo on
+CPU), with each rank's output in its own log file (`--log-dir ... --redirects 3`):
+
+* an advantage plugin that imports everywhere but raises when called on rank 1, while rank 0 waits
+  in the batch-level normalisation all-reduce (tests/trainer/dist_failing_plugins.py);
+* a reward-function plugin (`reward: [{implementation: ...}]`) raising on rank 0 only
+  (tests/trainer/dist_failing_plugins.py).
+
+Checked: both ranks exit 1 soon after the failure; torchrun's summary names the failing rank as the
+root cause, with the stage, the plugin/function and the cause; rank 0's log names them too; the
+failing rank's log has the traceback. Every job runs under a subprocess timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from dist_launch import ROOT, clean_env, run_bounded
+
+JOB_TIMEOUT_S = 360  # shared CPUs: generous; a hang still fails the test
+FAILURE_TIMEOUT_S = 30  # train.failure_timeout_s: the bound on waiting for peers
+TINY = ["train.steps=3", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
+        "model.intermediate_size=64", "output.progress_bar=false", "train.num_threads=1", "train.dist_timeout_s=120",
+        f"train.failure_timeout_s={FAILURE_TIMEOUT_S}"]
+
+
+def _launch(tmp_path: Path, entry: list[str], *overrides: str) -> tuple[int, str, list[str], list[dict], float]:
+    """(exit code, torchrun's stderr, per-rank stderr logs, per-rank error files, seconds after the failure)."""
+    logs = tmp_path / "logs"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--log-dir",
+           str(logs), "--redirects", "3", *entry, "--config", str(ROOT / "examples" / "grpo_arith.yaml"), *TINY,
+           f"output.dir={tmp_path / 'out'}", *overrides]
+    [(code, _, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    ended = time.time()
+    [attempt] = list(logs.glob("*/attempt_0"))
+    rank_logs = [(attempt / str(r) / "stderr.log").read_text() for r in range(2)]
+    files = [json.loads((attempt / str(r) / "error.json").read_text())["message"] for r in range(2)]
+    first = min(int(f["extraInfo"]["timestamp"]) for f in files)
+    return code, err, rank_logs, files, ended - first
+
+
+def _root_cause(summary: str) -> str:
+    """The "Root Cause (first observed failure)" block of torchrun's summary."""
+    match = re.search(r"Root Cause \(first observed failure\):\n(.*?)\n={20,}", summary, re.S)
+    assert match, summary[-3000:]
+    return match.group(1)
+
+
+def _check(code: int, summary: str, logs: list[str], files: list[dict], after_s: float, failing: int,
+           cause: str) -> None:
+    healthy = 1 - failing
+    assert code == 1, summary[-3000:]
+    root = _root_cause(summary)
+    assert f"rank      : {failing} (local_rank: {failing})" in root, root
+    assert f"RankFailure: {cause}" in root, root
+    for rank, log in enumerate(logs):
+        assert f"error: {cause}" in log, (rank, log)
+        assert f"Failure: {cause}" in files[rank]["message"]  # RankFailure, or PeerFailure at a stage boundary
+    assert f"[areal] rank {healthy}: stopping because {cause}" in logs[healthy]
+    assert "Traceback (most recent call last)" in logs[failing]
+    assert int(files[failing]["extraInfo"]["timestamp"]) < int(files[healthy]["extraInfo"]["timestamp"])
+    print(f"\nrank {failing} failed; both ranks exited {after_s:.1f} s after its report (whole seconds); "
+          f"rank {healthy} logged: {cause}")
+    assert after_s < FAILURE_TIMEOUT_S
+
+
+def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_a_collective(tmp_path: Path) -> None:
+    code, summary, logs, files, after_s = _launch(
+        tmp_path, ["-m", "areal.trainer.main"],
+        "actor.advantage.outcome_reward_shaping={implementation: dist_failing_plugins.fail_on_rank1, "
+        "kwargs: {delay_s: 3}}", "actor.reward_norm={mean_level: batch, std_level: batch}")
+    cause = ("rank 1 failed in step 0 > advantages: StageContractError: advantage stage 'outcome_reward_shaping' "
+             "(dist_failing_plugins.fail_on_rank1): raised ValueError: simulated plugin failure on rank 1 (raised at "
+             f"{ROOT / 'tests' / 'trainer' / 'dist_failing_plugins.py'}:")
+    _check(code, summary, logs, files, after_s, failing=1, cause=cause)
+    assert "in fail_on_rank1)" in logs[0]
+    # rank 0 was inside the batch-normalisation all-reduce when rank 1 gave up
+    assert "rank 0 stopped because of it, after its own error: RuntimeError:" in logs[0]
+    assert "Connection closed by peer" in logs[0]
+    metrics = tmp_path / "out" / "grpo_arith" / "metrics.jsonl"
+    assert not metrics.exists() or not metrics.read_text().strip()  # no step completed
+
+
+def test_reward_function_raising_on_rank_0_stops_rank_1(tmp_path: Path) -> None:
+    code, summary, logs, files, after_s = _launch(
+        tmp_path, ["-m", "areal.trainer.main"],
+        "reward=[{implementation: dist_failing_plugins.reward_failing_on_rank0, weight: 0.5}]")
+    cause = ("rank 0 failed in step 0 > rollout: RewardFunctionError: reward[0] (reward_failing_on_rank0) "
+             "'dist_failing_plugins.reward_failing_on_rank0': raised ZeroDivisionError: simulated reward-function "
+             "failure on rank 0 (on 4 completions; columns passed: ")
+    _check(code, summary, logs, files, after_s, failing=0, cause=cause)
+    raised_at = f"(raised at {ROOT / 'tests' / 'trainer' / 'dist_failing_plugins.py'}:"
+    assert raised_at in logs[0] and raised_at in logs[1]
+    assert "in reward_failing_on_rank0)" in logs[1]
+    assert "rank 1 stopped because of it" in logs[1]
