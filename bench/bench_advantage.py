@@ -361,12 +361,13 @@ def bench_pipeline(n_rows: int = 256, n_pos: int = 8192, reps: int = 3) -> None:
 
 
 def set_threads(n: int) -> None:
-    """Same thread count for torch ops and numba parallel kernels."""
-    torch.set_num_threads(n)
+    """Same thread count for torch ops and numba parallel kernels (numba first: its first
+    `set_num_threads` starts its OpenMP pool, which resets torch's count)."""
     if "numba" in available_backends("cpu"):
         import numba
 
         numba.set_num_threads(n)
+    torch.set_num_threads(n)
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:

@@ -1,17 +1,28 @@
-"""Prepared CUDA check for the Triton GAE kernel (run on a machine with a GPU).
+"""One-command GPU check: the Triton kernels against the CPU kernels, and their speed against a copy.
 
 Usage:
-    .venv/bin/python bench/bench_gae_cuda.py            # checks + timings, ~1-2 minutes
-    .venv/bin/python bench/bench_gae_cuda.py --no-sweep # skip the launch-config sweep
+    .venv/bin/python bench/bench_gae_cuda.py              # on a CUDA machine with triton (about 1-3 minutes)
+    .venv/bin/python bench/bench_gae_cuda.py --quick      # fewer shapes and launch configs
+    TRITON_INTERPRET=1 PYTHONPATH=<unpacked triton wheel> .venv/bin/python bench/bench_gae_cuda.py --interpret
+                                                          # the token-kernel checks in Triton's CPU interpreter
 
-1. Correctness: Triton token GAE (and turn GAE through it) against the
-   reference loops on random ragged, gappy batches, several shapes and
-   launch configs. Any mismatch exits with status 1.
-2. Speed at 1024 x 32768: the Triton kernel against one device-to-device
-   copy of the inputs it reads (rewards, values, mask), timed with CUDA
-   events; prints the ratio, the effective bandwidths and the GPU name.
-   Also the public `token_gae` (includes dtype handling), the pure-torch
-   backend, turn GAE and the reference loop, for context.
+On CUDA:
+1. Token GAE: the Triton kernel (every launch config of the sweep) against the
+   numba CPU kernel on random ragged, gappy batches (per-row lambda, truncated
+   rows); bit-level agreement is not expected (the Triton scan reassociates),
+   so the check is a scaled error <= 1e-5 plus exact carry-through on trailing
+   masked positions.
+2. Turn GAE on CUDA (torch scatter + the Triton token kernel over turns)
+   against the numba CPU turn kernel.
+3. The whole pipeline (`PPOActor.compute_advantages`, tensor path with Triton
+   GAE on the GPU) against the fused CPU pipeline, four configurations.
+4. Speed at 1024 x 32768: the Triton kernel against one device-to-device copy
+   of the inputs it reads (rewards, values, mask), with CUDA events; prints
+   RATIO, the bandwidths and the GPU name; the public `token_gae`, turn GAE and
+   the pure-torch scan for context.
+
+Exit status: 0 all checks passed, 1 a check failed, 2 nothing could run (no
+CUDA / no triton / no interpreter), with the reason printed.
 """
 
 from __future__ import annotations
@@ -28,40 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from reference_loops import reference_token_gae, reference_turn_gae  # noqa: E402
-
-from areal.trainer.ppo.gae import token_gae, turn_gae  # noqa: E402
-from areal.trainer.ppo.kernels import BACKEND_ENV, TRITON_AVAILABLE  # noqa: E402
-from areal.trainer.ppo.kernels.triton_gae import default_config, token_gae_triton  # noqa: E402
-
 BIG = (1024, 32768)
-CONFIGS = [
-    dict(block_b=bb, block_t=bt, num_warps=nw)
-    for bb in (1, 2, 4)
-    for bt in (256, 512, 1024)
-    for nw in (4, 8)
-]
+SHAPES = [(1, 1), (3, 2), (5, 37), (17, 513), (64, 2048), (33, 5000)]
+INTERPRET_SHAPES = [(1, 1), (3, 2), (5, 37), (4, 70)]
+SWEEP = [dict(block_b=bb, block_t=bt, num_warps=nw) for bb in (1, 2, 4) for bt in (256, 512, 1024) for nw in (4, 8)]
+INTERPRET_SWEEP = [dict(block_b=bb, block_t=bt, num_warps=4) for bb in (1, 2) for bt in (16, 32)]
 
 
-def cuda_time(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> tuple[float, float]:
-    """(best, median) seconds per call, measured with CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return times[0], times[len(times) // 2]
-
-
-def make_batch(n_rows: int, n_pos: int, seed: int, device: str = "cuda") -> dict[str, torch.Tensor]:
-    """Ragged rows with masked gaps, per-row lambdas, some truncated rows, and turn ids."""
+def make_batch(n_rows: int, n_pos: int, seed: int, device: str) -> dict[str, torch.Tensor]:
+    """Ragged rows with masked gaps, per-row lambdas, some truncated rows, and turn ids (built on CPU)."""
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(0, n_pos + 1, (n_rows,), generator=gen)
     pos = torch.arange(n_pos)[None]
@@ -82,110 +68,176 @@ def make_batch(n_rows: int, n_pos: int, seed: int, device: str = "cuda") -> dict
 
 
 def scaled_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.detach().cpu().double(), want.detach().cpu().double()
+    if got.numel() == 0:
+        return 0.0
     return float((got - want).abs().max()) / (1.0 + float(want.abs().max()))
 
 
-def check_correctness(sweep: bool) -> bool:
-    """Triton vs the reference loops; returns True when everything matches."""
-    ok = True
-    discount = 0.97
-    for n_rows, n_pos in [(1, 1), (3, 2), (5, 37), (17, 513), (64, 2048), (33, 5000)]:
-        b = make_batch(n_rows, n_pos, seed=n_rows * 1000 + n_pos)
-        want_adv, want_ret = reference_token_gae(b["rewards"], b["values"], b["mask"], discount, b["lam"], b["bootstrap"])
-        configs = CONFIGS if sweep and n_pos >= 513 else [default_config(n_rows, n_pos)]
-        for cfg in configs:
-            adv, ret = token_gae_triton(b["rewards"], b["values"], b["mask"], discount * b["lam"], b["bootstrap"],
-                                        discount, **cfg)
-            err = max(scaled_error(adv, want_adv), scaled_error(ret, want_ret))
-            trailing = _trailing(b["mask"])
-            exact = bool(torch.equal(adv[trailing], want_adv[trailing]))
-            if err > 1e-5 or not exact:
-                ok = False
-                print(f"MISMATCH token {n_rows}x{n_pos} {cfg}: scaled error {err:.2e}, trailing exact {exact}")
-        os.environ[BACKEND_ENV] = "triton"
-        adv, ret = turn_gae(b["rewards"], b["values"], b["turn_mask"], b["turn_ids"], discount=discount,
-                            lam=b["lam"], bootstrap=b["bootstrap"])
-        os.environ.pop(BACKEND_ENV)
-        if n_rows * n_pos <= 64 * 2048:
-            want_adv, want_ret = reference_turn_gae(b["rewards"], b["values"], b["turn_mask"], b["turn_ids"],
-                                                    discount, b["lam"], b["bootstrap"])
-            err = max(scaled_error(adv, want_adv), scaled_error(ret, want_ret))
-            if err > 1e-5:
-                ok = False
-                print(f"MISMATCH turn {n_rows}x{n_pos}: scaled error {err:.2e}")
-        print(f"checked {n_rows:>4} x {n_pos:<5} ({len(configs)} launch configs): {'ok' if ok else 'FAILED'}", flush=True)
-    return ok
-
-
-def _trailing(mask: torch.Tensor) -> torch.Tensor:
+def trailing(mask: torch.Tensor) -> torch.Tensor:
+    """Positions after a row's last GAE step (they carry nothing: advantage exactly 0)."""
     valid = mask != 0
     valid[:, -1] = False
     return torch.flip(torch.cumsum(torch.flip(valid.long(), [1]), 1), [1]) == 0
 
 
-def bench_big(sweep: bool) -> None:
+def cpu_token(b: dict[str, torch.Tensor], discount: float) -> tuple[torch.Tensor, torch.Tensor]:
+    from areal.trainer.ppo.kernels.numba_cpu import token_gae_numba
+
+    cpu = {k: v.cpu() for k, v in b.items()}
+    return token_gae_numba(cpu["rewards"], cpu["values"], cpu["mask"], discount * cpu["lam"], cpu["bootstrap"], discount)
+
+
+def check_token(device: str, shapes: list, sweep: list, report: Callable[[str, bool], None]) -> None:
+    """Triton token GAE against the numba CPU kernel, every launch config of the sweep."""
+    from areal.trainer.ppo.kernels.triton_gae import default_config, token_gae_triton
+
+    discount = 0.97
+    for n_rows, n_pos in shapes:
+        b = make_batch(n_rows, n_pos, seed=n_rows * 1000 + n_pos, device=device)
+        want_adv, want_ret = cpu_token(b, discount)
+        configs = sweep if n_pos >= 37 else [default_config(n_rows, n_pos)]
+        ok = True
+        for cfg in configs:
+            adv, ret = token_gae_triton(b["rewards"], b["values"], b["mask"], discount * b["lam"], b["bootstrap"],
+                                        discount, **cfg)
+            err = max(scaled_error(adv, want_adv), scaled_error(ret, want_ret))
+            tail = trailing(b["mask"].cpu())
+            exact = bool(torch.equal(adv.cpu()[tail], want_adv[tail]))
+            if err > 1e-5 or not exact:
+                ok = False
+                print(f"  MISMATCH token {n_rows}x{n_pos} {cfg}: scaled error {err:.2e}, trailing exact {exact}")
+        report(f"token GAE {n_rows:>4} x {n_pos:<5} ({len(configs)} launch configs) vs numba", ok)
+
+
+def check_turn(shapes: list, report: Callable[[str, bool], None], device: str = "cuda") -> None:
+    """CUDA turn GAE (scatter + Triton over turns) against the numba CPU turn kernel."""
+    from areal.trainer.ppo.gae import turn_gae
+
+    for n_rows, n_pos in shapes:
+        b = make_batch(n_rows, n_pos, seed=7 * n_rows + n_pos, device=device)
+        kw = dict(discount=0.97, lam=b["lam"], bootstrap=b["bootstrap"])
+        adv, ret = turn_gae(b["rewards"], b["values"], b["turn_mask"], b["turn_ids"], **kw)
+        cpu = {k: v.cpu() for k, v in b.items()}
+        want_adv, want_ret = turn_gae(cpu["rewards"], cpu["values"], cpu["turn_mask"], cpu["turn_ids"], discount=0.97,
+                                      lam=cpu["lam"], bootstrap=cpu["bootstrap"])
+        err = max(scaled_error(adv, want_adv), scaled_error(ret, want_ret))
+        report(f"turn GAE  {n_rows:>4} x {n_pos:<5} {device} vs numba (scaled error {err:.1e})", err <= 1e-5)
+
+
+def check_pipeline(report: Callable[[str, bool], None], device: str = "cuda") -> None:
+    """The pipeline on CUDA (tensor path, Triton GAE) against the fused CPU pipeline."""
+    from bench_pipeline import CONFIGS, make_batch as rollout_batch
+
+    from areal.api.cli_args import PPOActorConfig
+    from areal.trainer.ppo.actor import PPOActor
+    from areal.utils.data import TrajBatchMeta
+
+    for name, kw in CONFIGS.items():
+        batch = rollout_batch(64, 2048, turns=name.endswith("turn"), seed=3)
+        meta = TrajBatchMeta.from_group_sizes([8] * 8)
+        actor = PPOActor(PPOActorConfig(**kw))
+        want = actor.compute_advantages(batch, meta)
+        got = actor.compute_advantages({k: v.to(device) for k, v in batch.items()}, meta)
+        err = max(scaled_error(got[k], want[k]) for k in ("advantages", "returns", "kl_rewards", "tot_rewards",
+                                                          "loss_mask", "logprobs"))
+        report(f"pipeline  {name:<17} {device} vs fused CPU (scaled error {err:.1e})", err <= 1e-5)
+
+
+def cuda_time(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> tuple[float, float]:
+    """(best, median) seconds per call, measured with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return times[0], times[len(times) // 2]
+
+
+def bench_big(sweep: list) -> None:
+    """Triton token GAE at 1024 x 32768 against a device-to-device copy of its inputs."""
+    from areal.trainer.ppo.gae import token_gae, turn_gae
+    from areal.trainer.ppo.kernels import BACKEND_ENV
+    from areal.trainer.ppo.kernels.triton_gae import default_config, token_gae_triton
+
     n_rows, n_pos = BIG
-    b = make_batch(n_rows, n_pos, seed=7)
+    b = make_batch(n_rows, n_pos, seed=7, device="cuda")
     r, v, m, lam, boot = b["rewards"], b["values"], b["mask"], b["lam"], b["bootstrap"]
-    coef = 0.99 * lam
-    n_bytes = r.numel() * 4
-    srcs = (r, v, m)
-    dsts = tuple(torch.empty_like(x) for x in srcs)
-
-    def copy_inputs() -> None:
-        for src, dst in zip(srcs, dsts):
-            dst.copy_(src)
-
-    copy_best, copy_med = cuda_time(copy_inputs)
-    print(f"\n== {torch.cuda.get_device_name()} : token GAE at {n_rows} x {n_pos} (ms; best / median of 20) ==")
-    print(f"{'D2D copy of rewards, values, mask':<44}{copy_best * 1e3:9.3f} {copy_med * 1e3:9.3f}"
+    coef, n_bytes = 0.99 * lam, r.numel() * 4
+    dsts = tuple(torch.empty_like(x) for x in (r, v, m))
+    copy_best, copy_med = cuda_time(lambda: [d.copy_(s) for s, d in zip((r, v, m), dsts)])
+    print(f"\n== {torch.cuda.get_device_name()}: token GAE at {n_rows} x {n_pos} (ms; best / median of 20) ==")
+    print(f"{'D2D copy of rewards, values, mask':<46}{copy_best * 1e3:9.3f} {copy_med * 1e3:9.3f}"
           f"   {6 * n_bytes / copy_best / 1e9:7.0f} GB/s (read+write)")
-    results = []
-    for cfg in (CONFIGS if sweep else [default_config(n_rows, n_pos)]):
-        best, med = cuda_time(lambda: token_gae_triton(r, v, m, coef, boot, 0.99, **cfg))
-        results.append((best, med, cfg))
-    results.sort(key=lambda x: x[0])
+    results = sorted((cuda_time(lambda c=cfg: token_gae_triton(r, v, m, coef, boot, 0.99, **c)) + (cfg,) for cfg in sweep),
+                     key=lambda x: x[0])
     default = default_config(n_rows, n_pos)
-    for best, med, cfg in results[:5] + [x for x in results if x[2] == default and x not in results[:5]]:
+    for best, med, cfg in results[:5] + [x for x in results[5:] if x[2] == default]:
         tag = " (default)" if cfg == default else ""
-        print(f"{'triton ' + str(cfg) + tag:<44}{best * 1e3:9.3f} {med * 1e3:9.3f}"
+        print(f"{'triton ' + str(cfg) + tag:<46}{best * 1e3:9.3f} {med * 1e3:9.3f}"
               f"   {5 * n_bytes / best / 1e9:7.0f} GB/s   {best / copy_best:5.2f}x copy")
-    best_kernel = results[0][0]
-    api_best, api_med = cuda_time(lambda: token_gae(r, v, m, discount=0.99, lam=lam, bootstrap=boot))
-    print(f"{'public token_gae (auto backend)':<44}{api_best * 1e3:9.3f} {api_med * 1e3:9.3f}"
-          f"   {'':>7}         {api_best / copy_best:5.2f}x copy")
+    api_best, _ = cuda_time(lambda: token_gae(r, v, m, discount=0.99, lam=lam, bootstrap=boot))
+    turn_best, _ = cuda_time(lambda: turn_gae(r, v, b["turn_mask"], b["turn_ids"], discount=0.99, lam=lam,
+                                              bootstrap=boot), reps=5)
     os.environ[BACKEND_ENV] = "torch"
-    torch_best, torch_med = cuda_time(lambda: token_gae(r, v, m, discount=0.99, lam=lam, bootstrap=boot), reps=5)
+    scan_best, _ = cuda_time(lambda: token_gae(r, v, m, discount=0.99, lam=lam, bootstrap=boot), reps=5)
     os.environ.pop(BACKEND_ENV)
-    print(f"{'pure-torch backend (log-depth scan)':<44}{torch_best * 1e3:9.3f} {torch_med * 1e3:9.3f}"
-          f"   {'':>7}         {torch_best / copy_best:5.2f}x copy")
-    turn_best, turn_med = cuda_time(lambda: turn_gae(r, v, b["turn_mask"], b["turn_ids"], discount=0.99, lam=lam,
-                                                     bootstrap=boot), reps=5)
-    print(f"{'turn_gae (torch scatter/gather + triton)':<44}{turn_best * 1e3:9.3f} {turn_med * 1e3:9.3f}")
-    ref_best, _ = cuda_time(lambda: reference_token_gae(r, v, m, 0.99, lam, boot), reps=1, warmup=0)
-    print(f"{'reference loop over T (AReaL 1.0.4)':<44}{ref_best * 1e3:9.1f}"
-          f"   -> triton is {ref_best / best_kernel:.0f}x faster")
-    print(f"\nRATIO triton / D2D copy of its inputs: {best_kernel / copy_best:.2f} "
-          f"(GPU: {torch.cuda.get_device_name()})")
+    for label, t in (("public token_gae (auto backend)", api_best), ("turn_gae (scatter + triton)", turn_best),
+                     ("pure-torch backend (log-depth scan)", scan_best)):
+        print(f"{label:<46}{t * 1e3:9.3f}   {t / copy_best:5.2f}x copy")
+    print(f"\nRATIO triton token GAE / D2D copy of its inputs: {results[0][0] / copy_best:.2f} "
+          f"(default launch config {next(x for x in results if x[2] == default)[0] / copy_best:.2f}; "
+          f"GPU {torch.cuda.get_device_name()})")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--no-sweep", action="store_true", help="only the default launch config")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes, the default launch config only")
+    parser.add_argument("--interpret", action="store_true",
+                        help="no GPU: run the token-kernel checks in Triton's CPU interpreter (TRITON_INTERPRET=1)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("CUDA is not available: nothing to do")
-        return 2
+    from areal.trainer.ppo.kernels import TRITON_AVAILABLE
+
     if not TRITON_AVAILABLE:
-        print("triton is not importable: nothing to do")
+        print("triton is not importable: nothing to check (install it on the GPU machine, or point PYTHONPATH at an "
+              "unpacked triton wheel for --interpret)")
         return 2
     import triton
 
-    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
-    ok = check_correctness(sweep=not args.no_sweep)
-    bench_big(sweep=not args.no_sweep)
-    print("\nCORRECTNESS:", "all checks passed" if ok else "FAILED")
-    return 0 if ok else 1
+    failures: list[str] = []
+
+    def report(label: str, ok: bool) -> None:
+        print(f"{'ok    ' if ok else 'FAILED'} {label}", flush=True)
+        if not ok:
+            failures.append(label)
+
+    if args.interpret:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            print("--interpret needs TRITON_INTERPRET=1 in the environment (set before triton is imported)")
+            return 2
+        print(f"Triton {triton.__version__} CPU interpreter, torch {torch.__version__}: checks only, no timing")
+        check_token("cpu", INTERPRET_SHAPES, INTERPRET_SWEEP, report)
+    else:
+        if not torch.cuda.is_available():
+            print("CUDA is not available: nothing to check (use --interpret for the CPU-interpreter checks)")
+            return 2
+        print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+        shapes = SHAPES[:4] if args.quick else SHAPES
+        from areal.trainer.ppo.kernels.triton_gae import default_config
+
+        check_token("cuda", shapes, [default_config(1024, 2048)] if args.quick else SWEEP, report)
+        check_turn(shapes, report)
+        check_pipeline(report)
+        bench_big([default_config(*BIG)] if args.quick else SWEEP)
+    print("\nCORRECTNESS:", "all checks passed" if not failures else f"FAILED ({len(failures)}): {failures}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -99,8 +99,9 @@ def reference_group_norm(
     return out
 
 
-def reference_pipeline(data: dict[str, torch.Tensor], *, kl_ctl: float = 0.1, eps: float = 1e-5) -> dict[str, torch.Tensor]:
-    """The AReaL 1.0.4 default `compute_advantages` (token GAE loop, batch adv norm).
+def reference_pipeline(data: dict[str, torch.Tensor], *, kl_ctl: float = 0.1, eps: float = 1e-5,
+                       adv_norm: bool = True) -> dict[str, torch.Tensor]:
+    """The AReaL 1.0.4 default `compute_advantages` (token GAE loop, batch adv norm unless `adv_norm=False`).
 
     Same steps as our default pipeline with `kl_ctl`, k1 KL, discount = lambda = 1
     and `adv_norm` at batch level; written the 1.0.4 way (vectorised except the
@@ -120,6 +121,8 @@ def reference_pipeline(data: dict[str, torch.Tensor], *, kl_ctl: float = 0.1, ep
     rewards[rows, torch.clip(seqlens - 2, min=0)] += score
     values = data["values"]
     adv, ret = reference_token_gae(rewards, values, loss_mask, 1.0, torch.ones(n_rows), values[:, -1] * no_eos)
+    if not adv_norm:
+        return {"advantages": adv, "returns": ret, "kl_rewards": kl, "tot_rewards": rewards, "loss_mask": loss_mask}
     m = loss_mask.double()
     count = m.sum()
     mean = (adv.double() * m).sum() / count

@@ -47,11 +47,11 @@ def default_num_threads(cores: int | None = None, local_ranks: int | None = None
 def apply_num_threads(configured: int | None) -> int:
     """Set torch's (and numba's) thread count: `train.num_threads`, or the default when null."""
     n = default_num_threads() if configured is None else configured
-    torch.set_num_threads(n)
-    try:
+    try:  # numba first: its first set_num_threads starts its OpenMP pool, which resets torch's count
         import numba
 
         numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     except ImportError:  # numba is a core dependency; tolerate a trimmed environment
         pass
+    torch.set_num_threads(n)
     return n

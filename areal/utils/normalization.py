@@ -68,25 +68,36 @@ class Normalization:
         group_sizes: Sequence[int] | torch.Tensor | None = None,
         logical_group_sizes: Sequence[int] | torch.Tensor | None = None,
         reduce_group: Any = None,
+        row_moments: norm_kernels.RowMoments | None = None,
     ) -> torch.Tensor:
         """Normalised float32 copy of x: ((x - mean) * mask) / denom.
 
         A mask without any active element returns x as float32, unchanged; in batch mode
         the rank still joins the all-reduce so the other ranks do not hang.
+        `row_moments` are x's per-row moments under the mask, as
+        `norm_kernels.masked_row_moments` forms them: a fused producer of x (the
+        advantage pipeline) passes them to spare the statistics passes over x; only the
+        fused CPU path uses them.
         """
         _check_norm_inputs(x, loss_mask)
         layout = self._layout(x, group_sizes, logical_group_sizes)
-        inactive = loss_mask is not None and loss_mask.sum().item() == 0
+        fused = norm_kernels.fused_available(x) and (loss_mask is None or loss_mask.device.type == "cpu")
+        if row_moments is not None:
+            _check_row_moments(row_moments, x, loss_mask)
+        if loss_mask is None:
+            inactive = False
+        elif fused and row_moments is not None:
+            inactive = float(row_moments.weight.sum()) == 0
+        else:
+            inactive = loss_mask.sum().item() == 0
         if inactive and not (_dist_active() and "batch" in (self.mean_level, self.std_level)):
             return x.to(torch.float32, copy=True)  # a copy: the caller may edit the result in place
-        if norm_kernels.fused_available(x) and (loss_mask is None or loss_mask.device.type == "cpu"):
-            out = self._fused(x, loss_mask, layout, reduce_group)
+        if fused:
+            result = self._fused(x, loss_mask, layout, reduce_group, row_moments)
         else:
             _, denom, centered = self._compute(x, loss_mask, layout, reduce_group)
-            out = (centered / denom).float()
-        if inactive:
-            return x.to(torch.float32, copy=True)
-        return out
+            result = (centered / denom).float()
+        return x.to(torch.float32, copy=True) if inactive else result
 
     @torch.no_grad()
     def statistics(
@@ -166,12 +177,15 @@ class Normalization:
         return _GroupLayout(row_group=row_group, n_groups=len(sizes), singleton=singleton)
 
     def _fused(
-        self, x: torch.Tensor, loss_mask: torch.Tensor | None, layout: _GroupLayout | None, reduce_group: Any
+        self, x: torch.Tensor, loss_mask: torch.Tensor | None, layout: _GroupLayout | None, reduce_group: Any,
+        moments: norm_kernels.RowMoments | None = None,
     ) -> torch.Tensor:
         """`_compute` for [B, T] CPU tensors with fused numba passes and no [B, T] temporaries.
 
         Same float64 formulas, element by element; only [B]-sized statistics are
-        reduced (and all-reduced) here.
+        reduced (and all-reduced) here. With a mask and one baseline per row (no
+        leave-one-out), the squared deviations come from the row moments, so the
+        data is read twice (moments, output) instead of three times.
         """
         n_rows = x.shape[0]
 
@@ -180,7 +194,13 @@ class Normalization:
 
         zero = torch.zeros((), dtype=torch.float64)
         row_self = torch.zeros((), dtype=torch.bool)
-        weight, row_total = norm_kernels.row_sums(x, loss_mask)
+        plain_baseline = loss_mask is not None and not self.mean_leave1out and self.std_level is not None
+        if moments is None and plain_baseline:
+            moments = norm_kernels.row_moments(x, loss_mask)
+        if moments is not None:
+            weight, row_total = moments.weight, moments.total
+        else:
+            weight, row_total = norm_kernels.row_sums(x, loss_mask)
         counts: dict[str, torch.Tensor] = {}
         if self.mean_level is None:
             stats = norm_kernels.RowStats(n_rows, False, zero, zero, zero, row_self)
@@ -196,13 +216,17 @@ class Normalization:
                 stats = norm_kernels.RowStats(n_rows, False, spread(mean), zero, zero, row_self)
         if self.std_level is None:
             return norm_kernels.normalise(x, loss_mask, stats, torch.ones((), dtype=torch.float64))
-        squares = norm_kernels.row_squares(x, loss_mask, stats)
+        if plain_baseline:
+            squares = moments.squares_about(torch.from_numpy(stats.mean))
+        else:
+            squares = norm_kernels.row_squares(x, loss_mask, stats)
         if self.std_level in counts:
             count = counts[self.std_level]
             (sq_total,) = self._reduce(self.std_level, [squares], layout, reduce_group)
         else:
             count, sq_total = self._reduce(self.std_level, [weight, squares], layout, reduce_group)
-        return norm_kernels.normalise(x, loss_mask, stats, spread(self._std(count, sq_total, layout) + self.eps))
+        denom = spread(self._std(count, sq_total, layout) + self.eps)
+        return norm_kernels.normalise(x, loss_mask, stats, denom)
 
     def _std(self, count: torch.Tensor, sq_total: torch.Tensor, layout: _GroupLayout | None) -> torch.Tensor:
         """Std from pooled counts and squared deviations, with AReaL's fallbacks to 1."""
@@ -302,6 +326,18 @@ def _check_norm_inputs(x: torch.Tensor, loss_mask: torch.Tensor | None) -> None:
         raise ValueError(f"Normalization: loss_mask has shape {shape}, expected x's shape {tuple(x.shape)}")
     if loss_mask.device != x.device:
         raise ValueError(f"Normalization: loss_mask is on {loss_mask.device}, expected x's device {x.device}")
+
+
+def _check_row_moments(moments: Any, x: torch.Tensor, loss_mask: torch.Tensor | None) -> None:
+    """Precomputed moments: a `norm_kernels.RowMoments` of float64 [B] fields, with a [B, T] x and a mask."""
+    if loss_mask is None or x.ndim != 2:
+        raise ValueError("Normalization: row_moments are only for a [B, T] x with a loss_mask")
+    if not isinstance(moments, norm_kernels.RowMoments):
+        raise ValueError(f"Normalization: row_moments must be a norm_kernels.RowMoments, got {type(moments).__name__}")
+    for name, value in zip(moments._fields, moments):
+        if tuple(value.shape) != (x.shape[0],) or value.dtype != torch.float64:
+            raise ValueError(f"Normalization: row_moments.{name} is {tuple(value.shape)} {value.dtype}, "
+                             f"expected float64 of shape ({x.shape[0]},)")
 
 
 def _row_sums(values: torch.Tensor) -> torch.Tensor:

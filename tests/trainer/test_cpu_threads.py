@@ -32,3 +32,15 @@ def test_null_applies_the_default_and_a_number_wins(monkeypatch: pytest.MonkeyPa
         assert apply_num_threads(1) == 1 == torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_fresh_process_keeps_torch_at_the_applied_count() -> None:
+    """numba's first set_num_threads starts its OpenMP pool, which used to reset torch's count to the pool size."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from areal.trainer.cpu_threads import apply_num_threads; "
+            "torch.get_num_threads(); apply_num_threads(1); print(torch.get_num_threads())")  # torch in use first
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == "1"

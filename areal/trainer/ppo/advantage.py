@@ -9,7 +9,9 @@
 7. process advantage shaping -> `actor.advantage.process_adv_shaping` (replaceable)
 8. output fields
 
-`actor.advantage.compute` replaces the whole list. The public stage types live in
+On CPU, steps 4-6 of the built-in GAE estimators run in fused kernels
+(`fused`, same results) unless something in the batch or config needs the
+tensor steps. `actor.advantage.compute` replaces the whole list. The public stage types live in
 `stage_types` and stage resolution in `stage_resolution`; both are re-exported
 here, the seed's module path for plugins. The caller's batch is never modified;
 a new dict is returned.
@@ -25,7 +27,7 @@ import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
 from areal.trainer.ppo.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields, stage_reads
-from areal.trainer.ppo.batch_checks import check_batch
+from areal.trainer.ppo.batch_checks import check_batch_structure, check_batch_values
 from areal.trainer.ppo.contracts import (
     call_stage,
     check_full_result,
@@ -33,8 +35,10 @@ from areal.trainer.ppo.contracts import (
     check_temporal_result,
     check_tensor,
 )
+from areal.trainer.ppo.fused import run_fused_steps, use_fused
 from areal.trainer.ppo.placement import (
     AlignedBatch,
+    StepFields,
     align_batch,
     kl_rewards,
     place_outcome,
@@ -91,7 +95,7 @@ def run_advantage_pipeline(
     options: CallOptions = CallOptions(),
 ) -> dict[str, Any]:
     """Validate the batch, run the configured computation, return a NEW output dict."""
-    check_batch(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
+    check_batch_structure(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
     n_rows = data["input_ids"].shape[0]
     meta_complete = meta is not None
     if meta is None:
@@ -99,6 +103,7 @@ def run_advantage_pipeline(
     else:
         meta.validate(n_rows)
     if resolved.compute is not None:
+        check_batch_values(data)
         fields = _run_full_replacement(data, meta, meta_complete, config, resolved.compute, options)
     else:
         fields = _default_fields(data, meta, meta_complete, config, resolved, options)
@@ -126,17 +131,52 @@ def _default_fields(
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
     options: CallOptions,
+    values_checked: bool = False,
 ) -> dict[str, Any]:
-    """The new and replaced batch fields, one block per stage of advantage.md §4."""
+    """The new and replaced batch fields, one block per stage of advantage.md §4.
+
+    The fused kernels check the batch's [B, T] values as they read them; the
+    tensor steps need them checked first.
+    """
     process_stage, process_kwargs = select_process(resolved, config, options)
     estimator = default_estimator(resolved, config)
+    fused = use_fused(data, config, resolved)
+    if not fused and not values_checked:
+        check_batch_values(data)
     check_aux_fields(data, stage_reads(estimator) | stage_reads(process_stage))
-    # 1. Length penalty (one more reward component when rewards are [B, K]).
-    outcome_inputs, unpenalized = outcome_stage_inputs(data, config, meta, resolved.outcome)
-    # 2. Outcome reward shaping.
-    outcome = _run_outcome(resolved.outcome, outcome_inputs)
-    # 3. Reward scaling and normalisation.
-    score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete)
+    try:
+        # 1. Length penalty (one more reward component when rewards are [B, K]).
+        outcome_inputs, unpenalized = outcome_stage_inputs(data, config, meta, resolved.outcome)
+        # 2. Outcome reward shaping.
+        outcome = _run_outcome(resolved.outcome, outcome_inputs)
+        # 3. Reward scaling and normalisation.
+        score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete)
+    except Exception:
+        if fused and not values_checked:
+            check_batch_values(data)  # a bad batch is reported first, as on the tensor path
+        raise
+    if fused:  # 4.-6. in one fused CPU pass per row, then the normalisation passes
+        steps = run_fused_steps(data, score, config, resolved, meta, meta_complete)
+    else:
+        steps = _tensor_steps(data, score, config, resolved, meta, meta_complete)
+    # 7. Process advantage shaping.
+    advantages = _shape_process(process_stage, process_kwargs, ProcessAdvantageInputs(
+        steps.advantages, steps.token_adv, steps.loss_mask, meta,
+        aligned_token_entropy(data, steps.loss_mask, stage_reads(process_stage))))
+    # 8. Output.
+    return _output_fields(steps, advantages, outcome.rewards)
+
+
+def _tensor_steps(
+    data: Mapping[str, Any],
+    score: torch.Tensor,
+    config: PPOActorConfig,
+    resolved: ResolvedAdvantage,
+    meta: TrajBatchMeta,
+    meta_complete: bool,
+) -> StepFields:
+    """Steps 4-6 as tensor operations around the configured estimator stage."""
+    estimator = default_estimator(resolved, config)
     # 4. Alignment, KL rewards and reward placement.
     aligned = align_batch(data, config)
     kl = kl_rewards(aligned, data.get("ref_logp"), config)
@@ -149,12 +189,8 @@ def _default_fields(
     del temporal_inputs
     # 6. Advantage normalisation.
     advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete)
-    # 7. Process advantage shaping.
-    advantages = _shape_process(process_stage, process_kwargs, ProcessAdvantageInputs(
-        advantages, token_adv, aligned.loss_mask, meta,
-        aligned_token_entropy(data, aligned.loss_mask, stage_reads(process_stage))))
-    # 8. Output.
-    return _output_fields(aligned, kl, temporal, advantages, outcome.rewards)
+    return StepFields(aligned.loss_mask, aligned.old_logp, aligned.prox_logp, aligned.truncated,
+                      aligned.mopd_behavior_logprobs, kl, temporal, advantages, token_adv)
 
 
 def _run_outcome(stage: ResolvedStage, inputs: OutcomeRewardInputs) -> OutcomeResult:
@@ -230,24 +266,22 @@ def _shape_process(stage: ResolvedStage, kwargs: Mapping[str, Any], inputs: Proc
     return advantages
 
 
-def _output_fields(
-    aligned: AlignedBatch, kl: torch.Tensor, temporal: TemporalResult, advantages: torch.Tensor, rewards: torch.Tensor
-) -> dict[str, Any]:
+def _output_fields(steps: StepFields, advantages: torch.Tensor, rewards: torch.Tensor) -> dict[str, Any]:
     fields = {
         "advantages": advantages,
-        "returns": temporal.returns,
-        "loss_mask": aligned.loss_mask,
-        "logprobs": aligned.old_logp,
-        "kl_rewards": kl,
-        "tot_rewards": temporal.total_rewards,
-        "prox_logp": aligned.prox_logp,
-        "is_truncated": aligned.truncated,
+        "returns": steps.temporal.returns,
+        "loss_mask": steps.loss_mask,
+        "logprobs": steps.logprobs,
+        "kl_rewards": steps.kl_rewards,
+        "tot_rewards": steps.temporal.total_rewards,
+        "prox_logp": steps.prox_logp,
+        "is_truncated": steps.is_truncated,
         "rewards": rewards,
     }
-    if aligned.prox_logp is None:
+    if steps.prox_logp is None:
         del fields["prox_logp"]
-    if aligned.mopd_behavior_logprobs is not None:
-        fields["mopd_behavior_logprobs"] = aligned.mopd_behavior_logprobs
+    if steps.mopd_behavior_logprobs is not None:
+        fields["mopd_behavior_logprobs"] = steps.mopd_behavior_logprobs
     return fields
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "gvpo",
     "identity_outcome",
     "process_weighted",
+    "require_turn_ids",
     "token_gae",
     "turn_gae",
 ]
@@ -70,17 +71,22 @@ def token_gae(inputs: TemporalInputs) -> TemporalResult:
     return TemporalResult(advantages=advantages, returns=returns, total_rewards=rewards)
 
 
+def require_turn_ids(turn_ids: torch.Tensor | None) -> None:
+    """Turn GAE cannot run without turn ids: say what the rollout must provide."""
+    if turn_ids is None:
+        raise ValueError(
+            "estimator 'turn_gae': the batch has no 'turn_ids'; turn-level GAE needs the rollout to "
+            "provide turn_ids [B, T] (turn index on generated tokens, -1 elsewhere)"
+        )
+
+
 def turn_gae(inputs: TemporalInputs) -> TemporalResult:
     """Turn-level GAE: every generated turn is a step.
 
     Token KL is a local actor penalty: it is added to the advantages after the
     recursion and never reaches the critic returns.
     """
-    if inputs.turn_ids is None:
-        raise ValueError(
-            "estimator 'turn_gae': the batch has no 'turn_ids'; turn-level GAE needs the rollout to "
-            "provide turn_ids [B, T] (turn index on generated tokens, -1 elsewhere)"
-        )
+    require_turn_ids(inputs.turn_ids)
     rewards = inputs.outcome_rewards + inputs.process_rewards
     advantages, returns = gae_kernels.turn_gae(
         rewards,

@@ -1,7 +1,10 @@
 """Validation of the padded rollout batch handed to `compute_advantages`.
 
-Every check names the field, what was found and what was expected, and runs
-before anything is computed, so a bad batch never produces a half result.
+Every check names the field, what was found and what was expected. The tensor
+path runs them all before anything is computed; the fused CPU path runs the
+cheap structural part first and the [B, T] value checks inside its kernels,
+re-running `check_batch_values` for the message when a row fails. Either way a
+bad batch never produces a half result.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+from areal.trainer.ppo.gae import check_turn_ids_type, validate_turn_ids
 
 REQUIRED_KEYS = ("input_ids", "attention_mask", "loss_mask", "logprobs", "rewards")
 TOKEN_FLOAT_KEYS = ("logprobs", "values", "ref_logp", "prox_logp", "token_rewards")
@@ -56,6 +61,16 @@ def _check_finite(name: str, t: torch.Tensor) -> None:
 
 def check_batch(data: Mapping[str, Any], *, recompute_prox: bool) -> None:
     """Validate shapes, dtypes, devices and values of the batch fields the pipeline reads."""
+    check_batch_structure(data, recompute_prox=recompute_prox)
+    check_batch_values(data)
+
+
+def check_batch_structure(data: Mapping[str, Any], *, recompute_prox: bool) -> None:
+    """The cheap checks: keys, types, shapes, dtypes, devices and the [B]-sized fields.
+
+    Together with `check_batch_values` this is `check_batch`; the fused CPU pipeline
+    runs only this part up front and checks the [B, T] values as it reads them.
+    """
     if not isinstance(data, Mapping):
         raise BatchError(f"batch: got {type(data).__name__}, expected a dict of tensors")
     missing = [k for k in REQUIRED_KEYS if k not in data]
@@ -79,20 +94,42 @@ def check_batch(data: Mapping[str, Any], *, recompute_prox: bool) -> None:
         value = data.get(key)
         if value is not None and tuple(value.shape) != (B, T):
             raise BatchError(f"{key}: expected shape {(B, T)} like input_ids, got {tuple(value.shape)}")
-    rewards = data["rewards"]
-    if tuple(rewards.shape) != (B,) and not (rewards.ndim == 2 and rewards.shape[0] == B and rewards.shape[1] >= 1):
-        raise BatchError(f"rewards: expected one reward per row, shape {(B,)} (or [B, K] reward components named "
-                         f"by meta.reward_keys), got {tuple(rewards.shape)}")
+    _check_rewards(data["rewards"], B)
+    for key in TOKEN_FLOAT_KEYS:
+        value = data.get(key)
+        if value is not None and not value.is_floating_point():
+            raise BatchError(f"{key}: expected a floating tensor, got {value.dtype}")
+    truncated = data.get("is_truncated")
+    if truncated is not None:
+        if tuple(truncated.shape) != (B,):
+            raise BatchError(f"is_truncated: expected one flag per row, shape {(B,)}, got {tuple(truncated.shape)}")
+        _check_binary("is_truncated", truncated)
+    if data.get("turn_ids") is not None:
+        check_turn_ids_type(data["turn_ids"], data["loss_mask"])
+    if recompute_prox and data.get("prox_logp") is None:
+        raise BatchError(
+            "prox_logp: actor.recompute_logprob=true (without use_decoupled_loss) needs the recomputed "
+            "'prox_logp' [B, T] in the batch, but it is missing"
+        )
+
+
+def _check_rewards(rewards: torch.Tensor, n_rows: int) -> None:
+    """[B] rewards, or [B, K] reward components (named by meta.reward_keys)."""
+    components = rewards.ndim == 2 and rewards.shape[0] == n_rows and rewards.shape[1] >= 1
+    if tuple(rewards.shape) != (n_rows,) and not components:
+        raise BatchError(f"rewards: expected one reward per row, shape {(n_rows,)} (or [B, K] reward components "
+                         f"named by meta.reward_keys), got {tuple(rewards.shape)}")
     if rewards.dtype == torch.bool or rewards.is_complex():
         raise BatchError(f"rewards: expected an integer or floating tensor, got {rewards.dtype}")
     _check_finite("rewards", rewards)
+
+
+def check_batch_values(data: Mapping[str, Any]) -> None:
+    """The [B, T] value checks (finite floats, binary right-padded masks, turn ids) of a well-formed batch."""
     for key in TOKEN_FLOAT_KEYS:
         value = data.get(key)
-        if value is None:
-            continue
-        if not value.is_floating_point():
-            raise BatchError(f"{key}: expected a floating tensor, got {value.dtype}")
-        _check_finite(key, value)
+        if value is not None:
+            _check_finite(key, value)
     attn, loss = data["attention_mask"], data["loss_mask"]
     _check_binary("attention_mask", attn)
     _check_binary("loss_mask", loss)
@@ -105,18 +142,6 @@ def check_batch(data: Mapping[str, Any], *, recompute_prox: bool) -> None:
     if bool((loss > attn).any()):
         outside = loss.bool() & ~attn.bool()
         raise BatchError(f"loss_mask: marks a padding position (attention_mask 0) at {_where(outside)}")
-    truncated = data.get("is_truncated")
-    if truncated is not None:
-        if tuple(truncated.shape) != (B,):
-            raise BatchError(f"is_truncated: expected one flag per row, shape {(B,)}, got {tuple(truncated.shape)}")
-        _check_binary("is_truncated", truncated)
     turn_ids = data.get("turn_ids")
     if turn_ids is not None:
-        from areal.trainer.ppo.gae import validate_turn_ids
-
         validate_turn_ids(turn_ids, loss)
-    if recompute_prox and data.get("prox_logp") is None:
-        raise BatchError(
-            "prox_logp: actor.recompute_logprob=true (without use_decoupled_loss) needs the recomputed "
-            "'prox_logp' [B, T] in the batch, but it is missing"
-        )

@@ -22,6 +22,7 @@ from .kernels.torch_ref import accumulation_dtype
 __all__ = [
     "GAELambdaContext",
     "GAELambdaInputs",
+    "check_turn_ids_type",
     "compute_gae_lambda",
     "count_turns",
     "token_gae",
@@ -137,6 +138,11 @@ def validate_turn_ids(turn_ids: torch.Tensor, loss_mask: torch.Tensor) -> None:
     generated = loss_mask != 0
     _check_turn_mask_agreement(turn_ids, generated, "turn_ids", mask_name="loss_mask")
     _check_non_decreasing(turn_ids, "turn_ids")
+
+
+def check_turn_ids_type(turn_ids: Any, loss_mask: torch.Tensor) -> None:
+    """The cheap part of `validate_turn_ids`: an integer [B, T] tensor shaped like the loss mask."""
+    _check_turn_dtype_shape(turn_ids, loss_mask, "turn_ids")
 
 
 def count_turns(turn_ids: torch.Tensor) -> torch.Tensor:

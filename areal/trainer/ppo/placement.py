@@ -17,9 +17,10 @@ import torch
 
 from areal.api.cli_args import PPOActorConfig
 from areal.trainer.ppo.batch_checks import BatchError
+from areal.trainer.ppo.stage_types import TemporalResult
 from areal.utils.data import KLEstimator
 
-__all__ = ["AlignedBatch", "align_batch", "kl_rewards", "place_outcome", "process_rewards", "reward_kl"]
+__all__ = ["AlignedBatch", "StepFields", "align_batch", "kl_rewards", "place_outcome", "process_rewards", "reward_kl"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +39,21 @@ class AlignedBatch:
     @property
     def rows(self) -> torch.Tensor:
         return torch.arange(self.seqlens.shape[0], device=self.seqlens.device)
+
+
+@dataclass(frozen=True, eq=False)
+class StepFields:
+    """What steps 4-6 (tensor or fused) hand to process shaping and the output."""
+
+    loss_mask: torch.Tensor  # aligned float32
+    logprobs: torch.Tensor  # aligned, masked old log-probs
+    prox_logp: torch.Tensor | None
+    is_truncated: torch.Tensor
+    mopd_behavior_logprobs: torch.Tensor | None
+    kl_rewards: torch.Tensor
+    temporal: TemporalResult
+    advantages: torch.Tensor  # after advantage normalisation
+    token_adv: torch.Tensor | None  # direct process-reward advantages for step 7
 
 
 def roll_left(x: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,8 @@ on every Triton version that has tuple `associative_scan`.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 try:
@@ -108,6 +110,11 @@ if TRITON_AVAILABLE:
             tl.store(ret_ptr + out, adv + v, mask=in_range)
 
 
+def interpreter_active() -> bool:
+    """Triton's CPU interpreter (TRITON_INTERPRET=1) runs the kernel on CPU tensors, for checks only."""
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
 def default_config(n_rows: int, n_pos: int) -> dict[str, int]:
     """Launch shape: enough programs to fill the GPU, 1-2 rows each."""
     block_t = 512 if n_pos >= 512 else max(16, 1 << max(n_pos - 1, 1).bit_length())
@@ -134,7 +141,7 @@ def token_gae_triton(
     """
     if not TRITON_AVAILABLE:
         raise RuntimeError("triton is not importable; use the torch backend")
-    if rewards.device.type != "cuda":
+    if rewards.device.type != "cuda" and not interpreter_active():
         raise RuntimeError(f"the triton backend needs CUDA tensors, got device {rewards.device}")
     n_rows, n_pos = rewards.shape
     adv = torch.empty((n_rows, n_pos), dtype=torch.float32, device=rewards.device)
