@@ -114,8 +114,11 @@ def check_batch_structure(data: Mapping[str, Any], *, recompute_prox: bool) -> N
 
 
 def _check_rewards(rewards: torch.Tensor, n_rows: int) -> None:
-    if tuple(rewards.shape) != (n_rows,):
-        raise BatchError(f"rewards: expected one reward per row, shape {(n_rows,)}, got {tuple(rewards.shape)}")
+    """[B] rewards, or [B, K] reward components (named by meta.reward_keys)."""
+    components = rewards.ndim == 2 and rewards.shape[0] == n_rows and rewards.shape[1] >= 1
+    if tuple(rewards.shape) != (n_rows,) and not components:
+        raise BatchError(f"rewards: expected one reward per row, shape {(n_rows,)} (or [B, K] reward components "
+                         f"named by meta.reward_keys), got {tuple(rewards.shape)}")
     if rewards.dtype == torch.bool or rewards.is_complex():
         raise BatchError(f"rewards: expected an integer or floating tensor, got {rewards.dtype}")
     _check_finite("rewards", rewards)
