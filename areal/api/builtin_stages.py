@@ -21,7 +21,14 @@ PEER_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "estimator": ("reinforce_return", "turn_reinforce_return"),
 }
 
+#: Multi-reward, stateful, step-level and entropy stages (GDPO, KRPO, SPO, GiGPO, MT-GRPO, entropy shaping).
+EXTENDED_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
+    "outcome_reward_shaping": ("gdpo", "krpo", "spo"),
+    "estimator": ("gigpo", "mt_grpo"),
+    "process_adv_shaping": ("entropy_advantage",),
+}
+
 BUILTIN_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    stage: names + PEER_STAGE_IMPLEMENTATIONS.get(stage, ())
+    stage: names + PEER_STAGE_IMPLEMENTATIONS.get(stage, ()) + EXTENDED_STAGE_IMPLEMENTATIONS.get(stage, ())
     for stage, names in CORE_STAGE_IMPLEMENTATIONS.items()
 }

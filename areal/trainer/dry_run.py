@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from areal.trainer.rollout import EpisodeRecord, add_reward_baselines, export_episodes, export_turn_rows
+from areal.trainer.stage_fields import add_prompt_keys, stage_batch_fields
 from areal.utils.data import concat_batch
 
 __all__ = ["DryRunReport", "dry_run", "synthetic_batch"]
@@ -103,11 +104,18 @@ def _groups(cfg: Any, rng: random.Random, task: Any | None) -> list[dict[str, An
         if cfg.rollout.greedy_baseline:
             group = add_reward_baselines(group, float(rng.random() < 0.5))
         groups.append(group)
-    return groups
+    return add_prompt_keys(groups, [f"dry-run prompt {i}" for i in range(len(groups))])  # as the trainer: always
 
 
-def synthetic_batch(cfg: Any, seed: int = 0, task: Any | None = None) -> tuple[dict[str, Any], Any]:
-    """(batch, meta) in the layout the trainer exports and prepares for `cfg` (an ExperimentConfig)."""
+def synthetic_batch(
+    cfg: Any, seed: int = 0, task: Any | None = None, fields: frozenset[str] = frozenset()
+) -> tuple[dict[str, Any], Any]:
+    """(batch, meta) in the layout the trainer exports and prepares for `cfg` (an ExperimentConfig).
+
+    `fields`: the optional fields the configured stages declare they read
+    (`stage_fields.stage_batch_fields`); `token_entropy` is then added like the trainer's
+    (entropies in [0, log 1000] stored at each token, 0 at position 0 and on padding).
+    """
     rng = random.Random(seed)
     batch, meta = concat_batch(_groups(cfg, rng, task))
     gen = torch.Generator().manual_seed(seed)
@@ -118,6 +126,10 @@ def synthetic_batch(cfg: Any, seed: int = 0, task: Any | None = None) -> tuple[d
         batch["values"] = torch.randn(shape, generator=gen) * batch["attention_mask"]
     if cfg.actor.recompute_logprob or cfg.actor.use_decoupled_loss:
         batch["prox_logp"] = -torch.rand(shape, generator=gen) * 3 * batch["attention_mask"]
+    if "token_entropy" in fields:
+        entropy = torch.rand(shape, generator=gen) * 6.9 * batch["attention_mask"]
+        entropy[:, 0] = 0.0
+        batch["token_entropy"] = entropy
     return batch, meta
 
 
@@ -140,7 +152,7 @@ def dry_run(cfg: Any, actor: Any, seed: int = 0, task: Any | None = None) -> Dry
 
     Raises whatever the pipeline raises (a stage contract error names the stage and path).
     """
-    batch, meta = synthetic_batch(cfg, seed, task)
+    batch, meta = synthetic_batch(cfg, seed, task, stage_batch_fields(actor.resolved))
     shaping = cfg.rollout.prm.advantage_shaping
     actor.compute_advantages(
         batch, meta, advantage_shaping_mode=shaping.mode, gvpo_negative_scale=shaping.negative_scale,

@@ -25,7 +25,8 @@ from transformers import PreTrainedModel
 from areal.trainer.codec import Text
 from areal.trainer.rewards import RewardBreakdown
 from areal.trainer.sampling import sample_continuations
-from areal.trainer.tasks.runtime import Episode, TaskRuntime
+from areal.trainer.stage_fields import anchor_key
+from areal.trainer.tasks.runtime import Episode, TaskError, TaskRuntime
 
 
 @dataclass
@@ -47,19 +48,21 @@ class EpisodeRecord:
     env_reward: float = 0.0
     rewards: dict[str, float] = field(default_factory=dict)
     completion: str = ""
+    anchor_ids: list[int] = field(default_factory=list)  # the turn's anchor-state key on its tokens, else 0
 
     @classmethod
     def start(cls, prompt_ids: Sequence[int]) -> EpisodeRecord:
         n = len(prompt_ids)
-        return cls(list(prompt_ids), [0] * n, [0.0] * n, [-1] * n, [0.0] * n)
+        return cls(list(prompt_ids), [0] * n, [0.0] * n, [-1] * n, [0.0] * n, anchor_ids=[0] * n)
 
-    def add_turn(self, ids: Sequence[int], logprobs: Sequence[float], score: float | None) -> None:
+    def add_turn(self, ids: Sequence[int], logprobs: Sequence[float], score: float | None, anchor: int = 0) -> None:
         start, turn = len(self.tokens), len(self.turn_spans)
         self.tokens += ids
         self.loss_mask += [1] * len(ids)
         self.logprobs += logprobs
         self.turn_ids += [turn] * len(ids)
         self.token_rewards += [score or 0.0] * len(ids)
+        self.anchor_ids += [anchor] * len(ids)
         self.turn_spans.append((start, len(self.tokens)))
 
     def add_environment(self, ids: Sequence[int]) -> None:
@@ -69,6 +72,7 @@ class EpisodeRecord:
         self.logprobs += [0.0] * n
         self.turn_ids += [-1] * n
         self.token_rewards += [0.0] * n
+        self.anchor_ids += [0] * n
 
     @property
     def generated_tokens(self) -> int:
@@ -113,6 +117,15 @@ def _open_all(runtime: TaskRuntime, rows: Sequence[dict[str, Any]], n_samples: i
     return live
 
 
+def _anchor(runtime: TaskRuntime, episode: Episode, context: Sequence[int]) -> int:
+    """The turn's anchor key; a failing `state_key()` of a plugin environment is named with its row."""
+    try:
+        return anchor_key(episode.env, context)
+    except Exception as exc:
+        raise TaskError(f"{runtime.where('environment.state_key()', episode.index, episode.row)}: "
+                        f"{type(exc).__name__}: {exc}") from exc
+
+
 def collect_episodes(
     model: PreTrainedModel,
     runtime: TaskRuntime,
@@ -139,9 +152,10 @@ def collect_episodes(
         for item, out in zip(active, outs):
             cut_by_budget = not out.stopped and (turn_cap is None or len(out.token_ids) < turn_cap)
             text = runtime.codec.decode(out.token_ids)
-            result = runtime.step(item.episode, text)
             rec = item.record
-            rec.add_turn(out.token_ids, out.logprobs, result.process_score if process_rewards else None)
+            anchor = _anchor(runtime, item.episode, rec.tokens)  # the state this turn acts in (GiGPO)
+            result = runtime.step(item.episode, text)
+            rec.add_turn(out.token_ids, out.logprobs, result.process_score if process_rewards else None, anchor)
             rec.turn_texts.append(text)
             rec.env_reward += float(result.reward)
             item.budget -= len(out.token_ids)
@@ -178,8 +192,13 @@ def _pad_rows(rows: Sequence[Sequence[Any]], value: Any, dtype: torch.dtype) -> 
     return out
 
 
-def _rows_to_tensors(rows: Sequence[EpisodeRecord], pad_id: int, with_process: bool) -> dict[str, torch.Tensor]:
-    batch = {
+#: The reward set's component names and weights, for exporting every component ([rows, K] rewards).
+RewardNames = tuple[tuple[str, ...], tuple[float, ...]]
+
+
+def _rows_to_tensors(rows: Sequence[EpisodeRecord], pad_id: int, with_process: bool,
+                     components: RewardNames | None = None) -> dict[str, Any]:
+    batch: dict[str, Any] = {
         "input_ids": _pad_rows([r.tokens for r in rows], pad_id, torch.long),
         "attention_mask": _pad_rows([[1] * len(r.tokens) for r in rows], 0, torch.long),
         "loss_mask": _pad_rows([r.loss_mask for r in rows], 0, torch.long),
@@ -187,15 +206,21 @@ def _rows_to_tensors(rows: Sequence[EpisodeRecord], pad_id: int, with_process: b
         "turn_ids": _pad_rows([r.turn_ids for r in rows], -1, torch.long),
         "rewards": torch.tensor([r.reward for r in rows], dtype=torch.float32),
         "is_truncated": torch.tensor([r.truncated for r in rows], dtype=torch.bool),
+        "anchor_ids": _pad_rows([r.anchor_ids for r in rows], 0, torch.long),
     }
     if with_process:
         batch["token_rewards"] = _pad_rows([r.token_rewards for r in rows], 0.0, torch.float32)
+    if components is not None:  # rewards [rows, K]: every component, named (the outcome stage reduces them)
+        names, weights = components
+        batch["rewards"] = torch.tensor([[r.rewards[n] for n in names] for r in rows], dtype=torch.float32)
+        batch["reward_keys"], batch["reward_weights"] = tuple(names), tuple(float(w) for w in weights)
     return batch
 
 
-def export_episodes(records: Sequence[EpisodeRecord], pad_id: int, *, with_process: bool = False) -> dict[str, Any]:
-    """One prompt group, one tensor row per episode."""
-    return _rows_to_tensors(records, pad_id, with_process)
+def export_episodes(records: Sequence[EpisodeRecord], pad_id: int, *, with_process: bool = False,
+                    components: RewardNames | None = None) -> dict[str, Any]:
+    """One prompt group, one tensor row per episode (`components`: rewards as [rows, K] named components)."""
+    return _rows_to_tensors(records, pad_id, with_process, components)
 
 
 def turn_row(record: EpisodeRecord, turn: int) -> EpisodeRecord:
@@ -205,14 +230,15 @@ def turn_row(record: EpisodeRecord, turn: int) -> EpisodeRecord:
     """
     start, end = record.turn_spans[turn]
     row = EpisodeRecord.start(record.tokens[:start])
-    row.add_turn(record.tokens[start:end], record.logprobs[start:end], None)
+    row.add_turn(record.tokens[start:end], record.logprobs[start:end], None, record.anchor_ids[start])
     row.token_rewards[start:end] = record.token_rewards[start:end]
-    row.reward, row.truncated = record.reward, record.truncated
+    row.reward, row.truncated, row.rewards = record.reward, record.truncated, record.rewards
     return row
 
 
 def export_turn_rows(
-    records: Sequence[EpisodeRecord], pad_id: int, *, with_process: bool = False, explicit_rewards: bool = False
+    records: Sequence[EpisodeRecord], pad_id: int, *, with_process: bool = False, explicit_rewards: bool = False,
+    components: RewardNames | None = None,
 ) -> dict[str, Any]:
     """One prompt group, one tensor row per generated turn, plus its `RolloutGroup`.
 
@@ -223,7 +249,7 @@ def export_turn_rows(
     from areal.utils.data import RolloutGroup
 
     rows = [turn_row(rec, t) for rec in records for t in range(len(rec.turn_spans))]
-    batch: dict[str, Any] = _rows_to_tensors(rows, pad_id, with_process)
+    batch: dict[str, Any] = _rows_to_tensors(rows, pad_id, with_process, components)
     counts = [len(rec.turn_spans) for rec in records]
     rewards = torch.tensor([rec.reward for rec in records], dtype=torch.float32) if explicit_rewards else None
     batch["rollout_group"] = RolloutGroup(row_counts=counts, rewards=rewards)

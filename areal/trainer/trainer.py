@@ -60,6 +60,7 @@ from areal.trainer.rollout import (
     groups_to_device,
 )
 from areal.trainer.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
+from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, reward_components, stage_batch_fields
 from areal.trainer.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
 from areal.trainer.tokenizer import build_tokenizer
 from areal.trainer.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
@@ -205,17 +206,19 @@ class Trainer:
         )
         pad = self.task.pad_token_id
         with_process = cfg.rollout.prm.enabled
+        components = reward_components(self.task.rewards)
         if cfg.rollout.export == "per_turn":
-            dicts = [export_turn_rows(g, pad, with_process=with_process,
+            dicts = [export_turn_rows(g, pad, with_process=with_process, components=components,
                                       explicit_rewards=cfg.rollout.explicit_rollout_rewards) for g in groups]
         else:
-            dicts = [export_episodes(g, pad, with_process=with_process) for g in groups]
+            dicts = [export_episodes(g, pad, with_process=with_process, components=components) for g in groups]
         if cfg.rollout.greedy_baseline:
             greedy = collect_episodes(
                 self.policy, self.task, problems, 1, budget=cfg.generation_budget,
                 temperature=cfg.sampling_temperature, greedy=True,
             )
             dicts = [add_reward_baselines(d, g[0].reward) for d, g in zip(dicts, greedy)]
+        dicts = add_prompt_keys(dicts, problems)  # per-prompt stage state (KRPO, SPO)
         if self.device.type != "cpu":
             dicts = groups_to_device(dicts, self.device)
         return dicts, [rec for g in groups for rec in g]
@@ -230,6 +233,8 @@ class Trainer:
             batch["values"] = self.critic.compute_values(batch)
         if self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss:
             batch["prox_logp"] = self.engine.compute_logprobs(ids, mask, temp)
+        if "token_entropy" in stage_batch_fields(self.actor.resolved):  # the behaviour policy, before the update
+            batch["token_entropy"] = behaviour_entropy(self.engine.model, ids, mask, temp)
         return batch
 
     @staged("advantages")

@@ -247,6 +247,18 @@ def _tokenizer(trainer: Any) -> Any:
     return own if own is not None else trainer.task.tokenizer
 
 
+def _check_stage_states_agree(trainer: Any) -> None:
+    """Rank 0's stage state is what the checkpoint holds for every rank, so the ranks must agree on it."""
+    fingerprints = all_gather_objects(trainer.actor.state_fingerprints(), trainer.ctx)
+    differing = sorted({name for fp in fingerprints for name in fp if fp.get(name) != fingerprints[0].get(name)})
+    if differing:
+        raise CheckpointError(
+            f"the state of stage(s) {differing} differs between data-parallel ranks; a checkpoint stores rank 0's "
+            "copy for all of them, so a stateful stage must reduce its updates over the ranks (see "
+            "areal.trainer.ppo.stage_state)"
+        )
+
+
 def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any]]) -> Path | None:
     """Write `<run_dir>/checkpoints/step_<step>/` after `step` completed steps.
 
@@ -254,6 +266,7 @@ def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any
     replicas are identical) and returns the folder, the other ranks None.
     """
     rngs = all_gather_objects(capture_rng(trainer), trainer.ctx)
+    _check_stage_states_agree(trainer)
     # every rank takes part: under FSDP (train.parallel) the full weights and optimiser states are gathered
     policy, policy_optim = _checkpoint_model(trainer.engine, trainer.policy), _optimizer_state(trainer.engine)
     critic = critic_optim = None

@@ -102,6 +102,33 @@ def _check_reference_rewards(rewards: Any, n_logical: int) -> torch.Tensor | Non
     return tensor
 
 
+def _check_reward_names(keys: Any, weights: Any) -> tuple[tuple[str, ...] | None, tuple[float, ...] | None]:
+    """Reward component names (unique, non-empty strings) and their finite weights."""
+    if keys is None:
+        if weights is not None:
+            raise ValueError("TrajBatchMeta.reward_weights: given without reward_keys; name the components too")
+        return None, None
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence) or not keys:
+        raise ValueError(f"TrajBatchMeta.reward_keys: got {keys!r}, expected a non-empty sequence of component names")
+    keys = tuple(keys)
+    for i, key in enumerate(keys):
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"TrajBatchMeta.reward_keys[{i}]: got {key!r}, expected a non-empty string")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"TrajBatchMeta.reward_keys: names must be unique, got {list(keys)}")
+    if weights is None:
+        return keys, None
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) != len(keys):
+        raise ValueError(f"TrajBatchMeta.reward_weights: got {weights!r}, expected {len(keys)} numbers (one per "
+                         f"reward key {list(keys)})")
+    out = []
+    for i, w in enumerate(weights):
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or w != w or w in (float("inf"), float("-inf")):
+            raise ValueError(f"TrajBatchMeta.reward_weights[{i}]: got {w!r}, expected a finite number")
+        out.append(float(w))
+    return keys, tuple(out)
+
+
 @dataclass(frozen=True)
 class TrajBatchMeta:
     """Layout of a concatenated batch: rows per prompt and their logical rollouts.
@@ -109,13 +136,17 @@ class TrajBatchMeta:
     `traj_seqlens` are each input group's own padded length before concatenation
     (empty when unknown, e.g. from `from_group_sizes`). `rollout_groups` is None
     when no prompt has split rollouts; otherwise one entry per prompt, None for a
-    prompt whose every row is its own rollout.
+    prompt whose every row is its own rollout. `reward_keys` names the K
+    components of an [B, K] `rewards` tensor and `reward_weights` their weights
+    in the scalar reward (None: ones); both are None for a [B] reward.
     """
 
     n_trajs: int
     traj_group_sizes: tuple[int, ...]
     traj_seqlens: tuple[int, ...] = ()
     rollout_groups: tuple[RolloutGroup | None, ...] | None = None
+    reward_keys: tuple[str, ...] | None = None
+    reward_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         n_trajs = as_int(self.n_trajs)
@@ -134,6 +165,9 @@ class TrajBatchMeta:
                 )
             object.__setattr__(self, "rollout_groups", tuple(groups))
         self._check_structure("TrajBatchMeta")
+        keys, weights = _check_reward_names(self.reward_keys, self.reward_weights)
+        object.__setattr__(self, "reward_keys", keys)
+        object.__setattr__(self, "reward_weights", weights)
         if self.rollout_groups is not None and all(g is None for g in self.rollout_groups):
             object.__setattr__(self, "rollout_groups", None)  # one canonical form for "no split rollouts"
 

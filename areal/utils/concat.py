@@ -20,10 +20,14 @@ __all__ = ["concat_batch"]
 _PAD_VALUES: dict[str, int] = {"turn_ids": -1}
 _REQUIRED_KEYS: tuple[str, ...] = ("input_ids", "attention_mask")
 _ROLLOUT_GROUP_KEY = "rollout_group"
+#: Per-row [rows, K] tensors: concatenated along the rows, never padded (K reward components).
+_ROW_MATRIX_KEYS: frozenset[str] = frozenset({"rewards"})
+#: Non-tensor entries naming the reward components; every group must agree, they go into the metadata.
+_REWARD_NAME_KEYS: tuple[str, ...] = ("reward_keys", "reward_weights")
 
 
 def _split_trajectory(i: int, traj: Any) -> tuple[dict[str, torch.Tensor], RolloutGroup | None]:
-    """Separate one trajectory group's tensors from its RolloutGroup, checking types."""
+    """Separate one trajectory group's tensors from its RolloutGroup, checking types (reward names skipped)."""
     if not isinstance(traj, Mapping):
         raise ValueError(
             f"concat_batch: trajectory {i} is {type(traj).__name__}, expected a mapping of tensors"
@@ -38,12 +42,14 @@ def _split_trajectory(i: int, traj: Any) -> tuple[dict[str, torch.Tensor], Rollo
                     "expected a RolloutGroup or None"
                 )
             group = value
+        elif key in _REWARD_NAME_KEYS:
+            continue  # collected by _reward_names
         elif isinstance(value, torch.Tensor):
             tensors[key] = value
         else:
             raise ValueError(
                 f"concat_batch: trajectory {i} key {key!r} is {type(value).__name__}, expected a "
-                f"torch.Tensor (only {_ROLLOUT_GROUP_KEY!r} may be a non-tensor)"
+                f"torch.Tensor (only {_ROLLOUT_GROUP_KEY!r} and {list(_REWARD_NAME_KEYS)} may be non-tensors)"
             )
     return tensors, group
 
@@ -75,7 +81,7 @@ def _check_trajectory(i: int, tensors: dict[str, torch.Tensor], group: RolloutGr
                 f"concat_batch: trajectory {i} key {key!r} has {t.shape[0]} rows (shape "
                 f"{tuple(t.shape)}), expected {rows} rows like 'input_ids'"
             )
-        if t.ndim == 2 and t.shape[1] != seqlen:
+        if t.ndim == 2 and t.shape[1] != seqlen and key not in _ROW_MATRIX_KEYS:
             raise ValueError(
                 f"concat_batch: trajectory {i} key {key!r} has length {t.shape[1]}, expected "
                 f"T={seqlen} like 'input_ids'"
@@ -105,6 +111,11 @@ def _check_consistent(i: int, tensors: dict[str, torch.Tensor], first: dict[str,
                 f"concat_batch: trajectory {i} key {key!r} is {t.ndim}-D, expected {ref.ndim}-D "
                 "like trajectory 0"
             )
+        if key in _ROW_MATRIX_KEYS and t.ndim == 2 and t.shape[1] != ref.shape[1]:
+            raise ValueError(
+                f"concat_batch: trajectory {i} key {key!r} has {t.shape[1]} columns, expected {ref.shape[1]} "
+                "like trajectory 0"
+            )
         if t.dtype != ref.dtype:
             raise ValueError(
                 f"concat_batch: trajectory {i} key {key!r} has dtype {t.dtype}, expected {ref.dtype} "
@@ -121,8 +132,9 @@ def concat_batch(trajs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, torch.Te
     """Concatenate per-prompt trajectory groups into one right-padded batch plus its layout.
 
     2-D tensors are right-padded to the longest group (0, or -1 for `turn_ids`);
-    1-D tensors are concatenated. The optional `"rollout_group"` entry of each group
-    goes into the metadata. The result is a new dict of new tensors; the inputs are
+    1-D tensors and an [rows, K] `rewards` (K reward components) are concatenated.
+    The optional `"rollout_group"` entry of each group goes into the metadata, as
+    do `"reward_keys"` / `"reward_weights"` (the components' names and weights). The result is a new dict of new tensors; the inputs are
     left untouched.
     """
     if isinstance(trajs, Mapping) or not isinstance(trajs, Sequence) or len(trajs) == 0:
@@ -145,7 +157,7 @@ def concat_batch(trajs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, torch.Te
     out: dict[str, torch.Tensor] = {}
     for key, ref in first.items():
         pieces = [tensors[key] for tensors, _ in parts]
-        if ref.ndim == 1:
+        if ref.ndim == 1 or key in _ROW_MATRIX_KEYS:
             out[key] = torch.cat(pieces, dim=0)
             continue
         padded = torch.full((batch_size, max_len), _PAD_VALUES.get(key, 0), dtype=ref.dtype, device=device)
@@ -159,5 +171,24 @@ def concat_batch(trajs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, torch.Te
         traj_group_sizes=tuple(sizes),
         traj_seqlens=tuple(seqlens),
         rollout_groups=tuple(group for _, group in parts),
+        **_reward_names(trajs),
     )
     return out, meta
+
+
+def _reward_names(trajs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`reward_keys` / `reward_weights` of the groups, which must all give the same ones."""
+    out: dict[str, Any] = {}
+    for name in _REWARD_NAME_KEYS:
+        values = [t.get(name) for t in trajs]
+        first = values[0]
+        for i, value in enumerate(values):
+            same = (value is None) == (first is None) and (value is None or tuple(value) == tuple(first))
+            if not same:
+                raise ValueError(
+                    f"concat_batch: trajectory {i} has {name}={value!r}, expected {first!r} like trajectory 0 "
+                    "(every prompt group is scored by the same reward components)"
+                )
+        if first is not None:
+            out[name] = tuple(first)
+    return out

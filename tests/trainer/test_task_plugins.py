@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from areal.api.cli_args import load_config
 from areal.api.config_checks import ConfigError
@@ -41,7 +42,10 @@ def test_single_turn_task_plugin_with_reward_plugin_trains_three_steps(tmp_path:
         assert rec.reward == pytest.approx(rec.rewards["make_max_task"] + 0.5 * rec.rewards["brevity"])
         expected = 1.0 if rec.completion.strip() == rec.row["answer"] else 0.0
         assert rec.rewards["make_max_task"] == expected
-    assert out.batch["rewards"].tolist() == pytest.approx([r.reward for r in out.records])
+    # several components: the batch carries each ([B, K], issue 15), the identity stage their weighted sum
+    want = [[r.rewards["make_max_task"], r.rewards["brevity"]] for r in out.records]
+    torch.testing.assert_close(out.batch["rewards"], torch.tensor(want, dtype=torch.float32))
+    assert out.data["rewards"].tolist() == pytest.approx([r.reward for r in out.records])
 
 
 def test_multi_turn_environment_plugin_trains_three_steps(tmp_path: Path) -> None:

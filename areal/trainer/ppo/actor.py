@@ -12,6 +12,7 @@ from areal.trainer.failures import staged
 from areal.trainer.ppo.advantage import CallOptions, ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
 from areal.trainer.ppo.batch_checks import BatchError
 from areal.trainer.ppo.contracts import differences
+from areal.trainer.ppo.stage_state import StageState
 from areal.utils.data import TrajBatchMeta, concat_batch
 
 logger = logging.getLogger("areal.actor")
@@ -119,22 +120,44 @@ class PPOActor:
                 raise ValueError("compute_advantages: pass meta only with a single batch dict, not with a list of groups")
             data, meta = concat_batch(list(data))
         options = CallOptions(advantage_shaping_mode, gvpo_negative_scale, gvpo_zero_penalty, gvpo_zero_eps)
-        return run_advantage_pipeline(data, meta, self.config, self.resolved, options)
+        states = self.stage_states
+        snapshots = {name: state.snapshot() for name, state in states.items()}
+        try:
+            return run_advantage_pipeline(data, meta, self.config, self.resolved, options)
+        except BaseException:
+            for name, state in states.items():  # a failed call leaves every stage's state as it was
+                state.restore(snapshots[name])
+            raise
+
+    @property
+    def stage_states(self) -> dict[str, StageState]:
+        """The `StageState` of every configured stage that keeps state across steps, by stage name."""
+        return self.resolved.stage_states()
 
     def _stateful_stages(self) -> dict[str, Any]:
-        """Resolved stage objects that keep state (they have `state_dict` and `load_state_dict`)."""
-        out = {}
+        """What keeps state, per stage: the bound `StageState`, or a stage object with `state_dict`/`load_state_dict`."""
+        out: dict[str, Any] = dict(self.stage_states)
         r = self.resolved
         for name, stage in (("compute", r.compute), ("outcome_reward_shaping", r.outcome),
                             ("estimator", r.estimator), ("process_adv_shaping", r.process)):
+            if name in out:
+                continue
             fn = None if stage is None else stage.fn
             fn = getattr(fn, "func", fn)  # kwargs are bound with functools.partial
             if callable(getattr(fn, "state_dict", None)) and callable(getattr(fn, "load_state_dict", None)):
                 out[name] = fn
         return out
 
+    def state_fingerprints(self) -> dict[str, str]:
+        """sha256 of each `StageState`: equal on every data-parallel rank when the ranks agree on the state."""
+        return {name: state.fingerprint() for name, state in self.stage_states.items()}
+
     def state_dict(self) -> dict[str, Any]:
-        """The state of every configured stage that keeps one (checkpointed with the run); {} when none does."""
+        """The state of every configured stage that keeps one (checkpointed with the run); {} when none does.
+
+        Stages with a `StageState` (KRPO, SPO, plugins declaring `state`) and stage
+        objects with their own `state_dict` / `load_state_dict` are both included.
+        """
         return {"stages": {name: fn.state_dict() for name, fn in self._stateful_stages().items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
+from areal.trainer.ppo.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields, stage_reads
 from areal.trainer.ppo.batch_checks import BatchStats, check_batch_structure, check_batch_values, check_meta
 from areal.trainer.ppo.contracts import (
     call_stage,
@@ -46,7 +47,8 @@ from areal.trainer.ppo.placement import (
     process_rewards,
     reward_kl,
 )
-from areal.trainer.ppo.rewards import apply_length_penalty, normalise_scores
+from areal.trainer.ppo.reward_components import check_reduced, outcome_stage_inputs
+from areal.trainer.ppo.rewards import normalise_scores
 from areal.trainer.ppo.stage_resolution import (
     PRM_MODES,
     CallOptions,
@@ -147,13 +149,15 @@ def _default_fields(
     values checked first, and `check_batch_values` finds the magnitudes.
     """
     process_stage, process_kwargs = select_process(resolved, config, options)
+    estimator = default_estimator(resolved, config)
     fused = use_fused(data, config, resolved)
     magnitudes = None if fused else check_batch_values(data)
+    check_aux_fields(data, stage_reads(estimator) | stage_reads(process_stage))
     try:
-        # 1. Length penalty.
-        rewards, unpenalized = apply_length_penalty(data, config)
+        # 1. Length penalty (one more reward component when rewards are [B, K]).
+        outcome_inputs, unpenalized = outcome_stage_inputs(data, config, meta, resolved.outcome)
         # 2. Outcome reward shaping.
-        outcome = _run_outcome(resolved.outcome, OutcomeRewardInputs({**data, "rewards": rewards}, config, meta))
+        outcome = _run_outcome(resolved.outcome, outcome_inputs)
         # 3. Reward scaling and normalisation.
         score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete)
     except Exception:
@@ -166,8 +170,9 @@ def _default_fields(
     else:
         steps = _tensor_steps(data, score, config, resolved, meta, meta_complete)
     # 7. Process advantage shaping.
-    advantages = _shape_process(process_stage, process_kwargs,
-                                ProcessAdvantageInputs(steps.advantages, steps.token_adv, steps.loss_mask, meta))
+    advantages = _shape_process(process_stage, process_kwargs, ProcessAdvantageInputs(
+        steps.advantages, steps.token_adv, steps.loss_mask, meta,
+        aligned_token_entropy(data, steps.loss_mask, stage_reads(process_stage))))
     # 8. Output.
     return _output_fields(steps, advantages, outcome.rewards), magnitudes
 
@@ -181,14 +186,16 @@ def _tensor_steps(
     meta_complete: bool,
 ) -> StepFields:
     """Steps 4-6 as tensor operations around the configured estimator stage."""
+    estimator = default_estimator(resolved, config)
     # 4. Alignment, KL rewards and reward placement.
     aligned = align_batch(data, config)
     kl = kl_rewards(aligned, data.get("ref_logp"), config)
     token_adv, folded = process_rewards(data, aligned, config)
     # 5. Temporal estimator (the placed outcome and folded rewards are freed when it returns).
-    temporal_inputs = _temporal_inputs(aligned, kl, place_outcome(score, aligned, config), folded, config, resolved, meta)
+    temporal_inputs = _temporal_inputs(aligned, kl, place_outcome(score, aligned, config), folded, config, resolved, meta,
+                                       aligned_anchor_ids(data, stage_reads(estimator)))
     del folded
-    temporal = _run_temporal(default_estimator(resolved, config), temporal_inputs)
+    temporal = _run_temporal(estimator, temporal_inputs)
     del temporal_inputs
     # 6. Advantage normalisation.
     advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete)
@@ -200,6 +207,7 @@ def _run_outcome(stage: ResolvedStage, inputs: OutcomeRewardInputs) -> OutcomeRe
     result = call_stage(stage, inputs)
     if not stage.custom:
         return result
+    check_reduced(stage, result, inputs)
     ids = inputs.data["input_ids"]
     return check_outcome_result(stage, result, ids.shape[0], inputs.meta.n_logical, ids.device)
 
@@ -212,6 +220,7 @@ def _temporal_inputs(
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
     meta: TrajBatchMeta,
+    anchor_ids: torch.Tensor | None = None,
 ) -> TemporalInputs:
     values = aligned.values
     if folded is None:  # a zero view, no memory
@@ -231,6 +240,7 @@ def _temporal_inputs(
         gae_lambda_kwargs=resolved.gae_lambda_kwargs,
         gae_lambda_source=resolved.gae_lambda_source,
         meta=meta,
+        anchor_ids=anchor_ids,
     )
 
 
@@ -256,8 +266,8 @@ def _normalise_advantages(
 
 
 def _shape_process(stage: ResolvedStage, kwargs: Mapping[str, Any], inputs: ProcessAdvantageInputs) -> torch.Tensor:
-    """Built-in shapings are the identity without process rewards, so they are skipped then."""
-    if not stage.custom and inputs.token_rewards is None:
+    """The built-in PRM shapings are the identity without process rewards, so they are skipped then."""
+    if not stage.custom and stage.implementation in PRM_MODES and inputs.token_rewards is None:
         return inputs.advantages
     advantages = call_stage(stage, inputs, **kwargs)
     if stage.custom:

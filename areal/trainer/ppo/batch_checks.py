@@ -149,8 +149,10 @@ def _check_shapes(data: Mapping[str, Any]) -> tuple[int, int]:
         if value is not None and tuple(value.shape) != (B, T):
             raise BatchError(f"{key}: expected shape {(B, T)} like input_ids, got {tuple(value.shape)}")
     rewards = data["rewards"]
-    if tuple(rewards.shape) != (B,):
-        raise BatchError(f"rewards: expected one reward per row, shape {(B,)}, got {tuple(rewards.shape)}")
+    components = rewards.ndim == 2 and rewards.shape[0] == B and rewards.shape[1] >= 1
+    if tuple(rewards.shape) != (B,) and not components:
+        raise BatchError(f"rewards: expected one reward per row, shape {(B,)} (or [B, K] reward components "
+                         f"named by meta.reward_keys), got {tuple(rewards.shape)}")
     truncated = data.get("is_truncated")
     if truncated is not None and tuple(truncated.shape) != (B,):
         raise BatchError(f"is_truncated: expected one flag per row, shape {(B,)}, got {tuple(truncated.shape)}")

@@ -169,6 +169,7 @@ class ResolvedStage:
     fn: Callable[..., Any]
     custom: bool
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    state: Any = None  # the StageState bound to `fn` when the function declares `state` (stage_state)
 
 
 def call_stage(stage: ResolvedStage, inputs: Any, **kwargs: Any) -> Any:

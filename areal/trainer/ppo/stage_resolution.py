@@ -8,6 +8,8 @@ arguments: the legacy PRM mode against an explicit `process_adv_shaping`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,10 +19,11 @@ import torch
 
 from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
 from areal.trainer.ppo import advantage_algorithms as algos
-from areal.trainer.ppo import peer_algorithms
+from areal.trainer.ppo import entropy_shaping, gdpo, peer_algorithms, stateful_baselines, step_credit
 from areal.trainer.ppo.contracts import ResolvedStage
 from areal.trainer.ppo.lambda_fn import BUILTIN_LAMBDAS
-from areal.utils.dynamic_import import bind_kwargs, resolve_function
+from areal.trainer.ppo.stage_state import STATE_PARAMETER, StageState
+from areal.utils.dynamic_import import PluginResolutionError, bind_kwargs, import_object, resolve_function
 
 __all__ = [
     "PRM_MODES",
@@ -47,6 +50,11 @@ class ResolvedAdvantage:
     gae_lambda_kwargs: Mapping[str, Any]
     gae_lambda_source: str
 
+    def stage_states(self) -> dict[str, StageState]:
+        """The state objects bound to stateful stages, by stage name (empty when no stage keeps state)."""
+        stages = (self.compute, self.outcome, self.estimator, self.process)
+        return {s.stage: s.state for s in stages if s is not None and s.state is not None}
+
     def describe(self, config: PPOActorConfig) -> list[tuple[str, str, str]]:
         """(stage, implementation, kwargs) rows for `areal validate`."""
         if self.compute is not None:
@@ -64,15 +72,42 @@ class ResolvedAdvantage:
         return rows
 
 
+OUTCOME_BUILTINS = {**algos.BUILTIN_OUTCOME, **peer_algorithms.OUTCOME, **gdpo.OUTCOME, **stateful_baselines.OUTCOME}
+ESTIMATOR_BUILTINS = {**algos.BUILTIN_ESTIMATORS, **peer_algorithms.ESTIMATORS, **step_credit.ESTIMATORS}
+PROCESS_BUILTINS = {**algos.BUILTIN_PROCESS, **entropy_shaping.PROCESS}
+
+
+def wants_state(fn: Callable[..., Any]) -> bool:
+    """A stage function keeps state across steps when it declares a keyword-only `state` parameter."""
+    try:
+        param = inspect.signature(fn).parameters.get(STATE_PARAMETER)
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def _bind(stage: str, name: str, fn: Callable[..., Any], kwargs: Mapping[str, Any],
+          custom: bool) -> tuple[Callable[..., Any], StageState | None]:
+    """Bind a fresh StageState (when the function wants one) and the configured kwargs."""
+    where = f"actor.advantage.{stage}"
+    if STATE_PARAMETER in kwargs:
+        raise PluginResolutionError(where, name, f"kwargs may not set {STATE_PARAMETER!r}: it is the stage's state "
+                                    "object, which the actor worker passes itself")
+    state = None
+    if callable(fn) and wants_state(fn):
+        state = StageState(stage, name)
+        fn = functools.partial(fn, **{STATE_PARAMETER: state})
+    if kwargs or custom:
+        fn = bind_kwargs(fn, kwargs, stage=where, path=name)
+    return fn, state
+
+
 def _resolve_stage(stage: str, spec: StageSpec, builtins: Mapping[str, Callable[..., Any]], default: str) -> ResolvedStage:
     name = default if spec.implementation == "auto" else spec.implementation
-    if name in builtins:
-        fn = builtins[name]
-        if spec.kwargs:
-            fn = bind_kwargs(fn, spec.kwargs, stage=f"actor.advantage.{stage}", path=name)
-        return ResolvedStage(stage, name, fn, custom=False, kwargs=dict(spec.kwargs))
-    fn = resolve_function(name, spec.kwargs, stage=f"actor.advantage.{stage}")
-    return ResolvedStage(stage, name, fn, custom=True, kwargs=dict(spec.kwargs))
+    custom = name not in builtins
+    fn = import_object(name, stage=f"actor.advantage.{stage}") if custom else builtins[name]
+    fn, state = _bind(stage, name, fn, spec.kwargs, custom)
+    return ResolvedStage(stage, name, fn, custom=custom, kwargs=dict(spec.kwargs), state=state)
 
 
 def _resolve_gae_lambda(config: PPOActorConfig) -> tuple[float | Callable[..., torch.Tensor], str]:
@@ -95,7 +130,7 @@ def _resolve_process(spec: StageSpec | None) -> ResolvedStage | None:
     if spec.implementation == "gvpo":
         # GVPO kwargs are merged with the call-time legacy values at run time.
         return ResolvedStage("process_adv_shaping", "gvpo", algos.gvpo, custom=False, kwargs=dict(spec.kwargs))
-    return _resolve_stage("process_adv_shaping", spec, algos.BUILTIN_PROCESS, "additive")
+    return _resolve_stage("process_adv_shaping", spec, PROCESS_BUILTINS, "additive")
 
 
 def resolve_advantage(config: PPOActorConfig) -> ResolvedAdvantage:
@@ -105,17 +140,17 @@ def resolve_advantage(config: PPOActorConfig) -> ResolvedAdvantage:
     gae_lambda, lambda_source = _resolve_gae_lambda(config)
     lambda_kwargs = dict(config.gae_lambda_kwargs) if callable(gae_lambda) else {}
     if adv.replaces_compute:
-        fn = resolve_function(adv.compute.implementation, adv.compute.kwargs, stage="actor.advantage.compute")
-        compute = ResolvedStage("compute", adv.compute.implementation, fn, custom=True, kwargs=dict(adv.compute.kwargs))
+        raw = import_object(adv.compute.implementation, stage="actor.advantage.compute")
+        fn, state = _bind("compute", adv.compute.implementation, raw, adv.compute.kwargs, custom=True)
+        compute = ResolvedStage("compute", adv.compute.implementation, fn, custom=True, kwargs=dict(adv.compute.kwargs),
+                                state=state)
         identity = ResolvedStage("outcome_reward_shaping", "identity", algos.identity_outcome, custom=False)
         return ResolvedAdvantage(compute, identity, None, None, gae_lambda, lambda_kwargs, lambda_source)
     outcome_spec = adv.outcome_reward_shaping or StageSpec("identity")
-    outcome_builtins = {**algos.BUILTIN_OUTCOME, **peer_algorithms.OUTCOME}
-    outcome = _resolve_stage("outcome_reward_shaping", outcome_spec, outcome_builtins, "identity")
+    outcome = _resolve_stage("outcome_reward_shaping", outcome_spec, OUTCOME_BUILTINS, "identity")
     estimator = None
     if adv.estimator is not None:
-        estimator_builtins = {**algos.BUILTIN_ESTIMATORS, **peer_algorithms.ESTIMATORS}
-        estimator = _resolve_stage("estimator", adv.estimator, estimator_builtins, f"{config.gae_timestep_unit}_gae")
+        estimator = _resolve_stage("estimator", adv.estimator, ESTIMATOR_BUILTINS, f"{config.gae_timestep_unit}_gae")
     process = _resolve_process(adv.process_adv_shaping)
     return ResolvedAdvantage(None, outcome, estimator, process, gae_lambda, lambda_kwargs, lambda_source)
 

@@ -96,6 +96,7 @@ class TemporalInputs:
     gae_lambda_kwargs: Mapping[str, Any] = field(default_factory=dict)
     gae_lambda_source: str = "actor.gae_lambda"
     meta: Any = None  # TrajBatchMeta
+    anchor_ids: torch.Tensor | None = None  # [B, T] long anchor-state key of each generated token's turn, or None
 
     def compute_lambda(self, timestep_unit: str) -> torch.Tensor:
         """Per-row lambda, resolving a callable `gae_lambda` in `timestep_unit` lengths."""
@@ -133,6 +134,7 @@ class ProcessAdvantageInputs:
     token_rewards: torch.Tensor | None  # [B, T] aligned direct token rewards x loss_mask, or None
     loss_mask: torch.Tensor  # [B, T] aligned float mask
     meta: Any = None  # TrajBatchMeta
+    token_entropy: torch.Tensor | None = None  # [B, T] aligned behaviour-policy entropies x loss_mask, or None
 
 
 # ---------------------------------------------------------------------------

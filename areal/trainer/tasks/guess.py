@@ -50,6 +50,10 @@ class GuessEnvironment(Environment):
     def reset(self) -> str:
         return PROMPT
 
+    def state_key(self) -> tuple[int, int, int]:
+        """The state a turn acts in (GiGPO's anchor): the interval the feedback still allows, and the turn."""
+        return (self.low, self.high, self.turns)
+
     def step(self, action: str) -> StepResult:
         guess = parse_guess(action, self.spec.num_range)
         score = self._score(guess)

@@ -1,0 +1,74 @@
+"""Under data parallelism the stage state is identical on every rank and equals the 1-process state.
+
+Two gloo ranks (torchrun) run KRPO, KRPO on split rollouts, SPO and GiGPO with a
+batch-level `adv_norm` for several steps, each on its round-robin share of the
+step's prompt groups; prompts recur within and across steps, and a prompt drawn
+twice in a step may land on both ranks. After every step both ranks' states have
+the same fingerprint (bitwise), the final states equal a single process's on the
+whole batch bit for bit, and every rank's advantages equal that process's rows.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from state_cases import CASES, STEPS, fingerprints, make_config, positions, step_groups
+
+from areal.trainer.ppo.actor import PPOActor
+from areal.utils.data import concat_batch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/trainer: the launch helpers
+from dist_launch import clean_env, run_bounded  # noqa: E402
+
+WORKER = Path(__file__).resolve().parent / "state_worker.py"
+JOB_TIMEOUT_S = 180
+MAX_ABS_DIFF: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("stage_state")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER),
+           str(out)]
+    [(code, stdout, stderr)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    assert code == 0, f"torchrun exited with {code}:\n{(stdout + stderr)[-4000:]}"
+    return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]
+
+
+def _rows(meta, groups: list[int]) -> torch.Tensor:
+    starts = [0]
+    for size in meta.traj_group_sizes:
+        starts.append(starts[-1] + size)
+    return torch.cat([torch.arange(starts[g], starts[g + 1]) for g in groups])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_state_agrees_across_ranks_and_with_one_process(ranks, name):
+    whole = PPOActor(make_config(name))
+    worst = 0.0
+    for step in range(STEPS):
+        fps = [r[name]["steps"][step]["fingerprints"] for r in ranks]
+        assert fps[0] == fps[1], f"step {step}: the ranks' states differ"
+        batch, meta = concat_batch(step_groups(name, step))
+        out = whole.compute_advantages(batch, meta)
+        assert fingerprints(whole) == fps[0], f"step {step}: the 2-rank state differs from the 1-process state"
+        for rank, result in enumerate(ranks):
+            local = result[name]["steps"][step]["out"]
+            rows = _rows(meta, positions(len(meta.traj_group_sizes), rank, 2))
+            for key in ("advantages", "rewards", "returns"):
+                expected = out[key][rows]
+                got = local[key]
+                if got.ndim == 2:
+                    expected = expected[:, : got.shape[1]]
+                worst = max(worst, float((got.double() - expected.double()).abs().max()))
+    MAX_ABS_DIFF[name] = worst
+    assert worst <= 1e-5, worst
+    for state_name, state in whole.stage_states.items():
+        saved = ranks[0][name]["states"][state_name]["values"]
+        for key, value in state.state_dict()["values"].items():
+            assert torch.equal(saved[key], value), (state_name, key)
+    if name.startswith(("krpo", "spo")):
+        assert whole.stage_states, "a stateful case keeps state"
