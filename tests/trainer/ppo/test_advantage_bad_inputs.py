@@ -452,19 +452,27 @@ def _groups_with(singleton: bool):
     raise AssertionError("no such seed")
 
 
-def test_group_centering_of_a_single_rollout_warns_that_it_erases_the_task_reward():
-    """AReaL's warning: centering a group of one on its own mean sets its score to 0."""
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_group_centering_of_a_single_rollout_warns_that_it_erases_the_task_reward(mode, monkeypatch):
+    """AReaL's warning: centering a group of one on its own mean sets its score to 0 (on both paths)."""
     from areal.trainer.ppo.rewards import AdvantageWarning
 
+    monkeypatch.setenv(FUSED_ENV, mode)
     cfg = PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level="group"))
     batch, meta = _groups_with(singleton=True)
+    if mode == "on":  # process rewards take the tensor path
+        del batch["token_rewards"]
     with pytest.warns(AdvantageWarning, match=r"actor\.reward_norm\.mean_level='group'.*erasing its task reward"):
         PPOActor(cfg).compute_advantages(batch, meta)
     batch, meta = _groups_with(singleton=False)
+    if mode == "on":
+        del batch["token_rewards"]
     with warnings.catch_warnings():
         warnings.simplefilter("error", AdvantageWarning)
         PPOActor(cfg).compute_advantages(batch, meta)  # every group has two or more: nothing to warn about
         batch, meta = _groups_with(singleton=True)
+        if mode == "on":
+            del batch["token_rewards"]
         PPOActor(PPOActorConfig(reward_norm=NormConfig(mean_level="batch"))).compute_advantages(batch, meta)
 
 
