@@ -1,8 +1,10 @@
-"""`areal` command line: `areal validate CONFIG [key=value ...]`.
+"""`areal` command line: `areal validate CONFIG [key=value ...] [--dry-run]`.
 
 `validate` loads a config the way the trainer does, then resolves every stage the
 way an actor worker would and the task, reward functions and prompt datasets the
 way the trainer does at start-up (imports included), and prints what would run.
+`--dry-run` also runs every configured stage once on a small synthetic batch of
+the config's layout, so a plugin returning a wrong shape or dtype fails before launch.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _task_rows(config: object, parts: object) -> list[tuple[str, str, str]]:
     return rows
 
 
-def validate(config_path: str, overrides: Sequence[str]) -> int:
+def validate(config_path: str, overrides: Sequence[str], *, dry_run: bool = False) -> int:
     from areal.trainer.ppo.actor import PPOActor
     from areal.trainer.task_setup import resolve_task_parts
 
@@ -49,18 +51,43 @@ def validate(config_path: str, overrides: Sequence[str]) -> int:
         return 1
     print(_table([*actor.resolved.describe(config.actor), *_task_rows(config, parts)]))
     print("\nconfig OK: every stage, the task and the reward functions resolved as a worker would resolve them")
+    return _dry_run(config, actor, parts.task) if dry_run else 0
+
+
+def _dry_run(config: object, actor: object, task: object) -> int:
+    """Every configured stage once on a synthetic batch of the config's layout (areal.trainer.dry_run)."""
+    from areal.trainer.dry_run import dry_run
+
+    try:
+        report = dry_run(config, actor, task=task)
+    except Exception as exc:  # any stage failure is the answer the user asked for
+        print(f"error: dry run on a synthetic batch: {exc}", file=sys.stderr)
+        return 1
+    print(f"dry run OK: every configured stage ran on a synthetic batch of {report.n_rows} rows x "
+          f"{report.n_pos} positions ({report.layout})")
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="areal", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("validate", help="load a config and resolve every advantage stage, the task and the rewards")
+def _validate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="areal validate",
+                                description="load a config and resolve every advantage stage, the task and the rewards")
     p.add_argument("config", help="experiment YAML file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor.advantage.estimator.implementation=turn_gae")
-    args = parser.parse_args(argv)
-    if args.command == "validate":
-        return validate(args.config, args.overrides)
+    p.add_argument("--dry-run", action="store_true",
+                   help="also run every configured stage once on a small synthetic batch of the config's layout")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["validate"]:  # its own parser, so --dry-run may come before, between or after overrides
+        args = _validate_parser().parse_intermixed_args(argv[1:])
+        return validate(args.config, args.overrides, dry_run=args.dry_run)
+    parser = argparse.ArgumentParser(prog="areal", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("validate", help="load a config and resolve every advantage stage, the task and the rewards "
+                   "(areal validate -h)")
+    parser.parse_args(argv)
     return 2
 
 

@@ -8,6 +8,8 @@ dataclass validates itself on construction and names the offending field.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,7 @@ from areal.api.config_checks import check_choice as _check_choice
 from areal.api.config_checks import check_json_value as _check_json_value
 from areal.api.config_checks import check_number as _check_number
 from areal.api.config_checks import is_import_path as _is_import_path
+from areal.api.config_values import plain
 
 _NORM_LEVELS = ("batch", "group", None)
 
@@ -47,6 +50,28 @@ class NormConfig:
             raise ConfigError(
                 f"NormConfig.group_size: got {self.group_size!r}, expected an integer >= 1"
             )
+
+
+def _build(field: str, cls: type, value: Mapping[str, Any]) -> Any:
+    """A config section from a mapping (a DictConfig included); unknown keys name the field."""
+    value = plain(value)
+    if any(not isinstance(k, str) for k in value):
+        raise ConfigError(f"{field}: got {value!r}, expected a mapping with string keys")
+    try:
+        return cls(**value)
+    except TypeError as exc:
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(value) - set(names))
+        raise ConfigError(f"{field}: unknown keys {unknown}, expected a subset of {names} ({exc})") from None
+
+
+def _check_norm_eps(field: str, norm: NormConfig | None) -> None:
+    """The pipeline divides by std + eps: with eps 0, a group of equal values gives 0 / 0."""
+    if norm is not None and norm.std_level is not None and norm.eps <= 0:
+        raise ConfigError(
+            f"{field}.eps: got {norm.eps!r}, expected a number > 0 when std_level is set (a group or batch "
+            "whose values are all equal has std 0, and (x - mean) / (std + 0) is 0/0 = NaN)"
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -80,8 +105,13 @@ class StageSpec:
             )
         if self.kwargs is None:
             self.kwargs = {}
+        if isinstance(self.kwargs, Mapping):  # a DictConfig or another mapping: stored as a plain dict
+            self.kwargs = plain(self.kwargs)
         if not isinstance(self.kwargs, dict):
-            raise ConfigError(f"{where}.kwargs: got {self.kwargs!r}, expected a mapping")
+            raise ConfigError(
+                f"{where}.kwargs: got {plain(self.kwargs)!r} ({type(self.kwargs).__name__}), expected a mapping "
+                "of keyword arguments"
+            )
         _check_json_value(f"{where}.kwargs", self.kwargs)
 
     @property
@@ -164,13 +194,15 @@ def _as_stage_spec(value: Any, stage: str) -> StageSpec:
         return value
     if isinstance(value, str):
         return StageSpec(implementation=value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
+        value = plain(value)
         unknown = sorted(set(value) - {"implementation", "kwargs"})
         if unknown:
             raise ConfigError(
                 f"actor.advantage.{stage}: unknown keys {unknown}, expected 'implementation' and 'kwargs'"
             )
-        return StageSpec(implementation=value.get("implementation", "auto"), kwargs=dict(value.get("kwargs") or {}))
+        kwargs = value.get("kwargs")
+        return StageSpec(implementation=value.get("implementation", "auto"), kwargs={} if kwargs is None else kwargs)
     raise ConfigError(
         f"actor.advantage.{stage}: got {value!r}, expected null or {{implementation: ..., kwargs: {{...}}}}"
     )
@@ -224,8 +256,9 @@ class PPOActorConfig:
 
     def validate(self) -> None:
         p = "actor."
-        for name in ("reward_bias", "kl_ctl"):
-            _check_number(p + name, getattr(self, name))
+        _check_number(p + "reward_bias", self.reward_bias)
+        # A negative coefficient would reward divergence from the reference policy.
+        _check_number(p + "kl_ctl", self.kl_ctl, low=0.0)
         _check_number(p + "reward_scaling", self.reward_scaling)
         _check_number(p + "reward_clip", self.reward_clip, low=0.0, low_open=True, allow_inf=True)
         _check_number(p + "discount", self.discount, low=0.0, high=1.0)
@@ -234,6 +267,8 @@ class PPOActorConfig:
         for name in ("overlong_reward_penalty", "mask_no_eos_with_zero", "token_rewards_as_adv",
                      "use_decoupled_loss", "recompute_logprob"):
             _check_bool(p + name, getattr(self, name))
+        if isinstance(self.gae_lambda_kwargs, Mapping):
+            self.gae_lambda_kwargs = plain(self.gae_lambda_kwargs)
         if isinstance(self.gae_lambda, str):
             if not self.gae_lambda or ("." not in self.gae_lambda and not self.gae_lambda.isidentifier()):
                 raise ConfigError(
@@ -266,10 +301,11 @@ class PPOActorConfig:
             _check_number(p + "overlong_penalty_factor", self.overlong_penalty_factor, low=0.0)
         for name in ("reward_norm", "adv_norm"):
             value = getattr(self, name)
-            if isinstance(value, dict):
-                setattr(self, name, NormConfig(**value))
+            if isinstance(value, Mapping):
+                setattr(self, name, _build(f"{p}{name}", NormConfig, value))
             elif value is not None and not isinstance(value, NormConfig):
                 raise ConfigError(f"{p}{name}: got {value!r}, expected null or a NormConfig mapping")
+            _check_norm_eps(p + name, getattr(self, name))
         _check_number(p + "eps_clip", self.eps_clip, low=0.0, low_open=True)
         for name in ("eps_clip_higher", "behav_imp_weight_cap"):
             if getattr(self, name) is not None:
@@ -280,8 +316,8 @@ class PPOActorConfig:
                 or self.ppo_n_minibatches < 1:
             raise ConfigError(f"{p}ppo_n_minibatches: got {self.ppo_n_minibatches!r}, expected an integer >= 1")
         _check_number(p + "temperature", self.temperature, low=0.0, low_open=True)
-        if isinstance(self.advantage, dict):
-            self.advantage = AdvantageConfig(**self.advantage)
+        if isinstance(self.advantage, Mapping):
+            self.advantage = _build(f"{p}advantage", AdvantageConfig, self.advantage)
         elif not isinstance(self.advantage, AdvantageConfig):
             raise ConfigError(f"{p}advantage: got {self.advantage!r}, expected an AdvantageConfig mapping")
         else:

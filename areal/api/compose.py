@@ -17,7 +17,7 @@ so `task.name=guess` on top of the arithmetic run does not inherit its kwargs.
 
 This module knows no schema: which nodes follow the naming rule is passed in as
 `NamedNode`s (`areal.api.cli_args.load_config` lists the stages and the task),
-so it imports nothing from areal and adds no import circle. Its errors are
+so it imports nothing from areal but the schema-free `config_errors` and adds no import circle. Its errors are
 `CompositionError`s; `load_config` re-raises them as `ConfigError`.
 """
 
@@ -27,6 +27,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from areal.api.config_errors import LoadError, describe_merge_error, override_for, parse_override
 
 #: The key that lists a file's base files.
 DEFAULTS_KEY = "defaults"
@@ -53,10 +55,11 @@ class NamedNode:
 
 @dataclass(frozen=True)
 class Layer:
-    """One mapping to merge, and where it came from (for error messages)."""
+    """One mapping to merge, and where it came from (for error messages; `overrides` for the command line)."""
 
     source: str
     data: dict[str, Any]
+    overrides: tuple[str, ...] = ()
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
@@ -134,7 +137,13 @@ def override_layer(overrides: Sequence[str]) -> Layer | None:
             raise CompositionError(f"override {item!r}: {DEFAULTS_KEY} can only be given inside a YAML file")
     if not overrides:
         return None
-    return Layer("the command line", OmegaConf.to_container(OmegaConf.from_dotlist(overrides), resolve=False))
+    for item in overrides:  # one at a time first, so invalid YAML in a value names its override
+        try:
+            parse_override(item)
+        except LoadError as exc:
+            raise CompositionError(str(exc)) from None
+    data = OmegaConf.to_container(OmegaConf.from_dotlist(overrides), resolve=False)
+    return Layer("the command line", data, tuple(overrides))
 
 
 def _node(data: Any, keys: Sequence[str]) -> Any:
@@ -178,7 +187,9 @@ def merge_layers(schema: type, layers: Sequence[Layer], named: Sequence[NamedNod
             for node in named:
                 _apply_naming_rule(merged, layer.data, node)
             merged = OmegaConf.merge(merged, layer.data)
-        except OmegaConfBaseException as exc:
-            key = getattr(exc, "full_key", None) or "config"
-            raise CompositionError(f"{key} (in {layer.source}): {str(exc).splitlines()[0]}") from None
+        except (OmegaConfBaseException, TypeError, ValueError) as exc:  # not every merge error is OmegaConf's
+            key, detail = describe_merge_error(exc, merged, layer.data)
+            item = override_for(key, layer.overrides)
+            source = f"override {item!r}" if item else layer.source
+            raise CompositionError(f"{key} (in {source}): {detail}") from None
     return merged

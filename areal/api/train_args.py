@@ -11,7 +11,9 @@ validating a config is fast and never imports user code.
 
 from __future__ import annotations
 
+import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +37,8 @@ def _check_int(name: str, value: Any, low: int) -> None:
 def _check_float(name: str, value: Any, low: float, *, open_low: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise ConfigError(f"{name}: got {value!r}, expected a number")
+    if math.isinf(value):  # an infinite learning rate, clip or timeout is never meant
+        raise ConfigError(f"{name}: got {value!r}, expected a finite number")
     if value < low or (open_low and value == low):
         bound = f"> {low}" if open_low else f">= {low}"
         raise ConfigError(f"{name}: got {value!r}, expected a number {bound}")
@@ -547,6 +551,15 @@ class ExperimentConfig:
             raise ConfigError(
                 f"rollout.max_new_tokens: got {rollout.max_new_tokens}, expected <= actor.max_new_tokens="
                 f"{actor.max_new_tokens} (the actor's length penalty assumes that budget)"
+            )
+        norm = actor.reward_norm
+        if rollout.n_samples == 1 and norm is not None and norm.mean_level == "group":
+            warnings.warn(
+                "rollout.n_samples=1 with actor.reward_norm.mean_level='group': every prompt's group has one "
+                "rollout, so group centering makes every score (and every GRPO advantage) 0; sample several "
+                "rollouts per prompt or use mean_level 'batch'",
+                UserWarning,
+                stacklevel=2,
             )
         if self.critic.enabled and self.critic.ppo_n_minibatches is None:
             self.critic.ppo_n_minibatches = actor.ppo_n_minibatches

@@ -30,6 +30,15 @@ class RewardFunctionError(ValueError):
     """A reward function raised, or returned the wrong number of values or a non-finite one."""
 
 
+#: The batch stores rewards as float32: a finite float64 beyond this would become inf there.
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def fits_float32(value: float) -> bool:
+    """Finite, and still finite once stored in a float32 reward tensor."""
+    return math.isfinite(value) and abs(value) <= FLOAT32_MAX
+
+
 @dataclass(frozen=True)
 class RewardFunction:
     """A resolved reward component: `weight * fn(...)` (`columns`: None = it takes **kwargs)."""
@@ -121,6 +130,10 @@ def check_values(values: Any, n: int, where: str, prompts: Sequence[Any]) -> lis
         if not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
             raise RewardFunctionError(f"{where}: row {i} (prompt {_snippet(prompts[i])!r}): got {v!r}, "
                                       "expected a finite number")
+        if not fits_float32(float(v)):
+            raise RewardFunctionError(f"{where}: row {i} (prompt {_snippet(prompts[i])!r}): got {v!r}, expected a "
+                                      f"finite number within the float32 range (|x| <= {FLOAT32_MAX:.3g}); the "
+                                      "batch stores rewards as float32, where it would be inf")
         out.append(float(v))
     return out
 
@@ -174,4 +187,24 @@ class RewardSet:
                 cols.append(call_reward_function(rf, prompts, trl_completions, columns, completion_ids))
         values = torch.tensor(cols, dtype=torch.float64).T.reshape(n, len(self.names))
         weights = torch.tensor(self.weights, dtype=torch.float64)
-        return RewardBreakdown(self.names, self.weights, values, values @ weights)
+        total = values @ weights
+        self._check_fits(values, total, prompts)
+        return RewardBreakdown(self.names, self.weights, values, total)
+
+    def _check_fits(self, values: torch.Tensor, total: torch.Tensor, prompts: Sequence[Any]) -> None:
+        """Every component (the task's accumulated score included) and the weighted total fit in float32."""
+        bad_values = ~(torch.isfinite(values) & (values.abs() <= FLOAT32_MAX))
+        if bool(bad_values.any()):
+            row, k = bad_values.nonzero()[0].tolist()
+            where = f"task score {self.names[k]!r} (summed over the episode's turns)" if self.task_name and k == 0 \
+                else f"reward function {self.names[k]!r}"
+            raise RewardFunctionError(f"reward: row {row} (prompt {_snippet(prompts[row])!r}): {where} is "
+                                      f"{float(values[row, k])!r}, beyond the float32 range of the batch's rewards "
+                                      f"(|x| <= {FLOAT32_MAX:.3g})")
+        bad_total = ~(torch.isfinite(total) & (total.abs() <= FLOAT32_MAX))
+        if bool(bad_total.any()):
+            row = int(bad_total.nonzero()[0])
+            terms = ", ".join(f"{name}={float(v)!r} x {w!r}" for name, v, w in zip(self.names, values[row], self.weights))
+            raise RewardFunctionError(f"reward: row {row} (prompt {_snippet(prompts[row])!r}): the weighted sum of the "
+                                      f"components ({terms}) is {float(total[row])!r}, beyond the float32 range of the "
+                                      f"batch's rewards (|x| <= {FLOAT32_MAX:.3g}); lower the weights or the values")

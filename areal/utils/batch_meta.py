@@ -219,12 +219,35 @@ class TrajBatchMeta:
     def validate(self, batch_size: int, *, field_prefix: str = "meta") -> None:
         """Check the metadata describes a batch of `batch_size` rows; errors name the field."""
         self._check_structure(field_prefix)
+        self._check_references(field_prefix)
         total = sum(self.traj_group_sizes)
         if total != batch_size:
             raise ValueError(
                 f"{field_prefix}.traj_group_sizes: sizes sum to {total} rows, expected the batch size "
                 f"{batch_size}"
             )
+
+    def _check_references(self, prefix: str) -> None:
+        """Explicit references again, at use: a tensor can be written after construction."""
+        for i, group in enumerate(self.rollout_groups or ()):
+            if group is None or group.rewards is None:
+                continue
+            field = f"{prefix}.rollout_groups[{i}].rewards"
+            rewards = group.rewards
+            if not isinstance(rewards, torch.Tensor) or tuple(rewards.shape) != (group.n_logical,):
+                shape = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
+                raise ValueError(f"{field}: got {shape}, expected a tensor of shape ({group.n_logical},)")
+            if rewards.device.type == "meta":
+                raise ValueError(f"{field}: on device meta (a tensor without data), expected real values")
+            if not rewards.dtype.is_floating_point:
+                raise ValueError(f"{field}: got dtype {rewards.dtype}, expected a float tensor")
+            finite = torch.isfinite(rewards)
+            if not bool(finite.all()):
+                bad = int((~finite).nonzero()[0, 0])
+                raise ValueError(
+                    f"{field}[{bad}]: got {rewards[bad].item()!r}, expected a finite number (the reference "
+                    "was changed after the RolloutGroup was built)"
+                )
 
     # -- derived layout ----------------------------------------------------
 

@@ -42,7 +42,7 @@ def import_object(path: str, *, stage: str) -> Any:
                 ) from exc
             last_error = exc
             continue
-        except Exception as exc:  # the user's module raised while importing
+        except (Exception, SystemExit) as exc:  # the user's module raised (or exited) while importing
             raise PluginResolutionError(
                 stage, path, f"importing module {module_name!r} raised {type(exc).__name__}: {exc}"
             ) from exc

@@ -7,6 +7,8 @@ import torch
 __all__ = ["KLEstimator", "KL_ESTIMATORS"]
 
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+#: k3 = exp(-r) - 1 + r exceeds the clamp (10) for |r| >= 11 and grows monotonically beyond it.
+_K3_RATIO_BOUND = 20.0
 
 
 class KLEstimator:
@@ -27,6 +29,10 @@ class KLEstimator:
             kl = log_ratio**2 / 2.0
         else:
             neg = -log_ratio
+            if self.apply_clamp:
+                # Bounding the log-ratio first leaves every clamped result unchanged (k3 is past the
+                # clamp there already) and keeps exp(inf) - inf = NaN out of extreme finite inputs.
+                neg.clamp_(min=-_K3_RATIO_BOUND, max=_K3_RATIO_BOUND)
             kl = neg.exp() - 1 - neg
         if self.apply_clamp:
             kl.clamp_(min=-10, max=10)  # kl is always a fresh tensor here

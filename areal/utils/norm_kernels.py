@@ -344,7 +344,11 @@ def normalise(x: torch.Tensor, mask: torch.Tensor | None, stats: RowStats, denom
     """((x - mean) * mask) / denom as a new float32 tensor (not in place: aliasing stops vectorisation)."""
     out = empty_cpu(tuple(x.shape))
     m, has_mask = _mask_np(x, mask)
-    denom = _np(torch.broadcast_to(denom.to(torch.float64), (x.shape[0],)))
+    denom = torch.broadcast_to(denom.to(torch.float64), (x.shape[0],))
+    # numba's division raises ZeroDivisionError where torch gives inf / NaN; a zero
+    # denominator (eps 0 with a zero std, reachable only past config validation)
+    # makes the row NaN instead, so the output guard reports it with its cause.
+    denom = _np(torch.where(denom == 0, torch.nan, denom))
     _pass("normalise", x)(_np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self,
                denom, out.numpy())
     return out

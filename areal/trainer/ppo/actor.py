@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from areal.api.cli_args import PPOActorConfig
+from areal.api.cli_args import ConfigError, PPOActorConfig
 from areal.trainer.failures import staged
 from areal.trainer.ppo.advantage import CallOptions, ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
+from areal.trainer.ppo.batch_checks import BatchError
+from areal.trainer.ppo.contracts import differences
 from areal.trainer.ppo.stage_state import StageState
 from areal.utils.data import TrajBatchMeta, concat_batch
 
@@ -66,9 +69,25 @@ class PPOActor:
         if not isinstance(config, PPOActorConfig):
             raise TypeError(f"PPOActor: config must be a PPOActorConfig, got {type(config).__name__}")
         config.validate()
-        self.config = config
+        # Private copies: the caller's later edits of `config` cannot reach this actor, and edits of
+        # `actor.config` (which would disagree with the stages resolved here) are reported at the next call.
+        self._config = copy.deepcopy(config)
+        self._as_resolved = copy.deepcopy(config)
         self.engine = engine
-        self.resolved: ResolvedAdvantage = _resolve_on_every_rank(config)
+        self.resolved: ResolvedAdvantage = _resolve_on_every_rank(self._config)
+
+    @property
+    def config(self) -> PPOActorConfig:
+        """The actor's own copy of the config it was built with (read-only in effect)."""
+        return self._config
+
+    def _check_config_unchanged(self) -> None:
+        changed = differences(self._as_resolved, self._config, "actor")
+        if changed:
+            raise ConfigError(
+                f"{', '.join(changed)}: PPOActor.config was changed after the actor was built; the stages "
+                "were resolved from the original config, so build a new PPOActor with the new config instead"
+            )
 
     def compute_advantages(
         self,
@@ -85,9 +104,18 @@ class PPOActor:
         `data` is one padded batch (with optional `meta`) or a list of trajectory
         groups, which are concatenated with `concat_batch` (metadata derived).
         `advantage_shaping_mode` and `gvpo_*` are the legacy call-time PRM choice;
-        an explicit `actor.advantage.process_adv_shaping` wins over it.
+        an explicit `actor.advantage.process_adv_shaping` wins over it. Every
+        field the pipeline emits is a new tensor (editing it never edits the
+        caller's batch); the batch's other fields are the caller's tensors.
+        Without `use_decoupled_loss`, `prox_logp` is the same tensor as `logprobs`.
         """
+        self._check_config_unchanged()
         if not isinstance(data, Mapping):
+            if data is None or isinstance(data, (str, bytes)) or not isinstance(data, Sequence):
+                raise BatchError(
+                    f"data: got {type(data).__name__}, expected a batch dict of tensors or a list of "
+                    "trajectory-group dicts"
+                )
             if meta is not None:
                 raise ValueError("compute_advantages: pass meta only with a single batch dict, not with a list of groups")
             data, meta = concat_batch(list(data))
@@ -147,6 +175,7 @@ class PPOActor:
     @staged("policy update")
     def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
         """One PPO update over `data` (the output of `compute_advantages`)."""
+        self._check_config_unchanged()
         if self.engine is None:
             raise RuntimeError("PPOActor.ppo_update needs a training engine; construct PPOActor(config, engine)")
         from areal.trainer.ppo.update import ppo_update

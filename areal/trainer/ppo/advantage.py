@@ -27,7 +27,7 @@ import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
 from areal.trainer.ppo.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields, stage_reads
-from areal.trainer.ppo.batch_checks import check_batch_structure, check_batch_values
+from areal.trainer.ppo.batch_checks import BatchStats, check_batch_structure, check_batch_values, check_meta
 from areal.trainer.ppo.contracts import (
     call_stage,
     check_full_result,
@@ -36,6 +36,8 @@ from areal.trainer.ppo.contracts import (
     check_tensor,
 )
 from areal.trainer.ppo.fused import run_fused_steps, use_fused
+from areal.trainer.ppo.output_guard import GuardContext, guard_outputs
+from areal.trainer.ppo.outputs import unalias
 from areal.trainer.ppo.placement import (
     AlignedBatch,
     StepFields,
@@ -94,21 +96,29 @@ def run_advantage_pipeline(
     resolved: ResolvedAdvantage,
     options: CallOptions = CallOptions(),
 ) -> dict[str, Any]:
-    """Validate the batch, run the configured computation, return a NEW output dict."""
-    check_batch_structure(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
-    n_rows = data["input_ids"].shape[0]
+    """Validate the batch, run the configured computation, return a NEW output dict.
+
+    Every field the pipeline emits is a tensor of its own (never the caller's);
+    the batch's other fields are passed through as the caller's tensors. One
+    sharing is by design: without `use_decoupled_loss`, `prox_logp` is the same
+    tensor as `logprobs` (the proximal policy is the behaviour policy).
+    """
+    n_rows, n_pos = check_batch_structure(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
     meta_complete = meta is not None
     if meta is None:
         meta = _synthesise_meta(config, n_rows)
     else:
-        meta.validate(n_rows)
+        check_meta(meta, n_rows)
     if resolved.compute is not None:
-        check_batch_values(data)
+        magnitudes = check_batch_values(data)
         fields = _run_full_replacement(data, meta, meta_complete, config, resolved.compute, options)
     else:
-        fields = _default_fields(data, meta, meta_complete, config, resolved, options)
+        fields, magnitudes = _default_fields(data, meta, meta_complete, config, resolved, options)
+    stats = BatchStats(n_rows, n_pos, magnitudes)
+    guard_outputs(fields, GuardContext(config, resolved, options, stats, meta, meta_complete,
+                                       data.get("token_rewards") is not None))
     out = dict(data)
-    out.update(fields)
+    out.update(unalias(fields, data))
     return out
 
 
@@ -131,18 +141,17 @@ def _default_fields(
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
     options: CallOptions,
-    values_checked: bool = False,
-) -> dict[str, Any]:
-    """The new and replaced batch fields, one block per stage of advantage.md §4.
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """The new and replaced batch fields, one block per stage of advantage.md §4, and the input magnitudes.
 
-    The fused kernels check the batch's [B, T] values as they read them; the
-    tensor steps need them checked first.
+    The fused kernels check the batch's [B, T] values as they read them and
+    return the largest |values| for the output guard; the tensor steps need the
+    values checked first, and `check_batch_values` finds the magnitudes.
     """
     process_stage, process_kwargs = select_process(resolved, config, options)
     estimator = default_estimator(resolved, config)
     fused = use_fused(data, config, resolved)
-    if not fused and not values_checked:
-        check_batch_values(data)
+    magnitudes = None if fused else check_batch_values(data)
     check_aux_fields(data, stage_reads(estimator) | stage_reads(process_stage))
     try:
         # 1. Length penalty (one more reward component when rewards are [B, K]).
@@ -152,11 +161,12 @@ def _default_fields(
         # 3. Reward scaling and normalisation.
         score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete)
     except Exception:
-        if fused and not values_checked:
+        if fused:
             check_batch_values(data)  # a bad batch is reported first, as on the tensor path
         raise
     if fused:  # 4.-6. in one fused CPU pass per row, then the normalisation passes
         steps = run_fused_steps(data, score, config, resolved, meta, meta_complete)
+        magnitudes = dict(steps.input_magnitudes)
     else:
         steps = _tensor_steps(data, score, config, resolved, meta, meta_complete)
     # 7. Process advantage shaping.
@@ -164,7 +174,7 @@ def _default_fields(
         steps.advantages, steps.token_adv, steps.loss_mask, meta,
         aligned_token_entropy(data, steps.loss_mask, stage_reads(process_stage))))
     # 8. Output.
-    return _output_fields(steps, advantages, outcome.rewards)
+    return _output_fields(steps, advantages, outcome.rewards), magnitudes
 
 
 def _tensor_steps(
@@ -298,7 +308,7 @@ def compute_default_advantages(inputs: AdvantageInputs) -> AdvantageResult:
     resolved = resolve_advantage(dataclasses.replace(inputs.config, advantage=AdvantageConfig()))
     options = CallOptions(inputs.advantage_shaping_mode, inputs.gvpo_negative_scale,
                           inputs.gvpo_zero_penalty, inputs.gvpo_zero_eps)
-    fields = _default_fields(inputs.data, inputs.meta, inputs.meta_is_complete, inputs.config, resolved, options)
+    fields, _ = _default_fields(inputs.data, inputs.meta, inputs.meta_is_complete, inputs.config, resolved, options)
     extras = {k: fields[k] for k in ALLOWED_EXTRAS if k in fields}
     return AdvantageResult(
         advantages=fields["advantages"], returns=fields["returns"], loss_mask=fields["loss_mask"],

@@ -1,9 +1,12 @@
 """Run-time contracts for stage functions: outputs checked, inputs protected (advantage.md §5).
 
-Custom stages receive clones of the tensors they read, so a plugin that writes
-in place can never corrupt the caller's batch; the write is still detected
-(through tensor version counters) and reported with the stage and import path.
-Built-in stages are covered by tests and run unchecked on the hot path.
+Custom stages receive copies of everything they are handed (tensors, the
+metadata, the config, their kwargs), so a plugin can never reach the caller's
+batch or metadata, nor carry state from one call to the next through them. A
+write is still detected, by comparing contents after the call (so writes
+through `.data`, `.numpy()` or `object.__setattr__` count too), and reported
+with the stage and import path. Built-in stages are covered by tests and run
+unchecked on the hot path.
 """
 
 from __future__ import annotations
@@ -29,49 +32,83 @@ class StageContractError(RuntimeError):
         super().__init__(f"advantage stage {stage!r} ({implementation}): {problem}")
 
 
+def copy_value(value: Any) -> Any:
+    """A copy a stage may do anything with: tensors cloned, mappings rebuilt, everything else deep-copied.
+
+    Metadata (`TrajBatchMeta`, its `RolloutGroup.rewards`), the config and kwargs
+    are copied too, so a plugin cannot reach the caller's objects through them.
+    """
+    if torch.is_tensor(value):
+        return value.clone()
+    if isinstance(value, Mapping):
+        return {k: copy_value(v) for k, v in value.items()}
+    return copy.deepcopy(value)
+
+
 def clone_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A new dict whose tensors are clones (other values shared)."""
-    return {k: (v.clone() if torch.is_tensor(v) else v) for k, v in data.items()}
+    """A new dict whose values are copies (`copy_value`)."""
+    return {k: copy_value(v) for k, v in data.items()}
 
 
-def clone_dataclass(obj: Any) -> Any:
-    """Shallow-copy a frozen stage-input dataclass with cloned tensors / mappings."""
-    changes = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if torch.is_tensor(value):
-            changes[f.name] = value.clone()
-        elif isinstance(value, Mapping) and f.name == "data":
-            changes[f.name] = clone_mapping(value)
-    return dataclasses.replace(obj, **changes)
+def protect(inputs: Any) -> tuple[Any, dict[str, Any]]:
+    """(a copy of a stage-input dataclass, the copies it holds by field name)."""
+    copies = {f.name: copy_value(getattr(inputs, f.name)) for f in dataclasses.fields(inputs)}
+    return dataclasses.replace(inputs, **copies), copies
 
 
-def snapshot(obj: Any) -> dict[str, tuple[int, int]]:
-    """Version counters and identities of every tensor reachable from a stage input."""
-    found: dict[str, tuple[int, int]] = {}
-
-    def visit(name: str, value: Any) -> None:
-        if torch.is_tensor(value):
-            found[name] = (id(value), value._version)
-        elif isinstance(value, Mapping):
-            found[name + "{}"] = (id(value), hash(tuple(sorted(map(str, value.keys())))))
-            for k, v in value.items():
-                visit(f"{name}[{k!r}]", v)
-
-    for f in dataclasses.fields(obj):
-        visit(f.name, getattr(obj, f.name))
-    return found
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    if torch.equal(a, b):
+        return True
+    if a.is_floating_point() or a.is_complex():  # NaN != NaN: compare NaN positions separately
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return False
 
 
-def check_unmodified(before: dict[str, tuple[int, int]], obj: Any, stage: str, implementation: str) -> None:
-    after = snapshot(obj)
-    changed = [name for name, state in before.items() if after.get(name) != state]
+def differences(original: Any, handed: Any, name: str) -> list[str]:
+    """Paths at which `handed` (a copy of `original` given to a stage) no longer equals it.
+
+    Contents are compared, not version counters, so writes through `.data`,
+    `.numpy()` or `object.__setattr__` are found as well as in-place ops.
+    """
+    if torch.is_tensor(original) or torch.is_tensor(handed):
+        same = torch.is_tensor(original) and torch.is_tensor(handed) and _same_tensor(original, handed)
+        return [] if same else [name]
+    if isinstance(original, Mapping):
+        if not isinstance(handed, Mapping) or list(handed) != list(original):
+            return [name + "{}"]
+        return [d for k in original for d in differences(original[k], handed[k], f"{name}[{k!r}]")]
+    if dataclasses.is_dataclass(original) and not isinstance(original, type):
+        if type(handed) is not type(original):
+            return [name]
+        return [d for f in dataclasses.fields(original)
+                for d in differences(getattr(original, f.name), getattr(handed, f.name), f"{name}.{f.name}")]
+    if isinstance(original, (list, tuple)):
+        if type(handed) is not type(original) or len(handed) != len(original):
+            return [name]
+        return [d for i, (a, b) in enumerate(zip(original, handed)) for d in differences(a, b, f"{name}[{i}]")]
+    try:
+        return [] if bool(original == handed) else [name]
+    except Exception:  # an object without a usable equality: identity is all we can check
+        return [] if original is handed else [name]
+
+
+def check_unmodified(inputs: Any, protected: Any, copies: Mapping[str, Any], stage: str, implementation: str) -> None:
+    """Compare what the stage was handed with the pipeline's own inputs after the call."""
+    changed = []
+    for f in dataclasses.fields(inputs):
+        held = getattr(protected, f.name)
+        if held is not copies[f.name]:  # the attribute itself was replaced (object.__setattr__)
+            changed.append(f.name)
+        changed += differences(getattr(inputs, f.name), held, f.name)
     if changed:
         raise StageContractError(
             stage,
             implementation,
-            f"modified its inputs in place ({', '.join(sorted(changed))}); stage functions must return "
-            "new tensors and leave the input mapping and tensors untouched (the caller's batch was not changed)",
+            f"modified its inputs in place ({', '.join(sorted(set(changed)))}); stage functions must return new "
+            "tensors and leave the input mapping, its tensors, the metadata and the config untouched (the "
+            "caller's batch and metadata were not changed)",
         )
 
 
@@ -136,20 +173,23 @@ class ResolvedStage:
 
 
 def call_stage(stage: ResolvedStage, inputs: Any, **kwargs: Any) -> Any:
-    """Call a stage; custom ones get cloned inputs and are checked for in-place writes."""
+    """Call a stage; custom ones get copies of their inputs and kwargs and are checked for writes."""
     if not stage.custom:
         return stage.fn(inputs, **kwargs)
-    protected = clone_dataclass(inputs)
-    if hasattr(protected, "config"):
-        object.__setattr__(protected, "config", copy.deepcopy(protected.config))
-    before = snapshot(protected)
+    protected, copies = protect(inputs)
+    call_kwargs = copy.deepcopy({**dict(stage.kwargs), **kwargs})  # fresh per call: no state through kwargs
     try:
-        result = stage.fn(protected, **kwargs)
+        result = stage.fn(protected, **call_kwargs)
     except (StageContractError, BatchError):
         raise
+    except SystemExit as exc:
+        raise StageContractError(
+            stage.stage, stage.implementation,
+            f"called sys.exit({exc.code!r}); a stage function must return its result or raise an exception",
+        ) from exc
     except Exception as exc:
         raise StageContractError(stage.stage, stage.implementation, f"raised {type(exc).__name__}: {exc}") from exc
-    check_unmodified(before, protected, stage.stage, stage.implementation)
+    check_unmodified(inputs, protected, copies, stage.stage, stage.implementation)
     return result
 
 
@@ -181,7 +221,9 @@ def check_full_result(stage: ResolvedStage, result: Any, shape: tuple[int, int],
     for name in ("advantages", "returns", "loss_mask", "logprobs", "total_rewards", "kl_rewards"):
         check_tensor(stage.stage, stage.implementation, name, getattr(result, name), shape=shape, device=device)
     check_binary_mask(stage.stage, stage.implementation, "loss_mask", result.loss_mask)
-    check_tensor(stage.stage, stage.implementation, "rewards", result.rewards, shape=shape[:1], device=device)
+    # Integer task rewards are valid batch content, and the default (identity) keeps them integer.
+    check_tensor(stage.stage, stage.implementation, "rewards", result.rewards, shape=shape[:1], device=device,
+                 allow_integer=True)
     extras = dict(result.extras or {})
     unknown = sorted(set(extras) - ALLOWED_EXTRAS)
     if unknown:
@@ -191,7 +233,23 @@ def check_full_result(stage: ResolvedStage, result: Any, shape: tuple[int, int],
             "values or original rewards cannot be overwritten)",
         )
     for name, value in extras.items():
-        check_tensor(stage.stage, stage.implementation, f"extras[{name!r}]", value,
-                     shape=shape[:1] if name == "is_truncated" else shape, device=device,
-                     floating=name != "is_truncated")
+        _check_extra(stage, name, value, shape, device)
     return result
+
+
+def _check_extra(stage: ResolvedStage, name: str, value: Any, shape: tuple[int, int], device: torch.device) -> None:
+    """`is_truncated` is a bool flag per row, `input_token_loss_mask` a binary [B, T] mask, the rest floats."""
+    where = f"extras[{name!r}]"
+    if name == "is_truncated":
+        check_tensor(stage.stage, stage.implementation, where, value, shape=shape[:1], device=device, floating=False)
+        if value.dtype != torch.bool:
+            raise StageContractError(stage.stage, stage.implementation,
+                                     f"{where}: returned dtype {value.dtype}, expected torch.bool (one flag per row)")
+        return
+    if name == "input_token_loss_mask":
+        check_tensor(stage.stage, stage.implementation, where, value, shape=shape, device=device, floating=False)
+        if value.is_complex():
+            raise StageContractError(stage.stage, stage.implementation, f"{where}: returned dtype {value.dtype}, expected a real mask")
+        check_binary_mask(stage.stage, stage.implementation, where, value)
+        return
+    check_tensor(stage.stage, stage.implementation, where, value, shape=shape, device=device)

@@ -116,7 +116,18 @@ def run_fused_steps(
         temporal=TemporalResult(advantages=out.advantages, returns=out.returns, total_rewards=out.total_rewards),
         advantages=advantages,
         token_adv=None,
+        input_magnitudes=_magnitudes(data, out.values_max_abs),
     )
+
+
+def _magnitudes(data: Mapping[str, Any], values_max_abs: torch.Tensor) -> dict[str, float]:
+    """What `check_batch_values` would return: max |values| from the kernels' per-row maxima.
+
+    (The fused path never has `token_rewards`, the other magnitude field.)
+    """
+    if data.get("values") is None:
+        return {}
+    return {"values": float(values_max_abs.max())}
 
 
 def _mopd_behaviour(data: Mapping[str, Any], loss_mask: torch.Tensor, logprobs: torch.Tensor, use_prox: bool) -> torch.Tensor | None:

@@ -9,6 +9,7 @@ modified. The recurrence itself runs in a compiled kernel chosen per device
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from .kernels.torch_ref import accumulation_dtype
 __all__ = [
     "GAELambdaContext",
     "GAELambdaInputs",
+    "LambdaFunctionError",
     "check_turn_ids_type",
     "compute_gae_lambda",
     "count_turns",
@@ -323,12 +325,27 @@ def compute_gae_lambda(
         value = _check_lambda_number(gae_lambda, source)
         return torch.full((n_rows,), value, dtype=torch.float32, device=loss_mask.device)
     ctx = _lambda_context(loss_mask, turn_ids, timestep_unit, source)  # only functions need lengths
-    try:
-        result = gae_lambda(ctx, **kwargs)
-    except Exception as exc:
-        exc.add_note(f"raised by the GAE lambda function {source} (kwargs {sorted(kwargs)})")
-        raise
+    result = _call_lambda(gae_lambda, ctx, kwargs, source)
     return _check_lambda_result(result, n_rows, loss_mask.device, source)
+
+
+def _call_lambda(fn: Callable[..., Any], ctx: GAELambdaContext, kwargs: Mapping[str, Any], source: str) -> Any:
+    """Call a lambda function with fresh kwargs; its failure names `source` in the message itself."""
+    try:
+        return fn(ctx, **copy.deepcopy(dict(kwargs)))
+    except SystemExit as exc:
+        raise LambdaFunctionError(
+            f"{source}: the GAE lambda function called sys.exit({exc.code!r}); it must return one lambda "
+            "per row or raise an exception"
+        ) from exc
+    except Exception as exc:
+        raise LambdaFunctionError(
+            f"{source}: the GAE lambda function raised {type(exc).__name__}: {exc} (kwargs {sorted(kwargs)})"
+        ) from exc
+
+
+class LambdaFunctionError(RuntimeError):
+    """A configured GAE lambda function raised; the message names the config field and import path."""
 
 
 def _check_lambda_unit(loss_mask: Any, turn_ids: torch.Tensor | None, unit: str, source: str) -> None:

@@ -54,6 +54,9 @@ class StepFields:
     temporal: TemporalResult
     advantages: torch.Tensor  # after advantage normalisation
     token_adv: torch.Tensor | None  # direct process-reward advantages for step 7
+    #: Largest |value| of the batch's magnitude fields, when the steps found them (the fused kernels);
+    #: None when `batch_checks.check_batch_values` did.
+    input_magnitudes: Mapping[str, float] | None = None
 
 
 def roll_left(x: torch.Tensor) -> torch.Tensor:

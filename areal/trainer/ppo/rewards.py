@@ -5,12 +5,13 @@ Pure tensor functions on [B] rewards; nothing here loops over rows or tokens.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from areal.api.cli_args import PPOActorConfig
+from areal.api.cli_args import NormConfig, PPOActorConfig
 from areal.trainer.ppo.contracts import ResolvedStage, StageContractError
 from areal.trainer.ppo.stage_types import OutcomeResult
 from areal.utils.data import Normalization, TrajBatchMeta
@@ -56,21 +57,22 @@ def logical_layout(meta: TrajBatchMeta, device: torch.device) -> tuple[torch.Ten
     groups = meta.rollout_groups or (None,) * meta.n_trajs
     counts: list[torch.Tensor] = []
     refs: list[torch.Tensor] = []
+    given: list[torch.Tensor] = []  # an explicit flag, not NaN as "absent": a NaN reference is an error
     for group, rows in zip(groups, meta.traj_group_sizes):
-        if group is None:
-            counts.append(torch.ones(rows, dtype=torch.long))
-            refs.append(torch.full((rows,), float("nan"), dtype=torch.float64))
+        n_logical = rows if group is None else group.n_logical
+        counts.append(torch.ones(rows, dtype=torch.long) if group is None
+                      else torch.as_tensor(group.row_counts, dtype=torch.long))
+        if group is None or group.rewards is None:
+            refs.append(torch.zeros(n_logical, dtype=torch.float64))
+            given.append(torch.zeros(n_logical, dtype=torch.bool))
         else:
-            counts.append(torch.as_tensor(group.row_counts, dtype=torch.long))
-            if group.rewards is None:
-                refs.append(torch.full((len(group.row_counts),), float("nan"), dtype=torch.float64))
-            else:
-                refs.append(group.rewards.detach().to("cpu", torch.float64))
+            refs.append(group.rewards.detach().to("cpu", torch.float64))
+            given.append(torch.ones(n_logical, dtype=torch.bool))
     repeats = torch.cat(counts).to(device)
     reference = torch.cat(refs).to(device)
     starts = torch.cumsum(repeats, 0) - repeats
     member = torch.repeat_interleave(torch.arange(repeats.numel(), device=device), repeats)
-    return starts, member, reference, ~torch.isnan(reference)
+    return starts, member, reference, torch.cat(given).to(device)
 
 
 def normalize_rollout_rewards(
@@ -126,6 +128,23 @@ def normalize_rollout_rewards(
     return ((scores.to(torch.float64) - mean[member]) / scale[member]).float()
 
 
+class AdvantageWarning(UserWarning):
+    """A valid configuration or batch whose result is probably not what was meant."""
+
+
+SINGLETON_CENTERING = (
+    "actor.reward_norm.mean_level='group': some prompts have a single (logical) rollout, and centering a "
+    "group of one on its own mean sets its score to 0, erasing its task reward; sample several rollouts per "
+    "prompt (rollout.n_samples > 1) or use mean_level 'batch'"
+)
+
+
+def warn_singleton_centering(norm: NormConfig, meta: TrajBatchMeta) -> None:
+    """AReaL's warning: group-level centering of a one-member group leaves nothing to learn from."""
+    if norm.mean_level == "group" and 1 in meta.logical_group_sizes:
+        warnings.warn(SINGLETON_CENTERING, AdvantageWarning, stacklevel=2)
+
+
 def _has_explicit_references(meta: TrajBatchMeta) -> bool:
     return any(g is not None and g.rewards is not None for g in (meta.rollout_groups or ()))
 
@@ -161,6 +180,7 @@ def normalise_scores(
     scale_kw = dict(bias=config.reward_bias, scaling=config.reward_scaling, clip=config.reward_clip)
     if config.reward_norm is None:
         return scale_scores(outcome.rewards, **scale_kw)
+    warn_singleton_centering(config.reward_norm, meta)
     norm = Normalization(config.reward_norm)
     _check_shaped_references(outcome, stage, meta, meta_complete)
     shaped_refs = outcome.normalization_rewards

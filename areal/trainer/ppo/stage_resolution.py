@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -171,6 +172,16 @@ class CallOptions:
     gvpo_zero_penalty: float = 0.4
     gvpo_zero_eps: float = 1e-6
 
+    def validate(self) -> None:
+        """Checked on every call, whether or not the batch has process rewards to shape."""
+        mode = self.advantage_shaping_mode
+        if mode not in PRM_MODES:
+            raise ValueError(f"advantage_shaping_mode: got {mode!r}, expected one of {list(PRM_MODES)}")
+        for name in ("gvpo_negative_scale", "gvpo_zero_penalty", "gvpo_zero_eps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name}: got {value!r}, expected a finite number >= 0")
+
     def legacy_gvpo(self) -> dict[str, float]:
         return {
             "negative_scale": self.gvpo_negative_scale,
@@ -181,11 +192,10 @@ class CallOptions:
 
 def select_process(resolved: ResolvedAdvantage, config: PPOActorConfig, options: CallOptions) -> tuple[ResolvedStage, dict[str, Any]]:
     """Explicit config wins over the call-time mode; explicit GVPO kwargs override legacy ones."""
+    options.validate()
     stage = resolved.process
     if stage is None:
         mode = options.advantage_shaping_mode
-        if mode not in PRM_MODES:
-            raise ValueError(f"advantage_shaping_mode: got {mode!r}, expected one of {list(PRM_MODES)}")
         if mode in ("gvpo", "process_weighted") and not config.token_rewards_as_adv:
             raise ValueError(f"advantage_shaping_mode={mode!r} requires actor.token_rewards_as_adv=true (got false)")
         if mode == "process_weighted" and config.mask_no_eos_with_zero:

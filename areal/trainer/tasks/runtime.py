@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from areal.trainer.codec import ChatCodec, Text, check_text
-from areal.trainer.rewards import RewardBreakdown, RewardSet
+from areal.trainer.rewards import FLOAT32_MAX, RewardBreakdown, RewardSet, fits_float32
 from areal.trainer.tasks.base import StepResult
 
 
@@ -130,9 +130,13 @@ def _check_result(result: StepResult) -> None:
     if isinstance(result.reward, bool) or not isinstance(result.reward, numbers.Real) \
             or not math.isfinite(float(result.reward)):
         raise TypeError(f"returned reward {result.reward!r}, expected a finite number")
+    if not fits_float32(float(result.reward)):
+        raise TypeError(f"returned reward {result.reward!r}, expected a finite number within the float32 range "
+                        f"(|x| <= {FLOAT32_MAX:.3g}) of the batch's rewards")
     if result.process_score is not None and (not isinstance(result.process_score, numbers.Real)
-                                             or not math.isfinite(float(result.process_score))):
-        raise TypeError(f"returned process_score {result.process_score!r}, expected null or a finite number")
+                                             or not fits_float32(float(result.process_score))):
+        raise TypeError(f"returned process_score {result.process_score!r}, expected null or a finite number within "
+                        f"the float32 range (|x| <= {FLOAT32_MAX:.3g}) of the batch's token_rewards")
     if not isinstance(result.done, bool):
         raise TypeError(f"returned done={result.done!r}, expected true or false")
     if not result.done and result.observation is not None:

@@ -119,3 +119,127 @@ def replace_wrong_shape(inputs):
 
 
 not_callable = 42
+
+
+# --- plugins that try to reach the caller, exit, or return non-finite values (issue 14) ------------
+
+
+def exits(inputs):
+    import sys
+
+    sys.exit(3)
+
+
+def estimator_exits(inputs):
+    raise SystemExit("bye")
+
+
+def lambda_raises(ctx):
+    raise KeyError("no such length")
+
+
+def lambda_exits(ctx):
+    raise SystemExit(0)
+
+
+def rescale_references(inputs):
+    """Rescales the explicit references of the metadata it was handed, in place."""
+    for group in inputs.meta.rollout_groups:
+        if group is not None and group.rewards is not None:
+            group.rewards.mul_(10.0)
+    return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def replace_group_sizes(inputs):
+    object.__setattr__(inputs.meta, "traj_group_sizes", (inputs.meta.n_rows,) + (1,) * 0)
+    object.__setattr__(inputs.meta, "n_trajs", 1)
+    return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def write_through_data(inputs):
+    inputs.data["rewards"].data.mul_(2)
+    return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def write_through_numpy(inputs):
+    inputs.data["rewards"].numpy()[0] += 1.0
+    return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def write_logprobs_through_numpy(inputs):
+    inputs.data["logprobs"].numpy()[:] = 0.0
+    return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def estimator_writes_data(inputs):
+    inputs.values.data.add_(1.0)
+    return token_gae(inputs)
+
+
+def estimator_setattr(inputs):
+    object.__setattr__(inputs, "values", inputs.values + 1.0)
+    return token_gae(inputs)
+
+
+def estimator_edits_meta(inputs):
+    object.__setattr__(inputs.meta, "traj_seqlens", ())
+    return token_gae(inputs)
+
+
+def outcome_edits_config(inputs):
+    inputs.config.kl_ctl = 5.0
+    return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def outcome_edits_nested_config(inputs):
+    inputs.config.advantage.outcome_reward_shaping.kwargs["sneaky"] = 1
+    return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+def process_edits_meta(inputs):
+    object.__setattr__(inputs.meta, "n_trajs", inputs.meta.n_trajs + 1)
+    return inputs.advantages
+
+
+def process_writes_mask(inputs):
+    inputs.loss_mask.numpy()[:] = 1.0
+    return inputs.advantages
+
+
+def process_nan(inputs):
+    adv = inputs.advantages.clone()
+    adv[0, 0] = float("nan")
+    return adv
+
+
+def replace_writes_values(inputs):
+    inputs.data["values"].numpy()[:] = 0.0
+    return compute_default_advantages(inputs)
+
+
+def replace_nan_advantages(inputs):
+    r = compute_default_advantages(inputs)
+    adv = r.advantages.clone()
+    adv[-1, -1] = float("inf")
+    return AdvantageResult(**{**r.__dict__, "advantages": adv})
+
+
+def replace_float_truncation(inputs):
+    r = compute_default_advantages(inputs)
+    return AdvantageResult(**{**r.__dict__, "extras": {**r.extras, "is_truncated": r.extras["is_truncated"].float()}})
+
+
+def refs_nan(inputs):
+    refs = torch.zeros(inputs.meta.n_logical)
+    refs[0] = float("nan")
+    return OutcomeResult(rewards=inputs.data["rewards"].float(), normalization_rewards=refs)
+
+
+KWARGS_SEEN: list[list[int]] = []
+
+
+def appends_to_kwargs(inputs, *, history: list):
+    """Mutates its (list) kwarg: without fresh copies per call, later calls would see the change."""
+    history.append(len(history))
+    KWARGS_SEEN.append(list(history))
+    return OutcomeResult(rewards=inputs.data["rewards"].float())

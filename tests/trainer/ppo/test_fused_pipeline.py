@@ -10,6 +10,7 @@ plain-loop reference of the spec (advantage_reference.py).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from contextlib import contextmanager
 
@@ -19,7 +20,7 @@ from advantage_reference import ref_pipeline
 from batch_factory import make_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_advantage_bad_inputs import CASES
+from test_advantage_bad_inputs import LEGACY_CASES as CASES
 from test_advantage_default import OUT_KEYS, assert_same, configs
 
 from areal.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec
@@ -129,8 +130,9 @@ def test_fused_logprob_modes_and_mopd(decoupled, recompute, unit):
     behaviour = torch.roll(batch["logprobs"], -1, -1) * fast["loss_mask"]
     assert torch.equal(fast["mopd_behavior_logprobs"], behaviour)
     assert fast["mopd_behavior_logprobs"].data_ptr() != fast["logprobs"].data_ptr()  # its own tensor
-    if decoupled:
-        assert fast["prox_logp"] is batch["prox_logp"]
+    if decoupled:  # the caller's values in a tensor of its own (issue 14: no output aliases the batch)
+        assert torch.equal(fast["prox_logp"], batch["prox_logp"])
+        assert fast["prox_logp"].untyped_storage().data_ptr() != batch["prox_logp"].untyped_storage().data_ptr()
     else:
         assert fast["prox_logp"] is fast["logprobs"]
 
@@ -264,6 +266,12 @@ def _empty_row(batch, row):
         batch[key][row] = fill
 
 
+def _turn_id_of_width(batch, row):
+    """The row's last generated token gets turn id T (still non-decreasing, but not < T)."""
+    last = int(batch["loss_mask"][row].nonzero()[-1])
+    _poke(batch, "turn_ids", row, last, batch["turn_ids"].shape[1])
+
+
 @pytest.mark.parametrize("bit, edit", [
     (fused_cpu.ROW_ATTENTION_NOT_BINARY, lambda b: _poke(b, "attention_mask", 0, 0, 3)),
     (fused_cpu.ROW_ATTENTION_NOT_RIGHT_PADDED, lambda b: _poke(b, "attention_mask", 0, 0, 0)),
@@ -272,6 +280,7 @@ def _empty_row(batch, row):
     (fused_cpu.ROW_LOSS_MASK_ON_PADDING, lambda b: _poke(b, "loss_mask", 0, -1, 1)),
     (fused_cpu.ROW_NOT_FINITE, lambda b: _poke(b, "logprobs", 0, 0, float("nan"))),
     (fused_cpu.ROW_TURN_IDS_INVALID, lambda b: _poke(b, "turn_ids", 0, 0, 0)),
+    (fused_cpu.ROW_TURN_IDS_INVALID, lambda b: _turn_id_of_width(b, 0)),
 ])
 @pytest.mark.parametrize("unit", ["token", "turn"])
 def test_kernel_reports_each_check_as_its_bit(bit, edit, unit):
@@ -284,6 +293,40 @@ def test_kernel_reports_each_check_as_its_bit(bit, edit, unit):
     errors = fused_cpu.run_fused(inputs, options).errors
     assert int(errors[0]) & bit, (int(errors[0]), fused_cpu.ROW_ERRORS)
     assert int(errors[1:].abs().sum()) == 0
+
+
+@pytest.mark.parametrize("unit", ["token", "turn"])
+@pytest.mark.parametrize("n_groups", [1, 5, 64])
+def test_kernel_returns_each_rows_largest_abs_value(unit, n_groups):
+    """The output guard's bound on the fused path: max |values| per row, exactly, from every position."""
+    batch, _ = make_batch(8, n_groups=n_groups, drop=("token_rewards",))
+    n_rows = batch["rewards"].shape[0]
+    values = batch["values"].clone()
+    values[0, -1] = -1e30  # the last position (raw token 0's aligned slot) and a negative sign count too
+    inputs = fused_cpu.FusedInputs(batch["attention_mask"], batch["loss_mask"], batch["logprobs"], batch["ref_logp"],
+                                   values, None, batch["turn_ids"], torch.zeros(n_rows), None)
+    options = fused_cpu.FusedOptions(unit, False, False, "k1", 0.1, 1.0, torch.ones(n_rows), False)
+    out = fused_cpu.run_fused(inputs, options)
+    assert torch.equal(out.values_max_abs, values.abs().amax(dim=1))
+    no_values = dataclasses.replace(inputs, values=None)
+    assert torch.equal(fused_cpu.run_fused(no_values, options).values_max_abs, torch.zeros(n_rows))
+
+
+@pytest.mark.parametrize("drop", [("token_rewards",), ("token_rewards", "values")])
+def test_output_guard_gets_the_same_batch_stats_on_both_paths(monkeypatch, drop):
+    """The fused kernels' magnitudes are what check_batch_values finds on the tensor path."""
+    from areal.trainer.ppo import advantage
+
+    seen = {}
+    guard = advantage.guard_outputs
+    batch, meta = make_batch(9, drop=drop)
+    for mode in ("on", "off"):
+        monkeypatch.setattr(advantage, "guard_outputs", lambda fields, ctx, _m=mode: (seen.update({_m: ctx.stats}),
+                                                                                      guard(fields, ctx)))
+        with fused_mode(mode):
+            PPOActor(PPOActorConfig()).compute_advantages(batch, meta)
+    assert seen["on"] == seen["off"]
+    assert seen["on"].magnitude("values") == (float(batch["values"].abs().max()) if "values" in batch else 0.0)
 
 
 def test_kernel_flag_without_a_batch_error_is_never_silent(monkeypatch):
@@ -356,9 +399,14 @@ def test_bad_mode_is_an_error():
 @pytest.mark.parametrize("n_pos", [1, 2])
 @pytest.mark.parametrize("unit", ["token", "turn"])
 def test_fused_rows_of_one_and_two_positions(n_pos, unit):
-    """T = 1 (only the rolled-around position) and T = 2 (one GAE step), every row truncated."""
+    """T = 1 (only the rolled-around position) and T = 2 (one GAE step), every row truncated.
+
+    Position 0 is the prompt (issue 14: a generated token needs a context), so T = 1 has no generated token.
+    """
     ones = torch.ones(3, n_pos, dtype=torch.long)
-    batch = {"input_ids": ones, "attention_mask": ones, "loss_mask": ones, "turn_ids": torch.zeros_like(ones),
+    loss = ones.clone()
+    loss[:, 0] = 0
+    batch = {"input_ids": ones, "attention_mask": ones, "loss_mask": loss, "turn_ids": torch.where(loss.bool(), 0, -1),
              "logprobs": -torch.rand(3, n_pos), "ref_logp": -torch.rand(3, n_pos), "values": torch.randn(3, n_pos),
              "rewards": torch.tensor([1.0, 0.0, 2.0])}
     cfg = PPOActorConfig(gae_timestep_unit=unit, adv_norm=NormConfig(), discount=0.9)

@@ -642,13 +642,21 @@ def test_compute_gae_lambda_errors():
     # Wrong device cannot be produced on a CPU-only machine; covered by the same check.
 
 
-def test_compute_gae_lambda_notes_the_source_on_exceptions():
+def test_compute_gae_lambda_names_the_source_in_the_message_on_exceptions():
+    from areal.trainer.ppo.gae import LambdaFunctionError
+
     def broken(ctx):
         raise KeyError("boom")
 
-    with pytest.raises(KeyError) as err:
+    def exits(ctx):
+        raise SystemExit(3)
+
+    with pytest.raises(LambdaFunctionError) as err:
         compute_gae_lambda(broken, loss_mask=ALIGNED_MASK, timestep_unit="token", source="my.pkg.broken")
-    assert any("my.pkg.broken" in note for note in err.value.__notes__)
+    assert str(err.value).startswith("my.pkg.broken: the GAE lambda function raised KeyError: 'boom'")
+    assert isinstance(err.value.__cause__, KeyError)
+    with pytest.raises(LambdaFunctionError, match=r"my\.pkg\.exits: the GAE lambda function called sys\.exit\(3\)"):
+        compute_gae_lambda(exits, loss_mask=ALIGNED_MASK, timestep_unit="token", source="my.pkg.exits")
 
 
 def test_compute_gae_lambda_does_not_modify_inputs():

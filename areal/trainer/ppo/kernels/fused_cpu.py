@@ -5,7 +5,8 @@ estimate, reward placement, GAE and the batch checks make about twenty passes
 over [B, T] data, each bound by memory speed. Here one compiled function per
 row reads every raw input once, checks it, and writes the six [B, T] outputs
 once: aligned loss mask, aligned masked log-probs, KL rewards, total rewards,
-advantages and returns, plus the per-row moments that advantage normalisation
+advantages and returns, plus each row's largest |values| (the output guard's
+bound, `batch_checks.BatchStats`) and the per-row moments that advantage normalisation
 needs (computed by `areal.utils.norm_kernels.masked_row_moments`, the helper the
 tensor path's normalisation uses, so both give the same bits). The arithmetic
 is float32 in the order of the tensor path and the reference loops; with the
@@ -175,6 +176,24 @@ def _place(seqlen, pos, score, turn, kl_out, tot_out, adv_out):
             tot_out[t] = (kl_g + outcome) + zero
 
 
+def _max_abs_bits(val):
+    """The largest |v| of a row, as the int32 bit pattern of a float32.
+
+    For non-negative floats the bit patterns are ordered like the values, so
+    clearing the sign bit turns max |v| into an integer max reduction, which
+    vectorises (a float max does not: NaN ordering). The row is in cache after
+    the element-wise pass. NaN and inf give patterns >= 0x7F800000, but such a
+    row fails ROW_NOT_FINITE and its magnitude is never used.
+    """
+    bits = val.view(np.int32)
+    sign_off = np.int32(0x7FFFFFFF)
+    high = np.int32(0)
+    for i in range(bits.shape[0]):
+        x = np.int32(bits[i] & sign_off)  # int32 throughout: `&` alone widens to int64 and halves the speed
+        high = x if x > high else high
+    return high
+
+
 def _row_setup(row, out, flags, kind, neg_kl_ctl, turn, score, trunc_given):
     """The element-wise pass and the row's lengths: (errors, truncated, bootstrap value, placed score, its position)."""
     n = row[1].shape[0]
@@ -200,7 +219,8 @@ def _row_setup(row, out, flags, kind, neg_kl_ctl, turn, score, trunc_given):
 def _turn_scan(lmask, ids, pos, starts):
     """Check raw turn ids against the raw mask; record aligned turn starts.
 
-    Returns (ids valid, n_turns, turn holding the score position or -1).
+    Returns (ids valid, n_turns, turn holding the score position or -1). Valid
+    also means every id < T (`batch_checks` names the field for the message).
     Aligned position t holds raw token t+1, so raw token 0 starts no aligned turn.
     """
     n_pos = lmask.shape[0]
@@ -213,6 +233,7 @@ def _turn_scan(lmask, ids, pos, starts):
         tid = ids[src]
         generated = lmask[src] != 0
         bad |= (generated & (tid < 0)) | ((not generated) & (tid != -1)) | ((tid >= 0) & (tid < earlier_max))
+        bad |= tid >= n_pos  # AReaL's rule: a row of T positions holds fewer than T turns
         earlier_max = max(earlier_max, tid)
         if src >= 1:
             if tid > aligned_max:
@@ -344,6 +365,11 @@ def _ids_bits(row, flags, pos):
     return 0 if ok else ROW_TURN_IDS_INVALID
 
 
+def _values_bits(row, flags):
+    """max |values| of the raw row for the output guard (0 without values)."""
+    return _max_abs_bits(row[4]) if flags[5] else np.int32(0)
+
+
 def _moments(out, want):
     """The advantage row's moments under the aligned mask, as `Normalization` forms them."""
     if want:
@@ -354,8 +380,8 @@ def _moments(out, want):
 def _token_rows(row0, out0, row1, out1, flags, kind, neg_kl_ctl, g, c0, c1, score0, score1, trunc0, trunc1):
     """Token GAE for two rows (the same row twice for an odd batch's last row).
 
-    Returns ((errors, truncated, moments) per row). `flags` = (use_prox,
-    has_ids, has_trunc, mask_no_eos, want_moments).
+    Returns ((errors, truncated, moments, max |values| bits) per row).
+    `flags` = (use_prox, has_ids, has_trunc, mask_no_eos, want_moments, has_values).
     """
     e0, tr0, boot0, _, pos0 = _row_setup(row0, out0, flags, kind, neg_kl_ctl, False, score0, trunc0)
     e1, tr1, boot1, _, pos1 = _row_setup(row1, out1, flags, kind, neg_kl_ctl, False, score1, trunc1)
@@ -363,11 +389,12 @@ def _token_rows(row0, out0, row1, out1, flags, kind, neg_kl_ctl, g, c0, c1, scor
     e1 |= _ids_bits(row1, flags, pos1)
     _token_pair(out0[3], out0[0], row0[4], c0, boot0, out0[4], out0[5],
                 out1[3], out1[0], row1[4], c1, boot1, out1[4], out1[5], g)
-    return (e0, tr0, _moments(out0, flags[4])), (e1, tr1, _moments(out1, flags[4]))
+    return ((e0, tr0, _moments(out0, flags[4]), _values_bits(row0, flags)),
+            (e1, tr1, _moments(out1, flags[4]), _values_bits(row1, flags)))
 
 
 def _turn_row(row, out, flags, kind, neg_kl_ctl, g, c, score, trunc_given):
-    """Turn GAE for one row; returns (errors, truncated, moments).
+    """Turn GAE for one row; returns (errors, truncated, moments, max |values| bits).
 
     The turn reward is the outcome score of the turn holding position seqlen-2
     (folded process rewards take the tensor path). KL is added to the
@@ -382,7 +409,7 @@ def _turn_row(row, out, flags, kind, neg_kl_ctl, g, c, score, trunc_given):
     starts[n_turns] = n_pos  # sentinel: no further turn start
     turn_adv, turn_v = _turn_values(row[4], starts, n_turns, score_turn, score, boot, g, c)
     _broadcast_turns(row[6], row[4], starts, n_turns, turn_adv, turn_v, out[4], out[5])
-    return errors, truncated, _moments(out, flags[4])
+    return errors, truncated, _moments(out, flags[4]), _values_bits(row, flags)
 
 
 # ---------------------------------------------------------------------------
@@ -419,9 +446,9 @@ def _turn_task(b, ins, has, flags, score, trunc, kind, neg_kl_ctl, g, coef, outs
 
 
 def _store_row(res, b, row):
-    """Row b's (errors, truncated, moments) into the [B]-sized results."""
-    errors, trunc_out, moments = res
-    errors[b], trunc_out[b] = row[0], row[1]
+    """Row b's (errors, truncated, moments, max |values| bits) into the [B]-sized results."""
+    errors, trunc_out, moments, values_bits = res
+    errors[b], trunc_out[b], values_bits[b] = row[0], row[1], row[3]
     m = row[2]
     moments[0, b], moments[1, b], moments[2, b], moments[3, b], moments[4, b] = m[0], m[1], m[2], m[3], m[4]
 
@@ -459,7 +486,7 @@ if NUMBA_AVAILABLE:
     _elementwise_k12 = _jit(_elementwise_k12)
     _elementwise_k3 = _jit(_elementwise_k3)
     for _name in ("_elementwise", "_front", "_place", "_row_setup", "_turn_scan", "_token_pair", "_pair_steps",
-                  "_pair_steps_unit", "_turn_values",
+                  "_pair_steps_unit", "_turn_values", "_max_abs_bits", "_values_bits",
                   "_broadcast_segment", "_broadcast_turns", "_ids_bits", "_moments", "_token_rows", "_turn_row", "_row",
                   "_out", "_store_row", "_token_pair_task", "_turn_task"):
         globals()[_name] = _jit(globals()[_name])
@@ -504,6 +531,7 @@ class FusedOptions:
     discount: float
     coef: torch.Tensor  # [B] float32 discount * lambda
     row_moments: bool  # also return the advantages' per-row moments (for advantage normalisation)
+    magnitudes: bool = True  # also return max |values| per row (the output guard's bound; off only to time it)
 
 
 @dataclass(frozen=True, eq=False)
@@ -517,6 +545,7 @@ class FusedOutputs:
     truncated: torch.Tensor  # [B] bool
     errors: torch.Tensor  # [B] int64 error bits, 0 for a valid row
     row_moments: RowMoments | None  # None unless options.row_moments
+    values_max_abs: torch.Tensor  # [B] float32 largest |values| per row (0 without values or magnitudes), for the guard
 
 
 def _np(t: torch.Tensor | None, absent: np.ndarray) -> np.ndarray:
@@ -534,17 +563,20 @@ def run_fused(inputs: FusedInputs, options: FusedOptions) -> FusedOutputs:
     errors = torch.zeros(n_rows, dtype=torch.int64)
     truncated = torch.empty(n_rows, dtype=torch.bool)
     moments = torch.zeros((5, n_rows), dtype=torch.float64)
+    values_bits = torch.zeros(n_rows, dtype=torch.int32)
     zeros = np.zeros((1, n_pos), dtype=np.float32)  # stands in for an absent [B, T] float field
     ins = (_np(inputs.attention_mask, zeros), _np(inputs.loss_mask, zeros), _np(inputs.logprobs, zeros),
            _np(inputs.ref_logp, zeros), _np(inputs.values, zeros), _np(inputs.prox_logp, zeros),
            _np(inputs.turn_ids, np.full((1, n_pos), -1, dtype=np.int64)))
     has = (inputs.ref_logp is not None, inputs.values is not None, inputs.prox_logp is not None)
     flags = (bool(options.use_prox), inputs.turn_ids is not None, inputs.is_truncated is not None,
-             bool(options.mask_no_eos), bool(options.row_moments))
+             bool(options.mask_no_eos), bool(options.row_moments),
+             inputs.values is not None and bool(options.magnitudes))
     parallel = use_parallel(n_rows, n_rows * n_pos)
     _KERNELS[(options.estimator, parallel)](
         ins, has, flags, _np(inputs.score, zeros[0]), _np(inputs.is_truncated, np.zeros(1, dtype=np.bool_)),
         KL_KINDS[options.kl_estimator], np.float32(-options.kl_ctl), np.float32(options.discount),
         _np(options.coef, zeros[0]), tuple(o.numpy() for o in outs),
-        (errors.numpy(), truncated.numpy(), moments.numpy()))
-    return FusedOutputs(*outs, truncated, errors, RowMoments(*moments.unbind(0)) if options.row_moments else None)
+        (errors.numpy(), truncated.numpy(), moments.numpy(), values_bits.numpy()))
+    return FusedOutputs(*outs, truncated, errors, RowMoments(*moments.unbind(0)) if options.row_moments else None,
+                        values_bits.view(torch.float32))

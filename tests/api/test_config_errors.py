@@ -1,0 +1,93 @@
+"""Loading errors name the key (and the override), never a raw YAML or merge error (issue 14, class 2)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from areal.api.cli_args import ConfigError, load_config
+from areal.api.train_args import ExperimentConfig, RolloutConfig, TrainConfig
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("actor.adv_norm=2", "actor.adv_norm: got 2 (int), expected a mapping of NormConfig fields or null"),
+    ("actor.advantage=3", "actor.advantage: got 3 (int), expected a mapping of AdvantageConfig fields"),
+    ("actor.advantage.estimator=[turn_gae]",
+     "actor.advantage.estimator: got ['turn_gae'] (list), expected a mapping of StageSpec fields or null"),
+    ("actor.advantage.estimator.kwargs=[1,2]", "actor.advantage.estimator.kwargs: got [1, 2] (list), expected a mapping"),
+    ("actor.gae_lambda_kwargs=[1]", "actor.gae_lambda_kwargs: got [1] (list), expected a mapping"),
+    ("actor.kl_ctl=[1", "override 'actor.kl_ctl=[1': the value '[1' of actor.kl_ctl is not valid YAML"),
+    ("actor.kl_ctl={a", "override 'actor.kl_ctl={a': the value '{a' of actor.kl_ctl is not valid YAML"),
+    ("actor.reward_norm.eps=abc", "actor.reward_norm.eps: got 'abc' (str), expected a float"),
+    ("actor.kl_ctl=true", "actor.kl_ctl: got True (bool), expected a float"),
+    ("actor.no_such_field=1", "actor.no_such_field"),
+    # issue 10's lists of structured entries: the entry and the key inside it are named
+    ("reward=[{implementation: a.b, kwargs: [1]}]", "reward[0].kwargs: got [1] (list), expected a mapping"),
+    ("reward=[{implementation: a.b}, {implementation: c.d, weight: null}]",
+     "reward[1].weight: got None (NoneType), expected a float"),
+    ("reward=[a.b]", "reward[0]: got 'a.b' (str), expected a mapping of RewardFunctionConfig fields"),
+    ("reward=[{implementation: a.b, wieght: 2}]", "reward[0].wieght: got 2 (int)"),
+    ("reward=3", "reward: got 3 (int), expected a list"),
+    ("task.kwargs=[1]", "task.kwargs: got [1] (list), expected a mapping"),
+    ("task=arith", "task: got 'arith' (str), expected a mapping of TaskConfig fields"),
+    ("data.prompt_key=null", "data.prompt_key: got None (NoneType), expected a str"),
+])
+def test_override_errors_name_the_key_and_the_override(override, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    message = str(err.value)
+    key, _, detail = needle.partition(": ")
+    if not key.startswith("override "):  # a merge error: "<key> (in override '<override>'): <detail>"
+        assert message.startswith(f"{key} (in override {override!r}): "), message
+    assert detail in message, message
+    assert "Traceback" not in message and "\n" not in message
+
+
+def test_merge_errors_in_a_file_name_the_key_and_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("actor:\n  advantage:\n    outcome_reward_shaping:\n      kwargs: [1, 2]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert message.startswith("actor.advantage.outcome_reward_shaping.kwargs (in "), message
+    assert str(path) in message and "got [1, 2] (list), expected a mapping" in message
+
+
+def test_a_bare_string_stage_is_valid_and_a_list_is_not():
+    assert load_config(None, ["actor.advantage.estimator=turn_gae"]).actor.advantage.estimator.implementation == "turn_gae"
+
+
+def test_a_good_override_after_a_bad_one_is_not_blamed():
+    with pytest.raises(ConfigError, match=r"^actor\.adv_norm \(in override 'actor\.adv_norm=2'\): got 2 "):
+        load_config(None, ["actor.kl_ctl=0.2", "actor.adv_norm=2", "actor.discount=0.9"])
+
+
+@pytest.mark.parametrize("section, kwargs, field", [
+    (TrainConfig, {"lr": float("inf")}, "train.lr"),
+    (TrainConfig, {"dist_timeout_s": float("inf")}, "train.dist_timeout_s"),
+    (TrainConfig, {"grad_clip": float("inf")}, "train.grad_clip"),
+    (RolloutConfig, {"temperature": float("inf")}, "rollout.temperature"),
+])
+def test_infinite_trainer_numbers_are_rejected(section, kwargs, field):
+    with pytest.raises(ConfigError, match=rf"^{field.replace('.', r'[.]')}: got inf, expected a finite number"):
+        section(**kwargs)
+
+
+def test_one_sample_per_prompt_with_group_centering_warns():
+    with pytest.warns(UserWarning, match=r"rollout\.n_samples=1 with actor\.reward_norm\.mean_level='group'"):
+        load_config(None, ["rollout.n_samples=1", "actor.reward_norm.mean_level=group"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_config(None, ["rollout.n_samples=1"])  # no group normalisation: nothing to warn about
+        ExperimentConfig()
+
+
+def test_a_bad_reward_entry_in_a_file_names_the_entry_and_the_file(tmp_path):
+    path = tmp_path / "rewards.yaml"
+    path.write_text("reward:\n  - {implementation: a.b}\n  - {implementation: c.d, kwargs: [1]}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert message.startswith("reward[1].kwargs (in "), message
+    assert str(path) in message and "got [1] (list), expected a mapping" in message
