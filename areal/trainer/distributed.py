@@ -21,6 +21,7 @@ the other helpers are collectives that every rank must call in the same order.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import os
@@ -285,8 +286,16 @@ def barrier(ctx: DistContext | None = None) -> None:
 
 
 def destroy(ctx: DistContext | None = None) -> None:
-    """Leave the process group (safe to call when none was initialised)."""
+    """Leave the process group (safe to call when none was initialised).
+
+    Free DDP/FSDP-wrapped modules before calling it: a DDP Reducer that outlives the
+    group holds its last reference, and the gloo group's destructor run from there can
+    deadlock with the group's own worker threads (both need the GIL), so the rank
+    never exits. The trainer's entry point drops its Trainer first; the collection
+    here frees what only reference cycles still keep (a Trainer is full of them).
+    """
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

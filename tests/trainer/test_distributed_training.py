@@ -236,15 +236,26 @@ def _update_worker(out_dir: str, parallel: str) -> None:
     torch.set_num_threads(1)
     ctx = init_distributed(timeout=60)
     try:
-        mine = assign_prompts_to_ranks(N_GROUPS, ctx.world_size)[ctx.rank]
-        groups = _global_groups()
-        result = _update(_cat([groups[i] for i in mine]), ctx, parallel)
-        result["round_trip"] = _state_round_trip(result, ctx, parallel)
-        result["non_finite"] = _non_finite_loss(ctx, parallel)
-        keep = {k: v for k, v in result.items() if not k.endswith("engine")}
-        torch.save({**keep, "groups": mine}, os.path.join(out_dir, f"rank{ctx.rank}.pt"))
+        _update_and_save(out_dir, parallel, ctx)
     finally:
         destroy(ctx)
+
+
+def _update_and_save(out_dir: str, parallel: str, ctx: DistContext) -> None:
+    """The worker's updates; its engines die when this returns, while the process group is still alive.
+
+    Freed after `destroy_process_group`, a DDP Reducer holds the last reference to the
+    gloo group, and the group's destructor (joining its worker threads, GIL held) can
+    deadlock with a worker thread that needs the GIL to free a finished all-reduce's
+    tensors: seen as a rank that never exits (py-spy: ~ProcessGroupGloo in ~Reducer).
+    """
+    mine = assign_prompts_to_ranks(N_GROUPS, ctx.world_size)[ctx.rank]
+    groups = _global_groups()
+    result = _update(_cat([groups[i] for i in mine]), ctx, parallel)
+    result["round_trip"] = _state_round_trip(result, ctx, parallel)
+    result["non_finite"] = _non_finite_loss(ctx, parallel)
+    keep = {k: v for k, v in result.items() if not k.endswith("engine")}
+    torch.save({**keep, "groups": mine}, os.path.join(out_dir, f"rank{ctx.rank}.pt"))
 
 
 @pytest.fixture(scope="module")
