@@ -292,7 +292,7 @@ def destroy(ctx: DistContext | None = None) -> None:
     group holds its last reference, and the gloo group's destructor run from there can
     deadlock with the group's own worker threads (both need the GIL), so the rank
     never exits. The trainer's entry point drops its Trainer first; the collection
-    here frees what only reference cycles still keep (a Trainer is full of them).
+    here frees what only a reference cycle still keeps alive.
     """
     if dist.is_available() and dist.is_initialized():
         gc.collect()
