@@ -157,6 +157,9 @@ def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int) 
     policy = AutoModelForCausalLM.from_pretrained(model, local_files_only=True, dtype="float32",
                                                   attn_implementation="sdpa")
     tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
+    # the GGUF-converted tokenizer names <|im_start|> as its eos; TRL stops only at the tokenizer's eos, ours
+    # at the tokenizer's and the checkpoint's (<|im_end|>): end TRL's turns at <|im_end|> too, as ours end
+    tokenizer.eos_token = "<|im_end|>"
     return GRPOTrainer(model=policy, reward_funcs=exact_answer, args=args, train_dataset=data,
                        processing_class=tokenizer)
 
@@ -329,7 +332,10 @@ def report(results: dict[str, list[dict[str, Any]]], rate: float, rates: tuple[f
             mean = {k: statistics.mean(p[k] for ps in phases for p in ps[1:]) for k in keys}
             print("       phases (mean): " + " ".join(f"{k[5:]} {v:.2f}" for k, v in mean.items()))
     if "ours" in medians and "trl" in medians:
-        print(f"ratio ours / trl: {medians['ours'] / medians['trl']:.3f}")
+        rounds = [statistics.median(_step_times(a)) / statistics.median(_step_times(b))
+                  for a, b in zip(results["ours"], results["trl"])]
+        print(f"ratio ours / trl: {medians['ours'] / medians['trl']:.3f} (medians of all steps); per round "
+              + " ".join(f"{r:.3f}" for r in rounds) + f", median {statistics.median(rounds):.3f}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ their losses *before* backward, and every rank raises the same
 from __future__ import annotations
 
 import copy
+import ctypes
+import functools
 import inspect
 import math
 from typing import Any
@@ -116,6 +118,29 @@ def materialise(skeleton: nn.Module, sharded: nn.Module) -> nn.Module:
 # ---------------------------------------------------------------------------
 # Engines
 # ---------------------------------------------------------------------------
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's `malloc_trim`, or None off glibc (then nothing is trimmed)."""
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def return_freed_memory() -> None:
+    """Hand freed heap memory back to the OS (glibc `malloc_trim(0)`).
+
+    Gradients and activations are a few MiB per tensor, below glibc's dynamic
+    mmap threshold, so they live on the heap; once freed, glibc keeps those
+    pages mapped, and the next step's tensors land beside them instead of in
+    them. Measured on SmolLM2-135M (docs/performance.md): the process held
+    about 0.5 GiB more between steps and peaked 0.3 GiB higher without this.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def make_adamw(params: list[nn.Parameter], *, lr: float, weight_decay: float, sharded: bool) -> torch.optim.AdamW:
@@ -213,11 +238,14 @@ class _OptimEngine:
     def release_gradients(self) -> None:
         """Free the last step's gradients (kept after `optimizer_step` for inspection).
 
-        The trainer calls it after each update, so the gradients are not
-        resident beside the next rollout and forward: a step's peak is then
-        weights + AdamW state + activations, not + gradients as well.
+        Every training forward calls it first (`optimizer_step` starts from
+        zero gradients anyway), and the trainer after each update, so the
+        gradients are never resident beside the next rollout's or forward's
+        memory: a step's peak is weights + AdamW state + activations, not +
+        gradients as well.
         """
         self.optimizer.zero_grad(set_to_none=True)
+        return_freed_memory()
 
     # -- checkpoints (areal.trainer.trainer_state calls these on every rank) -----------------
 
@@ -326,6 +354,7 @@ class PolicyEngine(_OptimEngine):
         only those positions are computed and rows sharing a prompt are packed
         (`areal.trainer.logprobs`); the other positions are 0.
         """
+        self.release_gradients()  # the previous step's: not resident beside this forward's activations
         return token_logprobs(self.train_module, input_ids, attention_mask, temperature, wanted=wanted,
                               with_entropy=with_entropy)
 
@@ -353,6 +382,7 @@ class ValueEngine(_OptimEngine):
 
     def forward_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Aligned values [B, T] with gradients (the training forward): position t = value before token t+1."""
+        self.release_gradients()  # the previous step's: not resident beside this forward's activations
         return self.train_module(input_ids, attention_mask).float()
 
     @torch.no_grad()

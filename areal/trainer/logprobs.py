@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 SHARED_PREFIX_ENV = "AREAL_SHARED_PREFIX"
+_ENTROPY_CHUNK = 64  # positions per entropy chunk: 64 x vocab float32 temporaries (12 MiB at a 49k vocabulary)
 _PACKING_ATTENTION = ("eager", "sdpa")
 
 
@@ -87,12 +88,23 @@ def scatter_aligned(values: torch.Tensor, selection: Selection, shape: torch.Siz
     return out.index_put((selection.rows, selection.cols), values)
 
 
-def picked_logprobs(logits: torch.Tensor, selection: Selection, temperature: float, shape: torch.Size,
+def picked_logprobs(logits: torch.Tensor, src_rows: torch.Tensor, src_cols: torch.Tensor, selection: Selection,
+                    temperature: float, shape: torch.Size,
                     with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Aligned [B, T] log-probs (and entropies) from [N, V] logits of the selected positions."""
+    """Aligned [B, T] log-probs (and entropies) of the selection from [R, K, V] logits.
+
+    Selected position i is read at (`src_rows[i]`, `src_cols[i]`) of the
+    logits. One log_softmax over the logits as they are (no gathered [N, V]
+    copy); the entropies are summed in chunks of positions, so no second and
+    third [N, V] float32 tensor exists at once.
+    """
     logp = torch.log_softmax(_tempered(logits, temperature), dim=-1)
-    picked = logp.gather(-1, selection.targets[:, None]).squeeze(-1)
-    entropy = scatter_aligned(entropy_from_logp(logp), selection, shape) if with_entropy else None
+    picked = logp[src_rows, src_cols, selection.targets]
+    entropy = None
+    if with_entropy:
+        chunks = [entropy_from_logp(logp[src_rows[i:i + _ENTROPY_CHUNK], src_cols[i:i + _ENTROPY_CHUNK]])
+                  for i in range(0, src_rows.numel(), _ENTROPY_CHUNK)]
+        entropy = scatter_aligned(torch.cat(chunks), selection, shape)
     return scatter_aligned(picked, selection, shape), entropy
 
 
@@ -272,12 +284,12 @@ def token_logprobs(module: nn.Module, input_ids: torch.Tensor, attention_mask: t
         keep = width - int(packed.src_cols.min())
         logits = _kept_logits(module, keep, input_ids=packed.input_ids, attention_mask=packed.attention_mask,
                               position_ids=packed.position_ids)
-        chosen = logits[packed.src_rows, packed.src_cols - (width - keep)]
+        rows, cols = packed.src_rows, packed.src_cols - (width - keep)
     else:
         keep = shape[1] - int(selection.cols.min())
         logits = _kept_logits(module, keep, input_ids=input_ids, attention_mask=attention_mask)
-        chosen = logits[selection.rows, selection.cols - (shape[1] - keep)]
-    return picked_logprobs(chosen, selection, temperature, shape, with_entropy)
+        rows, cols = selection.rows, selection.cols - (shape[1] - keep)
+    return picked_logprobs(logits, rows, cols, selection, temperature, shape, with_entropy)
 
 
 def _packed_or_none(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,

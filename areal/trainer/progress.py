@@ -33,14 +33,18 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def _seconds(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+
+
 def phase_summary(row: Mapping[str, Any]) -> str:
-    """`step 5.2s: rollout 2.1 update 2.9` - the step's wall time and its phases that took any time."""
+    """`step 5.2s: rollout 2.1 update 2.9` - the step's wall time and the phases that took >= 1% of it."""
     step = row.get("time/step")
     if not isinstance(step, (int, float)):
         return ""
-    phases = [f"{name} {row[f'time/{name}']:.1f}" for name in PHASES
-              if isinstance(row.get(f"time/{name}"), (int, float)) and row[f"time/{name}"] >= 0.05]
-    return f"step {step:.1f}s" + (": " + " ".join(phases) if phases else "")
+    phases = [f"{name} {_seconds(row[f'time/{name}'])}" for name in PHASES
+              if isinstance(row.get(f"time/{name}"), (int, float)) and row[f"time/{name}"] >= 0.01 * step > 0]
+    return f"step {_seconds(step)}s" + (": " + " ".join(phases) if phases else "")
 
 
 def progress_line(name: str, done: int, total: int, row: Mapping[str, Any], steps_per_s: float | None) -> str:
