@@ -159,7 +159,8 @@ def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int) 
     tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
     # the GGUF-converted tokenizer names <|im_start|> as its eos; TRL stops only at the tokenizer's eos, ours
     # at the tokenizer's and the checkpoint's (<|im_end|>): end TRL's turns at <|im_end|> too, as ours end
-    tokenizer.eos_token = "<|im_end|>"
+    if "<|im_end|>" in tokenizer.get_vocab():
+        tokenizer.eos_token = "<|im_end|>"
     return GRPOTrainer(model=policy, reward_funcs=exact_answer, args=args, train_dataset=data,
                        processing_class=tokenizer)
 

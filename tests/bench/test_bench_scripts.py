@@ -1,8 +1,10 @@
-"""The benchmark scripts stay runnable: a tiny pipeline run, and the GPU check failing cleanly without a GPU."""
+"""The benchmark scripts stay runnable: a tiny pipeline run, the TRL comparison and the matmul rate on a tiny
+checkpoint, and the GPU check failing cleanly without a GPU."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +32,24 @@ def test_gpu_check_exits_cleanly_without_a_gpu():
     proc = _run("bench/bench_gae_cuda.py", "--quick", env={"TRITON_INTERPRET": ""})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "nothing to check" in proc.stdout
+
+
+def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "trainer"))
+    from checkpoint_factory import build_checkpoint
+
+    build_checkpoint(tmp_path / "tiny")
+    proc = _run("bench/bench_vs_trl.py", "--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "1",
+                "--threads", "1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for side in ("ours", "trl"):
+        assert f"round 1 {side}: " in proc.stdout
+        assert re.search(rf"{side}: [\d.]+ s/step \(median of 1\) .* x[\d.]+ plain floor", proc.stdout), proc.stdout
+    assert re.search(r"ratio ours / trl: [\d.]+", proc.stdout)
+    assert re.search(r"matmul float32: [\d.]+ GFLOP/s before", proc.stdout)
+
+
+def test_matmul_bench_prints_rates_and_the_step_floor() -> None:
+    proc = _run("bench/bench_matmul.py", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"rate: +[\d.]+ GFLOP/s float32, 1 thread", proc.stdout)
