@@ -21,7 +21,9 @@ at the given temperature (the last column is 0). Three ways to get them:
   transformers packs only unrelated documents (`DataCollatorWithFlattening`),
   not a shared prefix with several continuations.
 
-The packed mask is a plain additive float mask, which the `eager` and `sdpa`
+Packing is used only when it is estimated cheaper (`forward_cost`: long
+continuations make one long packed row costlier in attention than the prompt
+saved). The packed mask is a plain additive float mask, which the `eager` and `sdpa`
 attention of transformers take as given; other attention kernels, sliding
 windows and models whose forward has no `position_ids` get the response-only
 path. `AREAL_SHARED_PREFIX=off` turns packing off; `on` makes a model that
@@ -32,7 +34,9 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -149,12 +153,13 @@ def _offsets(groups: torch.Tensor, n_groups: int, first: torch.Tensor,
 
 
 def pack_shared_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, selection: Selection,
-                         dtype: torch.dtype) -> PackedBatch | None:
+                         dtype: torch.dtype, worth: Callable[[int, int], bool] | None = None) -> PackedBatch | None:
     """The packed batch, or None when no two rows share their prompt (packing would save nothing).
 
     Rows are right-padded (attention 1 on a leading run); a row's prompt is
     everything before the first token whose log-prob is selected. Rows with
-    nothing selected are left out.
+    nothing selected are left out. `worth(groups, width)` is asked before
+    anything is built; False gives None.
     """
     rows = input_ids.shape[0]
     counts = torch.zeros(rows, dtype=torch.long, device=input_ids.device).index_add_(
@@ -175,6 +180,8 @@ def pack_shared_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     suffix = torch.where(has, lengths - first, 0)
     starts, packed_len = _offsets(groups_kept, n_groups, first[keep], suffix[keep])
     width = int(packed_len.max())
+    if worth is not None and not worth(n_groups, width):
+        return None
     ids = torch.zeros(n_groups, width, dtype=input_ids.dtype, device=input_ids.device)
     positions = torch.zeros_like(ids)
     segment = torch.full_like(ids, -2)  # -1 prompt, i continuation of row i, -2 padding
@@ -304,4 +311,23 @@ def _packed_or_none(module: nn.Module, input_ids: torch.Tensor, attention_mask: 
                              f"packing needs one of {list(_PACKING_ATTENTION)} without a sliding window)")
         return None
     dtype = next(_inner(module).parameters()).dtype
-    return pack_shared_prefixes(input_ids, attention_mask, selection, dtype)
+    rows, width = input_ids.shape
+    config = _inner(module).config
+    return pack_shared_prefixes(input_ids, attention_mask, selection, dtype,
+                                worth=lambda g, w: forward_cost(config, g, w) < forward_cost(config, rows, width))
+
+
+def forward_cost(config: Any, rows: int, width: int) -> float:
+    """Rough FLOPs of a forward over [rows, width]: the projections per token plus dense attention per pair.
+
+    Packing trades fewer tokens for longer rows: the attention kernels compute
+    every (query, key) pair of a row and mask afterwards, so one group's packed
+    row of length p + sum(s) costs (p + sum(s))^2 pairs against sum((p + s)^2)
+    apart. With long continuations that can outweigh the prompt saved; the
+    trainer packs only when this estimate says it is cheaper.
+    """
+    hidden = int(config.hidden_size)
+    intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    per_token = 2.0 * (4 * hidden * hidden + 3 * hidden * intermediate)
+    per_pair = 4.0 * hidden
+    return rows * width * per_token + rows * width * width * per_pair

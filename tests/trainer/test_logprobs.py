@@ -26,6 +26,7 @@ from areal.trainer.logprobs import (
     aligned_from_rollout,
     can_pack,
     dense_logprobs,
+    forward_cost,
     pack_shared_prefixes,
     token_logprobs,
 )
@@ -185,3 +186,17 @@ def test_nothing_wanted_gives_zeros_that_still_backpropagate() -> None:
     assert not logp.any() and not entropy.any() and logp.shape == ids.shape
     logp.sum().backward()  # an empty minibatch's loss: a zero gradient, not an error
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+
+
+def test_long_continuations_are_not_packed_when_the_attention_would_cost_more() -> None:
+    model = tiny()
+    config = model.config
+    wide = 4 * config.hidden_size * 8  # continuations far longer than the prompt
+    assert forward_cost(config, 1, 2 + 4 * wide) > forward_cost(config, 4, 2 + wide)  # one long row loses
+    assert forward_cost(config, 1, 40 + 4 * 16) < forward_cost(config, 4, 40 + 16)  # a GRPO prompt: packing wins
+    ids, attention, loss_mask = grpo_batch([4], [3], seed=7)
+    selection = Selection.from_wanted(ids, aligned_from_rollout(loss_mask))
+    seen = []
+    refused = pack_shared_prefixes(ids, attention, selection, torch.float32,
+                                   worth=lambda g, w: seen.append((g, w)) or False)
+    assert refused is None and seen == [(1, int(attention.sum() - 3 * 3))]
