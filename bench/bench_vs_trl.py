@@ -1,9 +1,9 @@
-"""GRPO step time against TRL 1.16's `GRPOTrainer` on the same work, alternating the two in one run.
+"""GRPO step time against TRL 1.16's `GRPOTrainer` on the same work, the two alternating step by step.
 
 Usage:
-    .venv/bin/python bench/bench_vs_trl.py                   # quiet: 3 rounds x (1 warm-up + 3 timed steps)
+    .venv/bin/python bench/bench_vs_trl.py                   # quiet: 1 warm-up + 8 timed steps per side
     .venv/bin/python bench/bench_vs_trl.py --busy 2          # two busy-loop processes beside both sides
-    .venv/bin/python bench/bench_vs_trl.py --rounds 2 --steps 2 --model PATH
+    .venv/bin/python bench/bench_vs_trl.py --steps 4 --rounds 2 --model PATH
 
 The work (the same on both sides): SmolLM2-135M-Instruct (float32, the folder
 `examples/real_model/install.sh` converts), 64 chat prompts "What is a + b?
@@ -13,23 +13,24 @@ at most 16 new tokens, temperature 1 (no top-k / top-p), no KL term and no
 reference model, one optimiser step per batch (AdamW, lr 1e-6, gradient
 clipping at 1), no evaluation, no checkpoints. TRL runs `GRPOTrainer` with
 `transformers` generation on CPU (`use_cpu=True`); ours runs
-`areal.trainer.trainer.Trainer`.
+`areal.trainer.trainer.Trainer`. Both end a turn at `<|im_end|>`.
 
-Each side runs in its own subprocess per round (the order alternates between
-rounds, so a load change hits both alike), with the same environment:
-`OMP_WAIT_POLICY=PASSIVE` (idle OpenMP threads sleep instead of spinning,
-which matters on busy cores) and `--threads` intra-op threads (torch's
-`set_num_threads`). A step's time is the wall time between the ends of two
-consecutive steps (the first step of each process is a warm-up and not
-counted); the table gives medians. `--busy N` starts N processes that spin in
-a Python loop for the whole run, beside both sides.
-
-Floors (`bench_matmul`): the machine's float32 matmul rate is measured before
-and after the rounds (the mean is used) and each side's median step is divided
-by the floating-point floor of its own mean step (prompt and completion token
-counts of that side's rows): the plain floor (every row's prompt computed for
-itself, as TRL does) and the shared-prefix floor (a group's prompt computed
-once). Results go into docs/performance.md.
+Each side is one long-lived subprocess per round (model loaded once); the
+driver lets them take turns, one step at a time (ours then TRL on even steps,
+TRL then ours on odd ones), while the other waits idle on a pipe, so a change
+of the machine's load hits the two steps of a pair alike. Both get the same
+environment: `OMP_WAIT_POLICY=PASSIVE` (idle OpenMP threads sleep instead of
+spinning, which matters on busy cores) and `--threads` intra-op threads. A
+step's time: ours `Trainer.step` (rollout, rewards, advantages, update,
+metrics); TRL from its `on_step_begin` to its `on_step_end` callback
+(generation, rewards, loss, backward, optimiser). The first step of each
+process is a warm-up. Printed: each side's median, the median of the per-pair
+ratios, and each median as a multiple of two floors (`bench_matmul`: the
+machine's float32 matmul rate, measured before and after, and the FLOPs of the
+side's own mean step: plain, every row's prompt computed for itself as TRL
+does, and shared-prefix, a group's prompt once). `--busy N` starts N processes
+that spin in a Python loop for the whole run. Results go into
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -102,41 +103,55 @@ def _ours_config(model: str, data: Path, out: Path, steps: int, threads: int) ->
     }
 
 
-def run_ours(model: str, data: Path, out: Path, steps: int, threads: int) -> dict[str, Any]:
-    """`steps` steps of our trainer; per-step wall times and the token counts of every row."""
+class Channel:
+    """A worker's side of the driver's protocol: wait for "go" on stdin, report one JSON line on a pipe."""
+
+    def __init__(self, fd: int) -> None:
+        self.out = os.fdopen(fd, "w", buffering=1)
+
+    def wait(self) -> None:
+        if sys.stdin.readline().strip() != "go":
+            raise SystemExit(0)  # the driver closed the pipe: done
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.out.write(json.dumps(message) + "\n")
+
+
+def run_ours(model: str, data: Path, out: Path, steps: int, threads: int, channel: Channel) -> None:
+    """Our trainer, one step per "go": its wall time, the rows' token counts and the step's phase times."""
     from areal.api.cli_args import load_config
     from areal.trainer.trainer import Trainer
 
     trainer = Trainer(load_config(_ours_config(model, data, out, steps, threads)))
-    ends, tokens, phases = [], [], []
-    begin = time.perf_counter()
+    channel.send({"ready": True})
     for step in range(steps):
+        channel.wait()
+        start = time.perf_counter()
         output = trainer.step(step)
-        ends.append(time.perf_counter())
+        seconds = time.perf_counter() - start
         mask, attn = output.data["loss_mask"], output.data["attention_mask"]
         generated = mask.sum(-1)
-        tokens.append({"prompt": (attn.sum(-1) - generated).tolist(), "completion": generated.tolist()})
-        phases.append({k: v for k, v in output.metrics.items() if k.startswith(("time/", "memory/"))})
-    return {"begin": begin, "ends": ends, "tokens": tokens, "phases": phases}
+        channel.send({"seconds": seconds, "prompt": (attn.sum(-1) - generated).tolist(),
+                      "completion": generated.tolist(), "peak_rss_gib": _peak_rss_gib(),
+                      "phases": {k: v for k, v in output.metrics.items() if k.startswith("time/")}})
 
 
-class _StepClock:
-    """A `transformers` callback recording the wall time at the end of every optimiser step."""
+def _step_clock(channel: Channel) -> Any:
+    """A `transformers` callback: each optimiser step starts on "go" and reports its wall time at its end."""
+    from transformers import TrainerCallback
 
-    def __new__(cls) -> Any:
-        from transformers import TrainerCallback
+    class StepClock(TrainerCallback):
+        start = 0.0
 
-        class Clock(TrainerCallback):
-            def __init__(self) -> None:
-                self.begin, self.ends = time.perf_counter(), []
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            channel.wait()
+            self.start = time.perf_counter()
 
-            def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                self.begin = time.perf_counter()
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            seconds = time.perf_counter() - self.start
+            channel.send({"seconds": seconds, "prompt": None, "completion": None, "peak_rss_gib": _peak_rss_gib()})
 
-            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                self.ends.append(time.perf_counter())
-
-        return Clock()
+    return StepClock()
 
 
 def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int) -> Any:
@@ -165,19 +180,23 @@ def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int) 
                        processing_class=tokenizer)
 
 
-def run_trl(model: str, rows: list[dict[str, str]], out: Path, steps: int, threads: int) -> dict[str, Any]:
-    """`steps` steps of TRL's GRPOTrainer; per-step wall times and its logged completion lengths."""
+def run_trl(model: str, rows: list[dict[str, str]], out: Path, steps: int, threads: int, channel: Channel) -> None:
+    """TRL's GRPOTrainer, one optimiser step per "go" (its logged completion lengths are read afterwards)."""
     import torch
 
     torch.set_num_threads(threads)
     trainer = _trl_trainer(model, rows, out, steps)
-    clock = _StepClock()
-    trainer.add_callback(clock)
+    trainer.add_callback(_step_clock(channel))
+    channel.send({"ready": True})
     trainer.train()
-    logs = [h for h in trainer.state.log_history if "completions/mean_length" in h]
-    tokens = [{"prompt": None, "completion": [h["completions/mean_length"]] * (PROMPTS_PER_STEP * GROUP)}
-              for h in logs]
-    return {"begin": clock.begin, "ends": clock.ends, "tokens": tokens, "phases": []}
+    lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
+    channel.send({"completion_means": lengths})
+
+
+def _peak_rss_gib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def prompt_lengths(model: str, rows: list[dict[str, str]]) -> list[int]:
@@ -190,19 +209,16 @@ def prompt_lengths(model: str, rows: list[dict[str, str]]) -> list[int]:
 
 
 def worker(args: argparse.Namespace) -> None:
+    channel = Channel(args.report_fd)
     rows = prompt_rows()
     with tempfile.TemporaryDirectory(prefix="bench_vs_trl_") as tmp:
         tmp_path = Path(tmp)
         if args.worker == "ours":
             data = tmp_path / "prompts.jsonl"
             data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-            result = run_ours(args.model, data, tmp_path / "runs", args.steps, args.threads)
+            run_ours(args.model, data, tmp_path / "runs", args.steps, args.threads, channel)
         else:
-            result = run_trl(args.model, rows, tmp_path / "trl", args.steps, args.threads)
-    import resource
-
-    result["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    Path(args.json).write_text(json.dumps(result), encoding="utf-8")
+            run_trl(args.model, rows, tmp_path / "trl", args.steps, args.threads, channel)
 
 
 # ---------------------------------------------------------------------------
@@ -217,20 +233,61 @@ def _env(threads: int) -> dict[str, str]:
     return env
 
 
-def _run_side(side: str, args: argparse.Namespace, tmp: Path, index: int) -> dict[str, Any]:
-    out = tmp / f"{side}_{index}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", side, "--json", str(out),
-           "--steps", str(args.steps + 1), "--threads", str(args.threads), "--model", str(args.model)]
-    proc = subprocess.run(cmd, env=_env(args.threads), capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode != 0:
-        raise SystemExit(f"{side} worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return json.loads(out.read_text(encoding="utf-8"))
+class Side:
+    """One worker process of the driver: started, told "go" step by step, its one-line JSON reports read."""
+
+    def __init__(self, name: str, args: argparse.Namespace, tmp: Path) -> None:
+        read, write = os.pipe()
+        self.name, self.log_path = name, tmp / f"{name}.log"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--report-fd", str(write),
+               "--steps", str(args.steps + 1), "--threads", str(args.threads), "--model", str(args.model)]
+        with open(self.log_path, "w", encoding="utf-8") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                         pass_fds=(write,), text=True, env=_env(args.threads), cwd=ROOT)
+        os.close(write)
+        self.reports = os.fdopen(read, "r")
+
+    def receive(self) -> dict[str, Any]:
+        line = self.reports.readline()
+        if not line:
+            self.proc.wait(timeout=60)
+            tail = self.log_path.read_text(encoding="utf-8", errors="replace")[-5000:]
+            raise SystemExit(f"{self.name} worker stopped (exit {self.proc.returncode}):\n{tail}")
+        return json.loads(line)
+
+    def step(self) -> dict[str, Any]:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return self.receive()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=300)
+        self.reports.close()
 
 
-def _step_times(result: dict[str, Any]) -> list[float]:
-    """Seconds per step after the first (warm-up) step: differences of consecutive step ends."""
-    ends = result["ends"]
-    return [b - a for a, b in zip(ends, ends[1:])]
+def run_round(args: argparse.Namespace, sides: list[str], tmp: Path) -> dict[str, list[dict[str, Any]]]:
+    """Both workers alive; steps taken in turn (the order flips every step); the warm-up step included."""
+    workers = {name: Side(name, args, tmp) for name in sides}
+    try:
+        for worker_side in workers.values():
+            worker_side.receive()  # ready: model loaded
+        steps: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+        for i in range(args.steps + 1):
+            for name in (sides if i % 2 == 0 else sides[::-1]):
+                steps[name].append(workers[name].step())
+        if "trl" in workers:  # its logged mean completion length of every step
+            for report, mean in zip(steps["trl"], workers["trl"].receive()["completion_means"]):
+                report["completion"] = [mean] * (PROMPTS_PER_STEP * GROUP)
+    finally:
+        for worker_side in workers.values():
+            worker_side.close()
+    return steps
+
+
+def _step_times(steps: list[dict[str, Any]]) -> list[float]:
+    """Seconds of the timed steps (the first, a warm-up, left out)."""
+    return [s["seconds"] for s in steps[1:]]
 
 
 def _busy_loops(n: int) -> list[subprocess.Popen]:
@@ -245,11 +302,11 @@ def _load() -> str:
     return f"loadavg {os.getloadavg()[0]:.2f}, cpu pressure: {pressure}"
 
 
-def _mean_tokens(results: list[dict[str, Any]], prompt_len: float) -> tuple[float, float]:
+def _mean_tokens(rounds: list[list[dict[str, Any]]], prompt_len: float) -> tuple[float, float]:
     """Mean prompt and completion tokens per row over the timed steps of one side."""
     prompts, completions = [], []
-    for result in results:
-        for step in result["tokens"][1:]:
+    for steps in rounds:
+        for step in steps[1:]:
             completions += step["completion"]
             prompts += step["prompt"] if step["prompt"] is not None else [prompt_len] * len(step["completion"])
     return statistics.mean(prompts), statistics.mean(completions)
@@ -267,14 +324,14 @@ def _floors(shape: Any, prompt: float, completion: float) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per process (after one warm-up step)")
+    parser.add_argument("--rounds", type=int, default=1, help="fresh worker processes per round")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per side and round (after one warm-up)")
     parser.add_argument("--busy", type=int, default=0, help="busy-loop processes running beside both sides")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--sides", default="ours,trl")
     parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
-    parser.add_argument("--json", help=argparse.SUPPRESS)
+    parser.add_argument("--report-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args)
@@ -291,15 +348,17 @@ def drive(args: argparse.Namespace) -> None:
     sides = args.sides.split(",")
     busy = _busy_loops(args.busy)
     try:
-        print(f"load before: {_load()} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE")
+        print(f"load before: {_load()} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE",
+              flush=True)
         rate_before = matmul_gflops(args.threads)["rate"]
-        results: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+        results: dict[str, list[list[dict[str, Any]]]] = {s: [] for s in sides}
         with tempfile.TemporaryDirectory(prefix="bench_vs_trl_") as tmp:
             for r in range(args.rounds):
-                for side in (sides if r % 2 == 0 else sides[::-1]):
-                    results[side].append(_run_side(side, args, Path(tmp), r))
-                    times = _step_times(results[side][-1])
-                    print(f"round {r + 1} {side}: " + " ".join(f"{t:.2f}" for t in times) + " s/step", flush=True)
+                steps = run_round(args, sides, Path(tmp))
+                for side in sides:
+                    results[side].append(steps[side])
+                    print(f"round {r + 1} {side}: " + " ".join(f"{t:.2f}" for t in _step_times(steps[side]))
+                          + " s/step", flush=True)
         rate_after = matmul_gflops(args.threads)["rate"]
         print(f"load after: {_load()}")
     finally:
@@ -311,32 +370,31 @@ def drive(args: argparse.Namespace) -> None:
     report(results, rate, (rate_before, rate_after), shape, statistics.mean(prompt_lengths(args.model, prompt_rows())))
 
 
-def report(results: dict[str, list[dict[str, Any]]], rate: float, rates: tuple[float, float], shape: Any,
+def report(results: dict[str, list[list[dict[str, Any]]]], rate: float, rates: tuple[float, float], shape: Any,
            prompt_len: float) -> None:
     print(f"matmul float32: {rates[0]:.1f} GFLOP/s before, {rates[1]:.1f} after (mean {rate:.1f})")
     medians = {}
-    for side, runs in results.items():
-        times = [t for run in runs for t in _step_times(run)]
+    for side, rounds in results.items():
+        times = [t for steps in rounds for t in _step_times(steps)]
         medians[side] = statistics.median(times)
-        prompt, completion = _mean_tokens(runs, prompt_len)
+        prompt, completion = _mean_tokens(rounds, prompt_len)
         floors = _floors(shape, prompt, completion)
         plain_s, shared_s = floors["plain"] / 1e9 / rate, floors["shared"] / 1e9 / rate
-        rss = max(run["peak_rss_gib"] for run in runs)
+        rss = max(s["peak_rss_gib"] for steps in rounds for s in steps)
         print(f"{side:>5}: {medians[side]:.2f} s/step (median of {len(times)}) | {prompt:.1f} prompt + "
               f"{completion:.1f} completion tokens per row | floor {plain_s:.2f} s plain ({floors['plain'] / 1e9:.0f} "
               f"GFLOP), {shared_s:.2f} s shared prefix ({floors['shared'] / 1e9:.0f} GFLOP) | "
               f"x{medians[side] / plain_s:.2f} plain floor, x{medians[side] / shared_s:.2f} shared floor | "
               f"peak rss {rss:.2f} GiB")
-        phases = [run["phases"] for run in runs if run["phases"]]
+        phases = [s["phases"] for steps in rounds for s in steps[1:] if s.get("phases")]
         if phases:
-            keys = [k for k in phases[0][0] if k.startswith("time/")]
-            mean = {k: statistics.mean(p[k] for ps in phases for p in ps[1:]) for k in keys}
-            print("       phases (mean): " + " ".join(f"{k[5:]} {v:.2f}" for k, v in mean.items()))
+            mean = {k[5:]: statistics.mean(p[k] for p in phases) for k in phases[0]}
+            print("       phases (mean): " + " ".join(f"{k} {v:.2f}" for k, v in mean.items()))
     if "ours" in medians and "trl" in medians:
-        rounds = [statistics.median(_step_times(a)) / statistics.median(_step_times(b))
-                  for a, b in zip(results["ours"], results["trl"])]
-        print(f"ratio ours / trl: {medians['ours'] / medians['trl']:.3f} (medians of all steps); per round "
-              + " ".join(f"{r:.3f}" for r in rounds) + f", median {statistics.median(rounds):.3f}")
+        pairs = [a / b for ra, rb in zip(results["ours"], results["trl"])
+                 for a, b in zip(_step_times(ra), _step_times(rb))]
+        print(f"ratio ours / trl: {statistics.median(pairs):.3f} (median of {len(pairs)} adjacent pairs; "
+              f"range {min(pairs):.3f}-{max(pairs):.3f}); ratio of the medians {medians['ours'] / medians['trl']:.3f}")
 
 
 if __name__ == "__main__":

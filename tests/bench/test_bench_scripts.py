@@ -39,13 +39,13 @@ def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> 
     from checkpoint_factory import build_checkpoint
 
     build_checkpoint(tmp_path / "tiny")
-    proc = _run("bench/bench_vs_trl.py", "--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "1",
+    proc = _run("bench/bench_vs_trl.py", "--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "2",
                 "--threads", "1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for side in ("ours", "trl"):
         assert f"round 1 {side}: " in proc.stdout
-        assert re.search(rf"{side}: [\d.]+ s/step \(median of 1\) .* x[\d.]+ plain floor", proc.stdout), proc.stdout
-    assert re.search(r"ratio ours / trl: [\d.]+", proc.stdout)
+        assert re.search(rf"{side}: [\d.]+ s/step \(median of 2\) .* x[\d.]+ plain floor", proc.stdout), proc.stdout
+    assert re.search(r"ratio ours / trl: [\d.]+ \(median of 2 adjacent pairs", proc.stdout)
     assert re.search(r"matmul float32: [\d.]+ GFLOP/s before", proc.stdout)
 
 
