@@ -6,9 +6,9 @@ values as a faint line and a debiased exponential moving average over them
 `1 - w^n` so the start is not pulled towards 0). Every panel names its y axis;
 KL and entropy, whose scales differ by orders of magnitude, get a panel each.
 Panels whose metrics a run does not have (e.g. value loss under GRPO) are left
-out, and so are panels with nothing to show: every metric constant (the
-response length of a single-token task); a note under the figure gives their
-values. In a panel with two metrics the second is dashed; where reward and
+out, and so are panels with nothing to show: every metric flat (the response
+length of a single-token task, whitened advantages); a note under the figure
+gives their values. In a panel with two metrics the second is dashed; where reward and
 success rate are the same number at every step (a 0/1 reward) one line is
 drawn for both, so neither hides the other.
 """
@@ -77,12 +77,27 @@ def _draw(ax: Any, steps: list[int], raw: list[float | None], label: str, color:
         ax.plot(steps, ys, color=color, linewidth=1.1, label=label, linestyle=style)
 
 
-def constant_value(values: Sequence[float | None]) -> float | None:
-    """The value of a series that never changes (None: it changes, or has no values)."""
+#: A series that moves less than this fraction of its panel's scale has nothing to show.
+FLAT = 1e-4
+
+
+def constant_value(values: Sequence[float | None], scale: float | None = None) -> float | None:
+    """The level of a series that stays within `FLAT * scale` (None: it moves, or has no values).
+
+    `scale` is the largest magnitude in the series' panel (default: in the series),
+    so whitened advantages (mean 0 up to rounding, std 1 to four digits) count as
+    flat while a KL rising from 0 to 1e-5 does not. A level within the tolerance
+    of 0 is returned as 0.
+    """
     present = [float(v) for v in values if v is not None and math.isfinite(v)]
-    if not present or max(present) - min(present) > 1e-12 * max(1.0, abs(present[0])):
+    if not present:
         return None
-    return present[0]
+    scale = max(abs(v) for v in present) if scale is None else scale
+    tolerance = FLAT * scale
+    if max(present) - min(present) > tolerance:
+        return None
+    level = sum(present) / len(present)
+    return 0.0 if abs(level) <= tolerance else level
 
 
 def _panel_lines(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -112,7 +127,10 @@ def plan_panels(records: Sequence[dict[str, Any]]) -> tuple[list[tuple[str, str,
         lines = _panel_lines(records, keys)
         if not lines:
             continue
-        values = {key: constant_value(_series(records, key)) for _, group in lines for key in group}
+        keys_drawn = [key for _, group in lines for key in group]
+        scale = max((abs(v) for key in keys_drawn for v in _series(records, key)
+                     if v is not None and math.isfinite(v)), default=0.0)
+        values = {key: constant_value(_series(records, key), scale) for key in keys_drawn}
         if index > 0 and all(v is not None for v in values.values()):
             constants.update(values)
             continue
@@ -143,8 +161,8 @@ def build_figure(records: Sequence[dict[str, Any]], title: str = "", smoothing: 
         note = f" (EMA {smoothing:g} over raw)" if smoothing > 0 else ""
         fig.suptitle(title + note, fontsize=11)
     if constants:
-        text = ", ".join(f"{k} = {v:g}" for k, v in constants.items())
-        fig.text(0.01, 0.005, f"constant over the run, not drawn: {text}", fontsize=8, color="0.35")
+        text = ", ".join(f"{k} = {v:.3g}" for k, v in constants.items())
+        fig.text(0.01, 0.005, f"flat over the run, not drawn: {text}", fontsize=8, color="0.35")
     fig.tight_layout(rect=(0, 0.03 if constants else 0, 1, 1))
     return fig
 

@@ -102,16 +102,19 @@ def test_panels_with_only_constant_metrics_are_left_out_and_named_below() -> Non
     assert "response length" not in axes and "advantage" not in axes
     assert {"reward", "KL to the reference", "entropy", "policy loss"} <= set(axes)
     [note] = [t.get_text() for t in fig.texts]
-    assert note == "constant over the run, not drawn: adv_mean = 0, adv_std = 1, response_tokens = 1"
+    assert note == "flat over the run, not drawn: adv_mean = 0, adv_std = 1, response_tokens = 1"
     for row in rows:  # a constant reward still gets its panel: it is what the run is about
         row["reward_mean"] = row["success_rate"] = 0.0
     assert "reward" in _axes(build_figure(rows))
 
 
-def test_constant_value_tolerates_rounding_only() -> None:
+def test_flat_is_relative_to_the_panel_scale() -> None:
     from areal.trainer.plot import constant_value
 
     assert constant_value([1.0, None, 1.0, float("nan")]) == 1.0
-    assert constant_value([2.0, 2.0 + 1e-15]) == 2.0
+    assert constant_value([2.0, 2.0 + 1e-15]) == pytest.approx(2.0)
     assert constant_value([2.0, 2.001]) is None
     assert constant_value([None, None]) is None
+    assert constant_value([0.0, 1e-5]) is None  # a small metric that moves (KL early on) is drawn
+    assert constant_value([-1.2e-8, 1.5e-9], scale=0.9994) == 0.0  # whitened advantages: mean 0 up to rounding
+    assert constant_value([0.99936, 0.99941], scale=0.99941) == pytest.approx(0.999385)
