@@ -131,8 +131,14 @@ def summarise(times: dict, reference: str) -> None:
 def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -> None:
     """Per hidden size: one Trainer, steps alternating 1 and <cores> threads (passive waiting), median step times.
 
-    In one process, step by step, so load from elsewhere hits both counts alike;
-    the parameter count printed is the policy's (what `SMALL_MODEL_PARAMS` compares).
+    In one process, step by step, so load from elsewhere hits both counts alike.
+    Two numbers per count: the wall time of a step, and the CPU time of the main
+    thread (`time.thread_time`), which time slices lost to other processes do not
+    inflate: with one thread it is the step's whole work, with more it is the
+    main thread's share plus the serial parts, so 1-thread CPU / main-thread CPU
+    estimates the speed-up on an idle machine (an upper bound: waits for a worker
+    are not counted). The parameter count is the policy's (what
+    `SMALL_MODEL_PARAMS` compares).
     """
     from areal.trainer.launch_env import prefer_passive_waiting
 
@@ -147,7 +153,7 @@ def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -
     from areal.trainer.trainer import Trainer
 
     cores = _cores()
-    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; steps alternate 1 / {cores} threads")
+    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; steps alternate 1 / {cores} threads; medians")
     for hidden in hidden_sizes:
         size = [f"model.hidden_size={hidden}", f"model.intermediate_size={2 * hidden}",
                 f"model.num_heads={max(1, hidden // 16)}"]
@@ -156,17 +162,20 @@ def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -
                               [f"output.dir={tmp}", "output.loggers=[]", "output.plot=false", *size, *overrides])
             trainer = Trainer(cfg)
             n_params = sum(p.numel() for p in trainer.policy.parameters())
-            times: dict[int, list[float]] = {1: [], cores: []}
+            wall: dict[int, list[float]] = {1: [], cores: []}
+            cpu: dict[int, list[float]] = {1: [], cores: []}
             for step in range(2 * steps + 2):
                 threads = 1 if step % 2 == 0 else cores
                 apply_num_threads(threads)
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.thread_time()
                 trainer.step(step)
                 if step >= 2:  # the first two: numba compiles, caches warm up
-                    times[threads].append(time.perf_counter() - start)
-            one, many = (sorted(times[k])[len(times[k]) // 2] for k in (1, cores))
-            print(f"hidden {hidden:5d}  params {n_params / 1e6:7.3f} M  step 1 thr {one * 1e3:8.1f} ms  "
-                  f"{cores} thr {many * 1e3:8.1f} ms  ratio {cores}/1 {many / one:5.2f}  [{pressure()}]", flush=True)
+                    wall[threads].append(time.perf_counter() - start)
+                    cpu[threads].append(time.thread_time() - start_cpu)
+            w1, wn, c1, cn = (sorted(v)[len(v) // 2] for v in (wall[1], wall[cores], cpu[1], cpu[cores]))
+            print(f"hidden {hidden:5d}  params {n_params / 1e6:7.3f} M | wall 1 thr {w1 * 1e3:8.1f} ms, {cores} thr "
+                  f"{wn * 1e3:8.1f} ms, 1/{cores} {w1 / wn:5.2f} | main-thread CPU 1 thr {c1 * 1e3:8.1f} ms, {cores} thr "
+                  f"{cn * 1e3:8.1f} ms, 1/{cores} {c1 / cn:5.2f}  [{pressure()}]", flush=True)
             torch.set_num_threads(cores)
 
 

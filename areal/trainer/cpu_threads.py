@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 #: Policies with fewer parameters run with one intra-op thread by default (docs/performance.md, "Threads").
-SMALL_MODEL_PARAMS = 2_000_000
+SMALL_MODEL_PARAMS = 250_000
 
 
 def usable_cores() -> int:
