@@ -135,9 +135,11 @@ def run_rows(cfg: ExperimentConfig, parts: Any, eval_rows: Sequence[dict[str, An
 
 
 def _required_columns(rf: RewardFunction) -> list[str]:
-    """Parameters the function needs from the data: named, without a default, not filled by the trainer."""
-    if rf.columns is None:  # **kwargs: it takes whatever the rows have
-        return []
+    """Parameters the function needs from the data: named, without a default, not filled by the trainer.
+
+    A function with `**kwargs` still needs its named ones (`answer` in
+    `fn(prompts, completions, answer, **kwargs)`).
+    """
     try:
         params = inspect.signature(rf.fn).parameters.values()
     except (TypeError, ValueError):
