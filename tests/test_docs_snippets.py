@@ -57,9 +57,11 @@ USER_RUN = ("rollout: {batch_size: 4, n_samples: 4}\n"
             "actor: {max_new_tokens: 8, kl_ctl: 0.0, reward_norm: {mean_level: group, std_level: group}}\n")
 DATASET_RUN = ROOT / "examples/custom_task/dataset.yaml"
 LABEL_CHARS = 60
-#: The tiny architecture the shortened runs use (as the trainer tests do).
+#: One thread: a shortened run on a tiny model gains nothing from more, and loses much on a busy machine.
+SHORT = ["train.num_threads=1", "output.progress_bar=false"]
+#: The tiny architecture and batch the shortened runs of the default config use (as the trainer tests do).
 TINY = ["rollout.batch_size=2", "rollout.n_samples=2", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "eval.every=null"]
+        "model.intermediate_size=64", "eval.every=null", *SHORT]
 
 
 # --- the blocks ----------------------------------------------------------------------------------------
@@ -402,7 +404,7 @@ def check_readme_my_run(snippet: Snippet, project: Project) -> None:
     model = f"model.path={_checkpoint(project)}"
     out = validate("my_run.yaml", model)
     assert "rewards OK: exact_answer scored 2 rows of data.train" in out
-    train("--config", "my_run.yaml", model, "train.steps=3", "output.progress_bar=false")
+    train("--config", "my_run.yaml", model, "train.steps=3", *SHORT)
     rows = [json.loads(r) for r in (project.dir / "runs/default/trial0/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2] and "eval/accuracy" in rows[0]
 
@@ -507,13 +509,16 @@ def check_distributed_sketch(snippet: Snippet, project: Project) -> None:
 
 def check_verl_patch(snippet: Snippet, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs as written; verl's trainer module is restored afterwards."""
-    from verl.trainer.ppo import ray_trainer
-
     from areal.integrations.verl import compute_advantage
 
-    monkeypatch.setattr(ray_trainer, "compute_advantage", ray_trainer.compute_advantage)
+    modules = []
+    for name in ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils"):  # what the patch replaces
+        with contextlib.suppress(ImportError):
+            module = importlib.import_module(name)
+            monkeypatch.setattr(module, "compute_advantage", module.compute_advantage)
+            modules.append(module)
     exec(compile(snippet.text, "integrations.md", "exec"), {})
-    assert ray_trainer.compute_advantage is compute_advantage
+    assert modules and all(m.compute_advantage is compute_advantage for m in modules)
 
 
 def check_default_pipeline_yaml(snippet: Snippet, project: Project) -> None:
