@@ -59,3 +59,7 @@ def reward_needs_solution(prompts, completions, solution, **kwargs):
 def reward_answer_or_default(prompts, completions, answer, solution=None):
     """`solution` has a default, so data without that column is fine."""
     return [float(c.strip() == a) for c, a in zip(completions, answer)]
+
+
+def reward_multiline_error(prompts, completions, **kwargs):
+    raise ValueError("first line\n  second line")
