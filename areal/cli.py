@@ -114,7 +114,8 @@ def _validate_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="experiment YAML file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor.advantage.estimator.implementation=turn_gae")
     p.add_argument("--dry-run", action="store_true",
-                   help="also run every configured stage once on a small synthetic batch of the config's layout")
+                   help="also run every configured stage once on a small synthetic batch of the config's layout, "
+                        "and the task's scorer and every reward function on two real rows")
     return p
 
 
