@@ -584,7 +584,7 @@ def check_distributed_user_config(snippet: Snippet, project: Project) -> None:
 
 
 def check_custom_advantage_validate(snippet: Snippet, project: Project) -> None:
-    """`validate` of the example and of a user's my.yaml (the README's plugin config) run as written."""
+    """`validate` of the example and of a user's my.yaml (made here: the turn-GAE guessing run), as written."""
     project.write("my.yaml", f"defaults: [{ROOT / 'examples/ppo_turn_gae_guess.yaml'}]\n")
     os.chdir(project.dir)
     check_commands(snippet)

@@ -55,7 +55,6 @@ class ModelFacts:
 
     config: Any
     generation_config: Any
-    source: str
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ def model_facts(cfg: ModelConfig, tokenizer: Any) -> ModelFacts:
         from areal.trainer.model import special_ids, tiny_config
 
         config = tiny_config(cfg, len(tokenizer), special_ids(tokenizer))
-        return ModelFacts(config, GenerationConfig.from_model_config(config), "the random-init model.* architecture")
+        return ModelFacts(config, GenerationConfig.from_model_config(config))
     extra = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
     where = f"model.gguf_file={cfg.gguf_file!r}" if cfg.gguf_file else f"model.path={cfg.path!r}"
     try:
@@ -90,7 +89,7 @@ def model_facts(cfg: ModelConfig, tokenizer: Any) -> ModelFacts:
     if isinstance(vocab, int) and len(tokenizer) > vocab:
         raise ConfigError(f"{where}: the tokenizer has {len(tokenizer)} tokens but the model's config has "
                           f"vocab_size={vocab}; the checkpoint and its tokenizer do not match")
-    return ModelFacts(config, generation, f"{where}'s config")
+    return ModelFacts(config, generation)
 
 
 def preflight_runtime(cfg: ExperimentConfig, parts: Any) -> TaskRuntime:
