@@ -205,7 +205,8 @@ def _commands(text: str) -> Iterator[list[str]]:
 
 
 def _existing(path: str) -> Path:
-    """A path of the command: relative to the current folder (the user's), else to the clone."""
+    """A path of the command: relative to the current folder (the user's), else to the clone (`<clone>/...`)."""
+    path = path.removeprefix("<clone>/")
     for base in (Path.cwd(), ROOT):
         if (base / path).exists():
             return base / path
@@ -298,6 +299,8 @@ def check_commands(snippet: Snippet) -> None:
             continue
         if program in (".venv/bin/python", "python"):
             _check_python(args, env)
+        elif program in ("areal", ".venv/bin/areal"):  # the console script of pyproject.toml
+            _check_python(["-m", "areal.cli", *args], env)
         elif program == ".venv/bin/torchrun":
             check_torchrun(args, env)
         elif program == ".venv/bin/pip":
@@ -750,22 +753,29 @@ CHECKS: dict[str, Callable[..., None]] = {
 }
 
 
+def coverage_gaps() -> tuple[list[str], list[str]]:
+    """(blocks without a check, checks without a block)."""
+    found = set(all_snippets())
+    return sorted(found - CHECKS.keys()), sorted(CHECKS.keys() - found)
+
+
 def test_every_snippet_has_a_check():
     """A new or edited block (a new first line) needs an entry in CHECKS; an entry needs its block."""
-    found = set(all_snippets())
-    assert not found - CHECKS.keys(), "snippets without a check (add them to CHECKS): " + "; ".join(
-        sorted(found - CHECKS.keys()))
-    assert not CHECKS.keys() - found, "checks without a snippet (remove them): " + "; ".join(
-        sorted(CHECKS.keys() - found))
+    missing, stale = coverage_gaps()
+    assert not missing, "snippets without a check (add them to CHECKS): " + "; ".join(missing)
+    assert not stale, "checks without a snippet (remove them): " + "; ".join(stale)
 
 
-def test_the_parser_finds_indented_blocks_and_repeated_first_lines(tmp_path, monkeypatch):
-    """Blocks in list items (indented fences) count, and a repeated first line gets `[2]`."""
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+def test_a_new_block_is_a_gap(tmp_path, monkeypatch):
+    """Blocks in list items (indented fences) count, a repeated first line gets `[2]`, and both are gaps."""
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "DOCS", ["x.md"])
     (tmp_path / "x.md").write_text("- item\n\n  ```yaml\n  a: 1\n  ```\n\n```yaml\na: 1\n```\n")
-    monkeypatch.setattr(sys.modules[__name__], "DOCS", ["x.md"])
     snippets = all_snippets()
     assert list(snippets) == ["x.md: a: 1", "x.md: a: 1 [2]"] and snippets["x.md: a: 1"].text == "a: 1\n"
+    missing, stale = coverage_gaps()
+    assert missing == ["x.md: a: 1", "x.md: a: 1 [2]"] and len(stale) == len(CHECKS)
 
 
 @pytest.mark.parametrize("key", sorted(CHECKS))
