@@ -24,7 +24,7 @@ from areal.trainer.ppo.batch_checks import check_batch_values
 from areal.trainer.ppo.gae import compute_gae_lambda
 from areal.trainer.ppo.kernels import NUMBA_AVAILABLE, select_backend
 from areal.trainer.ppo.kernels.fused_cpu import ROW_ERRORS, FusedInputs, FusedOptions, run_fused
-from areal.trainer.ppo.placement import StepFields
+from areal.trainer.ppo.placement import StepFields, truncation_width
 from areal.trainer.ppo.stage_resolution import ResolvedAdvantage, default_estimator
 from areal.trainer.ppo.stage_types import TemporalResult
 from areal.utils.data import Normalization, TrajBatchMeta
@@ -92,8 +92,7 @@ def run_fused_steps(
                              timestep_unit=unit, source=resolved.gae_lambda_source)
     inputs = FusedInputs(
         data["attention_mask"], data["loss_mask"], data["logprobs"], data.get("ref_logp"), data.get("values"),
-        data.get("prox_logp"), data.get("turn_ids"), score.to(torch.float32),
-        None if data.get("is_truncated") is None else data["is_truncated"].to(torch.bool),
+        data.get("prox_logp"), data.get("turn_ids"), score.to(torch.float32), _truncation(data),
     )
     options = FusedOptions(unit, use_prox, config.mask_no_eos_with_zero, config.kl_estimator, config.kl_ctl,
                            config.discount, config.discount * lam, row_moments=config.adv_norm is not None)
@@ -118,6 +117,16 @@ def run_fused_steps(
         token_adv=None,
         input_magnitudes=_magnitudes(data, out.values_max_abs),
     )
+
+
+def _truncation(data: Mapping[str, Any]) -> torch.Tensor | None:
+    """The given flags; None lets the kernels infer seqlen == T, unless a wider rank makes every row untruncated."""
+    if data.get("is_truncated") is not None:
+        return data["is_truncated"].to(torch.bool)
+    n_rows, n_pos = data["attention_mask"].shape
+    if truncation_width(n_pos, data["attention_mask"].device) > n_pos:
+        return torch.zeros(n_rows, dtype=torch.bool)  # no row fills the whole batch's width
+    return None
 
 
 def _magnitudes(data: Mapping[str, Any], values_max_abs: torch.Tensor) -> dict[str, float]:
