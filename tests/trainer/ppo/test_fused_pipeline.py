@@ -18,10 +18,10 @@ import pytest
 import torch
 from advantage_reference import ref_pipeline
 from batch_factory import make_batch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_advantage_bad_inputs import LEGACY_CASES as CASES
-from test_advantage_default import OUT_KEYS, assert_same, configs
+from test_advantage_default import OUT_KEYS, assert_same, configs, split_counterexample_config
 
 from areal.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec
 from areal.trainer.ppo import fused
@@ -107,6 +107,7 @@ def test_fused_equals_tensor_path_and_reference(cfg, seed, integer, drop):
 
 @SETTINGS
 @given(cfg=configs(), seed=st.integers(0, 10_000), explicit=st.booleans())
+@example(cfg=split_counterexample_config(), seed=376, explicit=False)
 def test_fused_split_rollouts(cfg, seed, explicit):
     batch, meta = make_batch(seed, split=True, explicit_refs=explicit, drop=("token_rewards",))
     if cfg.overlong_reward_penalty and not explicit:
