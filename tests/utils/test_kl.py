@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from areal.utils.data import KLEstimator
+from areal.utils.kl import K3_RATIO_BOUND, POW2_OFFSET, POW2_TABLE, exp_reduced
 
 
 def test_k1_is_the_log_ratio():
@@ -67,3 +68,25 @@ def test_unknown_kind_names_the_field_and_choices(kind):
     assert "actor.kl_estimator" in message
     assert repr(kind) in message
     assert "['k1', 'k2', 'k3']" in message
+
+
+def test_k3_exp_is_exp_correctly_rounded_on_the_bounded_log_ratio():
+    """k3's exp (`exp_reduced`, shared with the fused kernels) against float64 exp rounded to float32."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.rand(1_000_000, generator=gen) * 2 - 1) * K3_RATIO_BOUND
+    x = torch.cat([x, torch.tensor([-K3_RATIO_BOUND, K3_RATIO_BOUND, 0.0, -0.0, 1e-30, math.log(2) / 2])]).float()
+    k, p = exp_reduced(x.double())
+    ours = (p * torch.tensor(POW2_TABLE, dtype=torch.float64)[k.long() + POW2_OFFSET]).float()
+    want = torch.exp(x.double()).float()
+    steps = (ours.view(torch.int32).long() - want.view(torch.int32).long()).abs()
+    assert int(steps.max()) <= 1 and int((steps > 0).sum()) <= 2  # float32 steps: a boundary case at most
+    assert bool((k.abs() <= POW2_OFFSET - 3).all()) and torch.equal(k, k.round())
+
+
+def test_k3_of_extreme_finite_log_probs_is_the_clamped_value():
+    """The log-ratio of -3e38 and 3e38 overflows to -inf; k3 is bounded first, so the result is 10, not NaN."""
+    logp = torch.tensor([-3e38, 3e38, -3e38, 0.0])
+    ref = torch.tensor([3e38, -3e38, -3e38, 0.0])
+    assert KLEstimator("k3")(logp, ref).tolist() == [10.0, 10.0, 0.0, 0.0]
+    assert KLEstimator("k1")(logp, ref).tolist() == [-10.0, 10.0, 0.0, 0.0]
+    assert KLEstimator("k2")(logp, ref).tolist() == [10.0, 10.0, 0.0, 0.0]

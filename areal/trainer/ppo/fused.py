@@ -3,8 +3,8 @@
 The tensor steps (`placement`, the estimator stage, `Normalization`) stay the
 definition; this module only decides when the fused kernels of
 `kernels.fused_cpu` may replace them and maps their outputs back onto the
-pipeline's fields. The results are the same, bit for bit with the k1 and k2 KL
-estimators (tests/trainer/ppo/test_fused_pipeline.py). `AREAL_FUSED_ADVANTAGE`
+pipeline's fields. The results are the same, bit for bit with every KL
+estimator and on every finite input (tests/trainer/ppo/test_fused_pipeline.py). `AREAL_FUSED_ADVANTAGE`
 selects the path: `auto` (default) uses the fused kernels whenever
 `fused_blockers` finds nothing in the way, `off` never does, and `on` makes a
 blocker an error, so a benchmark cannot silently measure the tensor path.
