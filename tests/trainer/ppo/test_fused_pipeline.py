@@ -30,6 +30,7 @@ from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.kernels import fused_cpu
 from areal.trainer.ppo.kernels.numba_cpu import NUMBA_AVAILABLE, PARALLEL_MIN_ELEMENTS
 from areal.trainer.ppo.output_guard import NonFiniteOutputError
+from areal.utils import kl as kl_module
 from areal.utils.kl import KLEstimator
 
 
@@ -191,21 +192,22 @@ def test_extreme_log_probs_give_finite_clamped_kl_on_both_paths(unit, kl_estimat
 
 
 def test_kernel_k3_is_the_tensor_paths_bits_on_a_dense_float32_grid():
-    """Every 997th float32 bit pattern of |log-ratio| <= 25 (both signs): the kernel's k3 = KLEstimator's."""
-    import numba
-
-    @numba.njit
-    def kernel_k3(ratios, out):
-        for i in range(ratios.shape[0]):
-            out[i] = min(max(fused_cpu._k3(ratios[i]), np.float32(-10.0)), np.float32(10.0))
-
+    """Every 997th float32 bit pattern of |log-ratio| <= 25 (both signs): the kernels' KL rewards = KLEstimator's,
+    in its torch operations (other devices) and its compiled loop (CPU tensors)."""
     top = int(np.array([25.0], dtype=np.float32).view(np.int32)[0])
     bits = np.arange(0, top + 1, 997, dtype=np.int32)
-    ratios = np.concatenate([bits.view(np.float32), -bits.view(np.float32)])
-    got = np.empty_like(ratios)
-    kernel_k3(ratios, got)
-    want = KLEstimator("k3")(torch.from_numpy(ratios), torch.zeros(ratios.shape[0])).numpy()
-    assert np.array_equal(got.view(np.int32), want.view(np.int32))
+    ratios = torch.from_numpy(np.concatenate([bits.view(np.float32), -bits.view(np.float32)])).view(2, -1)
+    n_rows, n_pos = ratios.shape
+    ones = torch.ones(n_rows, n_pos, dtype=torch.long)
+    ones[:, 0] = 0  # no generated token at position 0
+    logprobs = torch.roll(ratios, 1, dims=1)  # raw token t+1 lands on aligned position t
+    inputs = fused_cpu.FusedInputs(torch.ones_like(ones), ones, logprobs, None, None, None, None,
+                                   torch.zeros(n_rows), torch.ones(n_rows, dtype=torch.bool))
+    options = fused_cpu.FusedOptions("token", False, False, "k3", 1.0, 1.0, torch.ones(n_rows), False)
+    kernel = -fused_cpu.run_fused(inputs, options).kl_rewards[:, :-1]
+    for k3 in (KLEstimator("k3"), lambda r, _: kl_module.k3_bounded_torch(r).clamp_(-10, 10)):
+        want = k3(ratios[:, :-1], torch.zeros_like(ratios[:, :-1]))
+        assert torch.equal(kernel.view(torch.int32), want.view(torch.int32))
 
 
 @pytest.mark.parametrize("unit", ["token", "turn"])

@@ -10,9 +10,9 @@ bound, `batch_checks.BatchStats`) and the per-row moments that advantage normali
 needs (computed by `areal.utils.norm_kernels.masked_row_moments`, the helper the
 tensor path's normalisation uses, so both give the same bits). The arithmetic
 is float32 in the order of the tensor path and the reference loops, and the
-outputs are bit for bit those of the tensor path with every KL estimator (k3's
-exp is `areal.utils.kl.exp_reduced`, the same float64 operations as the
-tensor path's, on the log-ratio bounded to +-K3_RATIO_BOUND as there).
+outputs are bit for bit those of the tensor path with every KL estimator (k3
+is `areal.utils.kl.k3_bounded`, the function the tensor path's `KLEstimator`
+evaluates: the same float64 operations, on the log-ratio bounded as there).
 
 Checks: a row never raises; it reports error bits (`ROW_*`), and the caller
 re-runs the descriptive batch checks (`batch_checks.check_batch_values`), which
@@ -27,8 +27,7 @@ import numpy as np
 import torch
 
 from areal.utils.buffers import empty_cpu
-from areal.utils.kl import K3_RATIO_BOUND, POW2_OFFSET, POW2_TABLE
-from areal.utils.kl import exp_reduced as _exp_reduced
+from areal.utils.kl import k3_bounded
 from areal.utils.norm_kernels import RowMoments, masked_row_moments
 
 from .numba_cpu import NUMBA_AVAILABLE, _gae_row, use_parallel
@@ -57,7 +56,6 @@ ROW_ERRORS = {
 }
 
 KL_KINDS = {"k1": 1, "k2": 2, "k3": 3}
-_POW2 = np.array(POW2_TABLE, dtype=np.float64)  # a global array: a constant of the compiled code
 
 
 # ---------------------------------------------------------------------------
@@ -120,7 +118,7 @@ def _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square
         a_raw, m_raw = attn[i], lmask[i]
         x, p, r, v = lp[i], prox[i], ref[i], val[i]
         m, old, log_ratio = _prelude(m_raw, x, p, r, use_prox)
-        kl = _k3(log_ratio)
+        kl = k3_bounded(log_ratio)
         kl = min(max(kl, np.float32(-10.0)), np.float32(10.0)) * neg_kl_ctl
         m_out[i], lp_out[i], kl_out[i], tot_out[i], adv_out[i] = m, old, kl, kl + zero, kl
         seq += a_raw
@@ -130,14 +128,6 @@ def _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square
         on_padding += m_raw > a_raw
         not_finite += _not_finite(x, p, r, v)
     return seq, _bits(a_min < 0 or a_max > 1, rising, m_min < 0 or m_max > 1, on_padding, not_finite)
-
-
-def _k3(log_ratio):
-    """exp(-r) - 1 + r as `KLEstimator('k3')`: -r bounded to +-K3_RATIO_BOUND, exp from `exp_reduced`."""
-    bound = np.float32(K3_RATIO_BOUND)
-    neg = min(max(-log_ratio, -bound), bound)
-    k, p = _exp_reduced(np.float64(neg))
-    return np.float32(p * _POW2[np.int64(k) + POW2_OFFSET]) - np.float32(1.0) - neg
 
 
 def _bits(attention_bad, rising, mask_bad, on_padding, not_finite):
@@ -492,8 +482,6 @@ if NUMBA_AVAILABLE:
     _jit = numba.njit(cache=True, nogil=True)
     _inline = numba.njit(cache=True, nogil=True, inline="always")
     _prelude = _inline(_prelude)
-    _exp_reduced = _inline(_exp_reduced)  # compiled here; areal.utils.kl keeps the plain one for torch
-    _k3 = _inline(_k3)
     _not_finite = _inline(_not_finite)
     _bits = _inline(_bits)
     _elementwise_k12 = _jit(_elementwise_k12)
