@@ -126,17 +126,20 @@ class KLEstimator:
         With the clamp, k3 bounds the log-ratio first (which changes no clamped
         value and keeps exp(inf) - inf = NaN out of extreme finite inputs) and
         takes its exp from `exp_reduced` (within one float32 step of torch.exp,
-        the same bits as the fused CPU kernels); without it, torch.exp.
+        the same bits as the fused CPU kernels); without the clamp, or for inputs
+        that require grad, torch.exp.
         """
         log_ratio = logp.float() - ref_logp.float()
         if self.kind == "k1":
             kl = log_ratio
         elif self.kind == "k2":
             kl = log_ratio**2 / 2.0
-        elif self.apply_clamp:
+        elif self.apply_clamp and not log_ratio.requires_grad:
             kl = _k3(log_ratio)
-        else:
+        else:  # unclamped, or differentiated (the rounding in exp_reduced has no useful gradient): torch.exp
             neg = -log_ratio
+            if self.apply_clamp:
+                neg = neg.clamp(min=-K3_RATIO_BOUND, max=K3_RATIO_BOUND)
             kl = neg.exp() - 1 - neg
         if self.apply_clamp:
             kl.clamp_(min=-10, max=10)  # kl is always a fresh tensor here

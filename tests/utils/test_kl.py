@@ -106,3 +106,14 @@ def test_k3_of_extreme_finite_log_probs_is_the_clamped_value():
     assert KLEstimator("k3")(logp, ref).tolist() == [10.0, 10.0, 0.0, 0.0]
     assert KLEstimator("k1")(logp, ref).tolist() == [-10.0, 10.0, 0.0, 0.0]
     assert KLEstimator("k2")(logp, ref).tolist() == [10.0, 10.0, 0.0, 0.0]
+
+
+def test_k3_keeps_gradients_through_torch_exp():
+    logp = torch.tensor([-1.0, -2.0, 30.0], requires_grad=True)
+    ref = torch.tensor([-1.5, -1.0, 0.0])
+    kl = KLEstimator("k3")(logp, ref)
+    kl.sum().backward()
+    r = (logp - ref).detach()
+    expected = torch.where((-r).exp() - 1 + r < 10, 1 - (-r).exp(), torch.zeros_like(r))  # d/dr, 0 where clamped
+    torch.testing.assert_close(logp.grad, expected)
+    torch.testing.assert_close(kl.detach(), KLEstimator("k3")(logp.detach(), ref), rtol=1e-6, atol=1e-7)
