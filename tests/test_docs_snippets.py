@@ -721,6 +721,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --reps 15 --tensor-': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --table --reps 5 --': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --sizes 256x8192 --': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_advantage.py --threads 1': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_guard.py --rounds 25 # 256 x 81': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_gae_cuda.py # on a CUDA machine': check_shell,
