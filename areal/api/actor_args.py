@@ -9,6 +9,8 @@ dataclass validates itself on construction and names the offending field.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +53,42 @@ class NormConfig:
             raise ConfigError(
                 f"NormConfig.group_size: got {self.group_size!r}, expected an integer >= 1"
             )
+
+
+_NORM_FIELDS = tuple(f.name for f in dataclasses.fields(NormConfig))
+_norm_dataclass_init = NormConfig.__init__
+
+
+@functools.wraps(_norm_dataclass_init)
+def _norm_init(self: NormConfig, *args: Any, **kwargs: Any) -> None:
+    """The dataclass __init__, recording whether the caller chose `group_size` (for `singleton_centering`).
+
+    Why: `group_size` is a fallback here, so its default 1 is harmless, but a caller who
+    asks for 1 with group centering gets AReaL's warning. A construction that passes every
+    field (OmegaConf's `to_object` of a loaded YAML, `dataclasses.replace`, a worker's copy)
+    cannot tell a chosen 1 from the default and does not count as a choice.
+    """
+    named = set(_NORM_FIELDS[:len(args)]) | set(kwargs)
+    self._group_size_chosen = "group_size" in named and named != set(_NORM_FIELDS)
+    _norm_dataclass_init(self, *args, **kwargs)
+
+
+NormConfig.__init__ = _norm_init
+
+#: AReaL's construction-time warning (its words are what its upstream tests match).
+SINGLETON_GROUP_CENTERING = (
+    "{field}: mean_level='group' with group_size=1: singleton group centering erases the task reward (a batch "
+    "without group metadata is cut into groups of one, each centred on its own score); use group_size >= 2 (the "
+    "rollouts per prompt) or mean_level null or 'batch'"
+)
+
+
+def singleton_centering(norm: NormConfig | Mapping[str, Any] | None) -> bool:
+    """True for group-level centering with a chosen group_size of 1 (a mapping's key, or a NormConfig argument)."""
+    if isinstance(norm, Mapping):
+        return norm.get("mean_level") == "group" and norm.get("group_size") == 1
+    return isinstance(norm, NormConfig) and norm.mean_level == "group" and norm.group_size == 1 \
+        and getattr(norm, "_group_size_chosen", False)
 
 
 def _build(field: str, cls: type, value: Mapping[str, Any]) -> Any:
@@ -302,6 +340,8 @@ class PPOActorConfig:
                     f"{p}overlong_penalty_factor: got None, expected a number when overlong_reward_penalty is true"
                 )
             _check_number(p + "overlong_penalty_factor", self.overlong_penalty_factor, low=0.0)
+        if singleton_centering(self.reward_norm):
+            warnings.warn(SINGLETON_GROUP_CENTERING.format(field=p + "reward_norm"), UserWarning, stacklevel=4)
         for name in ("reward_norm", "adv_norm"):
             value = getattr(self, name)
             if isinstance(value, Mapping):

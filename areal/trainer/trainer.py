@@ -59,6 +59,7 @@ from areal.trainer.rollout import (
     export_turn_rows,
     groups_to_device,
 )
+from areal.trainer.preflight import check_before_launch
 from areal.trainer.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
 from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, reward_components, stage_batch_fields
 from areal.trainer.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
@@ -161,8 +162,11 @@ class Trainer:
         # by the policy's size: one thread for a tiny model, the cores / local ranks otherwise (cpu_threads)
         self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in self.policy.parameters()))
         self.task = build_runtime(cfg, parts, self.tokenizer, self.policy)
+        eval_rows = make_eval_rows(cfg, parts)
+        # what `areal validate` checks (context, reward columns): a run that cannot fit fails before step 0
+        agree(lambda: check_before_launch(cfg, parts, self.task, eval_rows), self.ctx)
         self.prompt_source = make_prompt_source(cfg, parts, self.rng)
-        self.evaluator = Evaluator(cfg.eval, make_eval_rows(cfg, parts), cfg.train.steps)
+        self.evaluator = Evaluator(cfg.eval, eval_rows, cfg.train.steps)
         broadcast_module(self.policy, self.ctx)
         parallel = cfg.train.parallel
         # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP

@@ -48,7 +48,10 @@ INF = math.inf
 #: squares (1e30) and their sums over up to 1e12 elements (1e42) fit in float64, and it is far
 #: below float32's 3.4e38, so the float32 rounding of a bounded computation cannot reach inf.
 SAFE_MAGNITUDE = 1e15
-#: KLEstimator clamps every per-token estimate to [-10, 10] (and never returns NaN for finite inputs).
+#: KLEstimator clamps every per-token estimate to [-10, 10] (and never returns NaN for finite inputs), and so
+#: do the fused kernels, which compute its bits: the guard trusts this bound and never reads kl_rewards
+#: (issue 21: the kernels' k3 once gave exp(inf) - inf = NaN, unseen; tests/trainer/ppo/test_fused_pipeline.py
+#: now checks both paths on extreme finite log-probs).
 KL_CLAMP = 10.0
 #: [B, T] outputs computed by the pipeline's arithmetic (the others are masked copies of finite inputs).
 GUARDED_FIELDS = ("kl_rewards", "tot_rewards", "returns", "advantages")
