@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,8 +123,8 @@ def measure(variants: Sequence[str], scenes: Sequence[int], args: Sequence[str],
 def summarise(times: dict, reference: str) -> None:
     print("\nsummary (median loop seconds; ratio to the reference setting in the same scene):")
     for (busy, variant), values in sorted(times.items()):
-        ref = sorted(times[(busy, reference)])[len(times[(busy, reference)]) // 2] if (busy, reference) in times else None
-        med = sorted(values)[len(values) // 2]
+        ref = statistics.median(times[(busy, reference)]) if (busy, reference) in times else None
+        med = statistics.median(values)
         ratio = f"  x{med / ref:.2f} of {reference}" if ref else ""
         print(f"  busy {busy}  {variant:<10} {med:7.1f} s  (runs: {', '.join(f'{v:.1f}' for v in values)}){ratio}")
 
@@ -189,7 +190,7 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", type=int,
                         help="hidden sizes: steps alternating 1 and <cores> threads in one process per size")
     parser.add_argument("overrides", nargs="*", help="more trainer overrides, e.g. --config FILE key=value")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # overrides before or between the options
     print(f"cores {_cores()}, python {PYTHON}, {pressure()}")
     if args.sizes:
         scaling(args.sizes, args.steps, args.overrides)
