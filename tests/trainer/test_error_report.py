@@ -133,3 +133,15 @@ def test_a_row_failing_differently_alone_and_a_batch_only_failure_say_so() -> No
     with pytest.raises(RewardFunctionError, match=r"first failing row: 0 \(prompt 'p0', completion 'a'\): "
                                                   r"TypeError: row a$"):
         _score(differs, ["a", "b"])
+
+
+def test_a_raising_task_sample_is_a_task_error_naming_it() -> None:
+    import random
+
+    from plugins.bad_plugins import make_raising_sample_task
+
+    from areal.trainer.data import TaskPromptSource
+    from areal.trainer.tasks.runtime import TaskError
+
+    with pytest.raises(TaskError, match=r"^task RaisingSampleTask\.sample\(rng, 'train'\): ValueError: sample boom$"):
+        TaskPromptSource(make_raising_sample_task(), random.Random(0)).sample(2)

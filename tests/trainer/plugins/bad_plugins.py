@@ -124,3 +124,18 @@ class RaisingScoreTask(_Rows):
 
 def make_raising_score_task() -> RaisingScoreTask:
     return RaisingScoreTask()
+
+
+class RaisingSampleTask(_Rows):
+    def sample(self, rng: random.Random, split: str) -> dict[str, Any]:
+        raise ValueError("sample boom")
+
+    def prompt(self, row: dict[str, Any]) -> str:
+        return "a"
+
+    def score(self, row: dict[str, Any], completion: str) -> float:
+        return 0.0
+
+
+def make_raising_sample_task() -> RaisingSampleTask:
+    return RaisingSampleTask()
