@@ -144,13 +144,18 @@ def _where(exc: BaseException) -> str:
 
 
 def report_for(exc: BaseException, rank: int) -> FailureReport:
-    """This rank's report of `exc` (raised inside `stage()` blocks; `failed_ranks` if ranks agreed on it)."""
+    """This rank's report of `exc` (raised inside `stage()` blocks).
+
+    Ranks that agreed on a failure (`failed_ranks`; a `CallFailure` also brings
+    the failing rank's `failed_error` and `failed_where`) are reported as that
+    failure, whichever rank publishes it.
+    """
     ranks = getattr(exc, "failed_ranks", None) or [rank]
-    where_from = _innermost(exc)
     return FailureReport(
         ranks=tuple(int(r) for r in ranks), reporter=rank,
         stage=getattr(exc, _STAGE_ATTR, None) or "an unnamed stage",
-        error=f"{type(exc).__name__}: {exc}", where=_where(where_from), time=time.time(),
+        error=getattr(exc, "failed_error", None) or f"{type(exc).__name__}: {exc}",
+        where=getattr(exc, "failed_where", None) or _where(_innermost(exc)), time=time.time(),
     )
 
 
@@ -511,7 +516,11 @@ class FailureWatch:
             return exc
         root = self.publish(exc, None if self.peer_report is not None else self.diagnose(exc))
         own = f"{type(exc).__name__}: {exc}"
-        failure = RankFailure(root, self.rank, None if own == root.error else f"after its own error: {own}")
+        if getattr(exc, "failed_error", None) == root.error:  # a CallFailure: the ranks agreed on it
+            how = "when the ranks exchanged their status in that call"
+        else:
+            how = None if own == root.error else f"after its own error: {own}"
+        failure = RankFailure(root, self.rank, how)
         failure.__cause__ = exc
         if root.reporter == self.rank and self.rank in root.ranks:
             write_error_file(failure)  # before waiting: torchrun may end this rank once the others are gone

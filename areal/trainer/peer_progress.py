@@ -18,7 +18,6 @@ Pure functions of the stamps and the exception; the store access lives in
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -28,10 +27,10 @@ GONE, SILENT = "gone", "silent"
 # the words gloo and nccl use when a peer's process has ended, or when a peer never came
 _GONE_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused",
                "remote process exited")
-# evidence that the exception came from a collective (not, say, a reward function's HTTP timeout)
+# evidence, besides the raising frame, that an exception came from a collective (not, say, from a reward
+# function's own HTTP timeout)
 _BACKEND_WORDS = ("third_party/gloo", "ProcessGroupGloo", "ProcessGroupNCCL", "NCCL", "Application timeout caused "
                   "pair closure")
-_DIST_FILES = ("torch/distributed/", "torch/nn/parallel/distributed.py")
 
 
 @dataclass(frozen=True)
@@ -52,18 +51,11 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _from_collective(exc: BaseException) -> bool:
-    try:
-        import torch.distributed as dist
+    from areal.utils.call_agreement import raised_by_collective  # torch, only once something failed
 
-        if isinstance(exc, dist.DistError):
-            return True
-    except (ImportError, AttributeError):
-        pass
-    text = str(exc)
-    if isinstance(exc, RuntimeError) and any(word in text for word in _BACKEND_WORDS):
+    if raised_by_collective(exc):
         return True
-    frames = traceback.extract_tb(exc.__traceback__)
-    return isinstance(exc, RuntimeError) and any(any(f in fr.filename for f in _DIST_FILES) for fr in frames[-3:])
+    return isinstance(exc, RuntimeError) and any(word in str(exc) for word in _BACKEND_WORDS)
 
 
 def collective_failure(exc: BaseException) -> str | None:

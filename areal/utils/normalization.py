@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from areal.api.cli_args import NormConfig
 from areal.utils import norm_kernels
+from areal.utils.call_agreement import before_collective
 from areal.utils.indices import index_from_counts, int_tuple
 
 __all__ = ["Normalization"]
@@ -247,6 +248,8 @@ class Normalization:
         if level == "batch":
             totals = torch.stack([r.sum() for r in rows])
             if _dist_active():
+                if reduce_group is None:
+                    before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
                 dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=reduce_group)
             return list(totals.unbind(0))
         assert layout is not None
