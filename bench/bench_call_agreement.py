@@ -8,10 +8,14 @@ The script starts two ranks of itself (gloo on 127.0.0.1, one thread each).
 Every round, both ranks time, back to back in the same rotating order,
 `compute_advantages` as shipped (agreement on), with the agreement switched off
 (`call_agreement._live` returning False, so neither the status exchanges nor
-the final one run), and as shipped once more (A/A, the noise yardstick). Rank 0
-prints, per config and size, the medians (ms), (on - off) / off of the medians,
-the median of each round's paired ratio, the A/A ratio, the status exchanges
-per call, and one exchange alone (an all-reduce of one int). Results and the
+the final one run), and as shipped once more (A/A, the noise yardstick); then
+the same three each followed by a barrier (`+sync`: until both ranks are done,
+what a step that synchronises anyway, e.g. with the DDP update, pays). The
+exchanges make a call wait for the slower rank, so the per-rank time includes
+that wait and the `+sync` time shows what is added beyond it. Rank 0 prints,
+per config and size, the medians (ms), (on - off) / off of the medians, the
+median of each round's paired ratio, the A/A ratio, the status exchanges per
+call, and one exchange alone (an all-reduce of one int). Results and the
 command go in docs/performance.md.
 """
 
@@ -68,11 +72,15 @@ def _measure(config: object, n_rows: int, n_pos: int, rounds: int) -> dict[str, 
         finally:
             call_agreement._live = live
 
+    def synced(fn: Callable[[], None]) -> Callable[[], None]:
+        return lambda: (fn(), dist.barrier())
+
     call_agreement._exchange = lambda *args: (counted.append(1), exchange(*args))[1]
     on()
     call_agreement._exchange = exchange
-    samples: dict[str, list[float]] = {"on": [], "off": [], "on2": []}
-    steps = [("on", on), ("off", off), ("on2", on)]
+    steps = [("on", on), ("off", off), ("on2", on), ("on_s", synced(on)), ("off_s", synced(off)),
+             ("on2_s", synced(on))]
+    samples: dict[str, list[float]] = {name: [] for name, _ in steps}
     for r in range(rounds):
         k = r % len(steps)
         for name, fn in steps[k:] + steps[:k]:  # the same rotation on both ranks: their collectives pair up
@@ -83,8 +91,10 @@ def _measure(config: object, n_rows: int, n_pos: int, rounds: int) -> dict[str, 
     flag = torch.zeros(1, dtype=torch.int32)
     one = statistics.median(_timed(lambda: dist.all_reduce(flag, op=dist.ReduceOp.MAX)) for _ in range(200))
     out = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-    out["paired"] = statistics.median((a - b) / b for a, b in zip(samples["on"], samples["off"]))
-    out["aa"] = statistics.median((a - b) / b for a, b in zip(samples["on"], samples["on2"]))
+    for tail in ("", "_s"):
+        on_, off_, on2_ = (samples[k + tail] for k in ("on", "off", "on2"))
+        out["paired" + tail] = statistics.median((a - b) / b for a, b in zip(on_, off_))
+        out["aa" + tail] = statistics.median((a - b) / b for a, b in zip(on_, on2_))
     out["exchanges"], out["one_ms"] = float(len(counted)), one * 1e3
     return out
 
@@ -98,17 +108,18 @@ def _rank_main(args: argparse.Namespace) -> None:
 
     set_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
-    header = "| config | B x T | on | off | (on-off)/off | paired | A/A | exchanges | one exchange |"
+    header = ("| config | B x T | exchanges | one exchange | on | off | paired | A/A | on +sync | off +sync | "
+              "paired +sync | A/A +sync |")
     if dist.get_rank() == 0:
         print(f"torch {torch.__version__}, 2 gloo ranks on 127.0.0.1, 1 thread each, {args.rounds} rounds; "
-              f"load: {os.getloadavg()[0]:.2f}\n{header}\n" + "| --- " * 9 + "|", flush=True)
+              f"load: {os.getloadavg()[0]:.2f}\n{header}\n" + "| --- " * 12 + "|", flush=True)
     for name, make in CONFIGS.items():
         for n_rows, n_pos in parse_sizes(args.sizes):
             r = _measure(PPOActorConfig(**make(NormConfig)), n_rows, n_pos, args.rounds)
             if dist.get_rank() == 0:
-                print(f"| {name} | {n_rows} x {n_pos} | {r['on']:.2f} | {r['off']:.2f} | "
-                      f"{(r['on'] - r['off']) / r['off']:+.1%} | {r['paired']:+.1%} | {r['aa']:+.1%} | "
-                      f"{r['exchanges']:.0f} | {r['one_ms']:.3f} ms |", flush=True)
+                print(f"| {name} | {n_rows} x {n_pos} | {r['exchanges']:.0f} | {r['one_ms']:.3f} ms | "
+                      f"{r['on']:.2f} | {r['off']:.2f} | {r['paired']:+.1%} | {r['aa']:+.1%} | {r['on_s']:.2f} | "
+                      f"{r['off_s']:.2f} | {r['paired_s']:+.1%} | {r['aa_s']:+.1%} |", flush=True)
     if dist.get_rank() == 0:
         print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
     dist.destroy_process_group()

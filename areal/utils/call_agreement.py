@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["CallFailure", "FailedRank", "agreement", "before_collective", "raised_by_collective"]
+__all__ = ["CallFailure", "FailedRank", "agreement", "before_collective", "one_exchange", "raised_by_collective"]
 
 _DIST_FILES = ("torch/distributed/", "torch/nn/parallel/distributed.py")
 
@@ -68,6 +68,7 @@ class CallFailure(RuntimeError):
 class _Call:
     name: str
     describe_stage: Callable[[BaseException], str]
+    once: str = ""  # "armed" inside `one_exchange()` until its first exchange, then "done"
 
 
 _ACTIVE: ContextVar[_Call | None] = ContextVar("areal_call_agreement", default=None)
@@ -109,8 +110,30 @@ def _exchange(call: _Call, exc: BaseException | None) -> None:
 def before_collective() -> None:
     """Exchange statuses before a collective of an agreed call (a no-op outside one)."""
     call = _ACTIVE.get()
-    if call is not None:
-        _exchange(call, None)
+    if call is None or call.once == "done":
+        return
+    _exchange(call, None)
+    if call.once == "armed":
+        call.once = "done"
+
+
+@contextlib.contextmanager
+def one_exchange() -> Iterator[None]:
+    """Within the block only the first `before_collective()` exchanges.
+
+    For back-to-back reductions (a normalisation's mean, then its std) whose
+    local steps in between are the same arithmetic on every rank, so they do
+    not fail on one rank only: one exchange instead of one per reduction.
+    """
+    call = _ACTIVE.get()
+    if call is None:
+        yield
+        return
+    saved, call.once = call.once, call.once or "armed"
+    try:
+        yield
+    finally:
+        call.once = saved
 
 
 @contextlib.contextmanager

@@ -65,3 +65,19 @@ def test_one_process_runs_no_collective(monkeypatch: pytest.MonkeyPatch) -> None
     out = PPOActor(PPOActorConfig(reward_norm=NormConfig(mean_level="batch", std_level="batch"))).compute_advantages(
         batch, meta)
     assert calls == [] and torch.isfinite(out["advantages"]).all()
+
+
+def test_one_exchange_lets_only_the_first_collective_of_a_block_exchange(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(call_agreement, "_exchange", lambda call, exc: calls.append((call.name, exc)))
+    token = call_agreement._ACTIVE.set(call_agreement._Call("call", str))
+    try:
+        call_agreement.before_collective()
+        with call_agreement.one_exchange():  # a normalisation's mean and std reductions
+            call_agreement.before_collective()
+            call_agreement.before_collective()
+        call_agreement.before_collective()
+    finally:
+        call_agreement._ACTIVE.reset(token)
+    call_agreement.before_collective()  # outside an agreed call: nothing
+    assert calls == [("call", None)] * 3
