@@ -221,3 +221,9 @@ def test_tuples_in_kwargs_run_as_the_lists_config_yaml_saves(tmp_path: Path) -> 
     assert given["estimator"]["kwargs"]["w"] == (1, (2.5, "a"))  # the caller's mapping is left as it was
     saved = _write(tmp_path / "config.yaml", config_to_yaml(cfg))
     assert load_config(saved) == cfg
+
+
+def test_the_command_line_of_the_issue_runs_the_later_task(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--config", str(DEFAULT), "--print-config", "task.implementation=guess"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert (printed.task.implementation, printed.task.name, dict(printed.task.kwargs)) == ("guess", "guess", {})

@@ -2,8 +2,8 @@
 
 One Ray start for the module, with the job-level
 `runtime_env.worker_process_setup_hook=areal.integrations.verl.patch_compute_advantage`
-(Ray runs that hook only for a whole job, never per actor). In it: a plain actor,
-patched by the hook alone, and a `TaskRunnerV1` subclass launched by verl's own
+(Ray runs that hook only for a whole job, never per actor). In it: a plain Ray
+task, patched by the hook alone, and a `TaskRunnerV1` subclass launched by verl's own
 `run_ppo`, whose `run` patches first (it undoes the hook before, so the patch is
 its own). The PPO preset is the probe: it needs critic values and log-probs, which
 only the wrapper reads, so verl's unpatched function refuses it. Every result
@@ -68,13 +68,12 @@ def assert_equal(got: dict, batch: vb.VerlBatch, preset: str) -> None:
     assert torch.equal(got["returns"], expected["returns"])
 
 
-def test_setup_hook_patches_verl_in_a_plain_actor(cluster):
-    worker = cluster.AdvantageWorker.remote()
+def test_setup_hook_patches_verl_in_a_ray_worker(cluster):
     batch = vb.make_batch(3, [3, 2, 4])
-    ppo = ray.get(worker.step.remote(batch.proto(), algorithm("ppo")))  # values + KL: the wrapper only
+    ppo = ray.get(cluster.advantage_task.remote(batch.proto(), algorithm("ppo")))  # values + KL: the wrapper only
     assert ppo["function"] == WRAPPER and ppo["pid"] != os.getpid()
     assert_equal(ppo, batch, "ppo")
-    grpo = ray.get(worker.step.remote(batch.proto(), algorithm("grpo")))  # the registry path, through it
+    grpo = ray.get(cluster.advantage_task.remote(batch.proto(), algorithm("grpo")))  # the registry path, through it
     assert_equal(grpo, batch, "grpo")
 
 

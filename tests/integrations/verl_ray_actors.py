@@ -31,12 +31,10 @@ def advantage_step(data: Any, algorithm: Any) -> dict[str, Any]:
             "function": f"{function.__module__}.{function.__qualname__}", "pid": os.getpid()}
 
 
-@ray.remote(num_cpus=0)
-class AdvantageWorker:
-    """A plain actor: whatever the job's `worker_process_setup_hook` did to this process is all it has."""
-
-    def step(self, data: Any, algorithm: Any) -> dict[str, Any]:
-        return advantage_step(data, algorithm)
+@ray.remote(num_cpus=1)
+def advantage_task(data: Any, algorithm: Any) -> dict[str, Any]:
+    """A plain Ray task (in one of the job's pooled workers): the job's setup hook is all it has."""
+    return advantage_step(data, algorithm)
 
 
 def _unhook() -> str:
