@@ -7,11 +7,14 @@ CPU), with each rank's output in its own log file (`--log-dir ... --redirects 3`
   in the status exchange before the batch-level normalisation all-reduce (the call-time agreement
   of `PPOActor.compute_advantages`; tests/trainer/dist_failing_plugins.py);
 * a reward-function plugin (`reward: [{implementation: ...}]`) raising on rank 0 only
-  (tests/trainer/dist_failing_plugins.py).
+  (tests/trainer/dist_failing_plugins.py);
+* a reward function on rank 1 at step 1 that raises, ends its process with `os._exit(3)`, or hangs,
+  each 5 times (where in a whole second the failure falls decided torchrun's root cause before).
 
 Checked: both ranks exit 1 soon after the failure; torchrun's summary names the failing rank as the
-root cause, with the stage, the plugin/function and the cause; rank 0's log names them too; the
-failing rank's log has the traceback. Every job runs under a subprocess timeout.
+root cause, with the stage, the plugin/function and the cause; every surviving rank's last line names
+them too, and the healthy rank never names itself; the failing rank's log has the traceback. Every job
+runs under a subprocess timeout.
 """
 
 from __future__ import annotations
