@@ -524,6 +524,17 @@ def check_verl_patch(snippet: Snippet, project: Project, monkeypatch: pytest.Mon
     assert modules and all(m.compute_advantage is compute_advantage for m in modules)
 
 
+def check_ray_task_runner(snippet: Snippet, project: Project) -> None:
+    """The TaskRunner subclass needs Ray and verl's config: imports resolve, the base is the plain class, run_ppo takes it."""
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
+    _check_imports(snippet.text)
+    assert "TaskRunnerV1.__ray_actor_class__" in snippet.text
+    assert isinstance(TaskRunnerV1.__ray_actor_class__, type)
+    assert callable(getattr(TaskRunnerV1.__ray_actor_class__, "run"))
+    assert "task_runner_class" in inspect.signature(run_ppo).parameters
+
+
 def check_default_pipeline_yaml(snippet: Snippet, project: Project) -> None:
     """The block spells out the defaults: loading it changes nothing."""
     assert config_to_yaml(load_config(str(project.write("a.yaml", snippet.text)))) == config_to_yaml(load_config(None))
@@ -717,7 +728,6 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/distributed.md: # on every node (node0 is any host the others reach; 29500 a': check_distributed_user_config,
     'docs/distributed.md: {"step": 1, "policy": ["0493f7...", "0493f7..."], "reference': check_checksum_line,
     'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python ': check_shell,
-    'docs/distributed.md: [areal] rank 0: stopping because rank 1 failed in step 0 > a': check_output,
     'docs/distributed.md: Root Cause (first observed failure):': check_output,
     'docs/distributed.md: [areal] rank 1: stopping because rank 0 failed in step 0 > r': check_output,
     'docs/distributed.md: from areal.trainer.distributed import init_distributed, shar': check_distributed_sketch,
@@ -725,16 +735,20 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python  [2]': check_shell,
     'docs/distributed.md: error while building the trainer: actor worker initialisatio': check_output,
     'docs/distributed.md: .venv/bin/python -m pytest tests/trainer/test_distributed_di': check_shell,
+    'docs/distributed.md: CallFailure: PPOActor.compute_advantages: rank 1 failed in a': check_output,
+    'docs/distributed.md: error: rank 1 failed in step 0 > advantages: StageContractEr': check_output,
     'docs/integrations.md: .venv/bin/pip install -c constraints.txt -e ".[verl]" # verl': check_shell,
     'docs/integrations.md: [project.entry-points."verl.plugins"]': check_entry_point,
     'docs/integrations.md: python -m verl.trainer.main_ppo \\': check_shell,
     'docs/integrations.md: from areal.integrations.verl import patch_compute_advantage': check_verl_patch,
+    'docs/integrations.md: import ray': check_ray_task_runner,
     'docs/integrations.md: .venv/bin/python examples/integrations/verl_advantage.py': check_shell,
     'docs/integrations.md: from areal.integrations.trl import AReaLGRPOTrainer': check_trl_sketch,
     'docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --reps 15 --tensor-': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --table --reps 5 --': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --sizes 256x8192 --': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_call_agreement.py --sizes 64x51': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_advantage.py --threads 1': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_guard.py --rounds 25 # 256 x 81': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_gae_cuda.py # on a CUDA machine': check_shell,

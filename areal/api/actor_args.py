@@ -152,7 +152,7 @@ class StageSpec:
                 f"{where}.kwargs: got {plain(self.kwargs)!r} ({type(self.kwargs).__name__}), expected a mapping "
                 "of keyword arguments"
             )
-        _check_json_value(f"{where}.kwargs", self.kwargs)
+        self.kwargs = _check_json_value(f"{where}.kwargs", self.kwargs)  # tuples become lists, as saved
 
     @property
     def is_builtin(self) -> bool:
@@ -325,7 +325,7 @@ class PPOActorConfig:
                 )
         if not isinstance(self.gae_lambda_kwargs, dict):
             raise ConfigError(f"{p}gae_lambda_kwargs: got {self.gae_lambda_kwargs!r}, expected a mapping")
-        _check_json_value(p + "gae_lambda_kwargs", self.gae_lambda_kwargs)
+        self.gae_lambda_kwargs = _check_json_value(p + "gae_lambda_kwargs", self.gae_lambda_kwargs)
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ConfigError(f"{p}max_new_tokens: got {self.max_new_tokens!r}, expected an integer >= 1")
         if self.overlong_reward_penalty:

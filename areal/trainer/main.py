@@ -85,13 +85,14 @@ def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool, resuming: b
     from areal.trainer.failures import write_error_file
 
     failure = watch.fail(exc)
-    if failure is not exc and not setup and failure.report.reporter == failure.rank:  # the root cause is here
+    if failure is not exc and not setup and failure.rank in failure.report.ranks:  # the root cause is here
         traceback.print_exception(exc, file=sys.stderr)
         write_error_log(run_dir, exc, rank=failure.rank)
     own_words = str(exc) if failure.report.error == f"{type(exc).__name__}: {exc}" else str(failure)
     line = _setup_message(exc, own_words, resuming=resuming) if setup else f"error: {failure}"
     print(line, file=sys.stderr, flush=True)
     write_error_file(failure)  # torchrun's summary: the root cause, after this rank's traceback
+    watch.linger(failure)  # a rank that reported for a gone or silent peer lets torchrun see that peer first
     return 1
 
 

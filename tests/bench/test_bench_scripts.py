@@ -25,6 +25,12 @@ def test_pipeline_bench_runs_and_checks_its_results():
     assert "16x64 1 thr: default token:" in proc.stdout
 
 
+def test_call_agreement_bench_runs_on_two_ranks():
+    proc = _run("bench/bench_call_agreement.py", "--sizes", "8x32", "--rounds", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| PPOActorConfig() | 8 x 32 | 1 |" in proc.stdout, proc.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU exit")
 def test_gpu_check_exits_cleanly_without_a_gpu():
     proc = _run("bench/bench_gae_cuda.py", "--quick", env={"TRITON_INTERPRET": ""})

@@ -39,6 +39,7 @@ import torch.distributed as dist
 from areal.api.cli_args import NormConfig, PPOActorConfig
 from areal.trainer.ppo.batch_checks import BatchStats, all_finite
 from areal.trainer.ppo.stage_resolution import CallOptions, ResolvedAdvantage, select_process
+from areal.utils.call_agreement import before_collective
 from areal.utils.data import TrajBatchMeta
 
 __all__ = ["GuardContext", "NonFiniteOutputError", "SAFE_MAGNITUDE", "guard_outputs", "magnitudes", "output_bounds"]
@@ -177,6 +178,7 @@ def magnitudes(rewards: torch.Tensor, ctx: GuardContext) -> dict[str, float]:
     if not _crosses_ranks(ctx.config):
         return local
     both = torch.tensor(list(local.values()), dtype=torch.float64, device=rewards.device)
+    before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
     dist.all_reduce(both, op=dist.ReduceOp.MAX)
     return dict(zip(local, both.tolist()))
 

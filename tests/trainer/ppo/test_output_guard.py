@@ -226,6 +226,8 @@ def test_a_rank_does_not_return_non_finite_outputs_from_another_ranks_overflow()
     results = run_bounded([[sys.executable, str(worker)]] * 2, rank_envs(2), timeout=120)
     logs = [out + err for _, out, err in results]
     assert all(code == 0 for code, _, _ in results), logs
-    assert "rank 0: raised NonFiniteOutputError: advantages:" in logs[0], logs[0]
+    # both ranks' guards fire; the call-time agreement raises one CallFailure naming both on each rank
+    agreed = "raised CallFailure: PPOActor.compute_advantages: rank 0 failed in the output guard: NonFiniteOutputError: "
+    assert f"rank 0: {agreed}advantages:" in logs[0], logs[0]
     assert "values reach 3e+38 in magnitude (on some data-parallel rank" in logs[0], logs[0]
-    assert "rank 1: raised NonFiniteOutputError:" in logs[1], logs[1]
+    assert f"rank 1: {agreed}" in logs[1] and "rank 1 failed in the output guard: NonFiniteOutputError:" in logs[1], logs[1]
