@@ -680,6 +680,19 @@ def check_entry_point(snippet: Snippet, project: Project) -> None:
         {"verl.plugins": tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["verl.plugins"]}
 
 
+def check_your_folder(snippet: Snippet, project: Project) -> None:
+    """`cd` into the user's folder, then the clone's train.sh there (~/areal: the clone): the files it names, made
+    here, load from that folder. tests/test_train_script.py runs the same command for real."""
+    (cd, folder), (script, *args) = list(_commands(snippet.text))
+    assert (cd, folder, script) == ("cd", "~/my_project", "~/areal/scripts/train.sh"), snippet.text
+    _user_files(project, chat=False)
+    project.package("mypkg", {"rewards": _rewards_module()})
+    project.write("my_run.yaml", f"defaults: [{DATASET_RUN}]\ndata: {{train: data/train.jsonl, eval: data/test.jsonl}}\n"
+                  "reward: [{implementation: mypkg.rewards.exact_answer}]\n")
+    _check_script(str(ROOT / "scripts/train.sh"), args)
+    assert "mypkg.rewards.exact_answer" in validate("my_run.yaml")
+
+
 def check_checksum_line(snippet: Snippet, project: Project) -> None:
     """The line has the keys and value types a 1-step run with `train.debug_param_checksum=true` writes."""
     shown = json.loads(snippet.text)
@@ -742,6 +755,9 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/performance.md: pip download --no-deps triton==3.9.0 -d /tmp/triton-wheel &&': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_sampling.py train.num_threads=1': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py # whole pipeline vs': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --scenes': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_threads.py --sizes 64 128 256 3': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --rounds': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_estimators.py --prompts 128 --s': check_command_then_output,
     'docs/training.md: ./scripts/train.sh # set up .venv, then train the default co': check_shell,
     'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp': check_shell,
@@ -749,6 +765,8 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/training.md: [areal] grpo_arith step 480/500 (96%) | reward 1.000 | succe': check_output,
     'docs/training.md: [areal] grpo_arith: done, 500/500 steps in 28.2s | reward fi': check_output,
     'docs/training.md: $ ./scripts/train.sh train.steps=3': check_transcript,
+    'docs/training.md: cd ~/my_project # my_run.yaml, mypkg/, data/train.jsonl': check_your_folder,
+    'docs/training.md: error in step 0 > rollout: RewardFunctionError: reward[0] (e': check_output,
     'docs/training.md: ./scripts/train.sh train.resume=auto # continue runs/grpo_ar': check_resume_commands,
     "docs/training.md: # my_experiment.yaml: the seed's snippet on top of the defau": check_my_experiment_yaml,
     'docs/training.md: .venv/bin/python -m areal.trainer.main --config my_experimen': check_my_experiment_commands,

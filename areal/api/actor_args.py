@@ -23,6 +23,7 @@ from areal.api.config_checks import check_json_value as _check_json_value
 from areal.api.config_checks import check_number as _check_number
 from areal.api.config_checks import is_import_path as _is_import_path
 from areal.api.config_values import plain
+from areal.utils.suggest import did_you_mean
 
 _NORM_LEVELS = ("batch", "group", None)
 
@@ -100,7 +101,8 @@ def _build(field: str, cls: type, value: Mapping[str, Any]) -> Any:
     except TypeError as exc:
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(value) - set(names))
-        raise ConfigError(f"{field}: unknown keys {unknown}, expected a subset of {names} ({exc})") from None
+        raise ConfigError(f"{field}: unknown keys {unknown}, expected a subset of {names} ({exc})"
+                          f"{did_you_mean(unknown, names)}") from None
 
 
 def _check_norm_eps(field: str, norm: NormConfig | None) -> None:
@@ -209,7 +211,7 @@ class AdvantageConfig:
             if unknown:
                 raise ConfigError(
                     f"actor.advantage.process_adv_shaping.kwargs: unknown gvpo parameters {unknown}, "
-                    f"expected a subset of {list(GVPO_PARAMS)}"
+                    f"expected a subset of {list(GVPO_PARAMS)}{did_you_mean(unknown, GVPO_PARAMS)}"
                 )
             for name, value in process.kwargs.items():
                 _check_number(f"actor.advantage.process_adv_shaping.kwargs.{name}", value, low=0.0)
@@ -238,6 +240,7 @@ def _as_stage_spec(value: Any, stage: str) -> StageSpec:
         if unknown:
             raise ConfigError(
                 f"actor.advantage.{stage}: unknown keys {unknown}, expected 'implementation' and 'kwargs'"
+                f"{did_you_mean(unknown, ('implementation', 'kwargs'))}"
             )
         kwargs = value.get("kwargs")
         return StageSpec(implementation=value.get("implementation", "auto"), kwargs={} if kwargs is None else kwargs)

@@ -149,7 +149,6 @@ class Trainer:
         # before anything is built: a taken run directory fails in a second (decided on rank 0, shared)
         self.plan = shared_plan(cfg, self.ctx)
         self.run_dir = self.plan.run_dir
-        self.num_threads = apply_num_threads(cfg.train.num_threads)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
         # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1. `generate`
@@ -160,6 +159,8 @@ class Trainer:
         self.tokenizer = build_tokenizer(cfg.model, getattr(parts.task, "vocabulary", None),
                                          getattr(parts.task, "stop_words", ()) or ())
         self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+        # by the policy's size: one thread for a tiny model, the cores / local ranks otherwise (cpu_threads)
+        self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in self.policy.parameters()))
         self.task = build_runtime(cfg, parts, self.tokenizer, self.policy)
         eval_rows = make_eval_rows(cfg, parts)
         # what `areal validate` checks (context, reward columns): a run that cannot fit fails before step 0
@@ -417,7 +418,7 @@ class Trainer:
             raise RunDirectoryError(f"train.steps: got {self.cfg.train.steps}, but the checkpoint "
                                     f"{restored.folder} is at step {restored.step}; raise train.steps to continue")
         if self.ctx.is_main:
-            logger.info("resuming %s at step %d", restored.folder, restored.step)
+            print(f"[areal] resuming from {restored.folder} (step {restored.step})", flush=True)
         return restored.step, restored.records
 
     @staged(lambda self, step, loggers: f"step {step} > checkpoint")

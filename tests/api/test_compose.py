@@ -70,7 +70,8 @@ def test_defaults_in_a_mapping_are_relative_to_the_working_directory(tmp_path: P
                                 r"top\.yaml -> loop\.yaml -> top\.yaml"),
     ("- a\n- b\n", r"top\.yaml'?: expected a mapping at the top level"),
     ("train: {steps: [1\n", r"top\.yaml'?: cannot parse YAML"),
-    ("train: {stepz: 3}\n", r"train\.stepz \(in .*top\.yaml\): Key 'stepz' not in 'TrainConfig'"),
+    ("train: {stepz: 3}\n", r"train\.stepz \(in .*top\.yaml\): unknown key 'stepz' in TrainConfig; did you mean "
+                            r"'steps'\?$"),
 ])
 def test_bad_defaults_name_the_key_and_file(tmp_path: Path, text: str, match: str) -> None:
     _write(tmp_path / "loop.yaml", "defaults: [top.yaml]\n")
