@@ -14,7 +14,11 @@ Every failure is one line naming the field, stage or function.
 
 from __future__ import annotations
 
-import argparse
+from areal.trainer.launch_env import prefer_passive_waiting
+
+prefer_passive_waiting()  # before torch loads (areal.trainer.launch_env): `validate --dry-run` computes too
+
+import argparse  # noqa: E402
 import sys
 from collections.abc import Sequence
 from typing import Any

@@ -8,7 +8,8 @@ with two busy-loop processes beside them, 9 s with passive waiting (issue 20;
 docs/performance.md, "Threads"). The runtime reads its environment once, when
 torch's library loads, so this must run before `import torch`: the first line
 of `areal.trainer.main` (hence `python -m areal.trainer[.main]`,
-`scripts/train.sh` and every torchrun rank) and `tests/conftest.py` call it.
+`scripts/train.sh` and every torchrun rank), `areal.cli` (the `areal` console script)
+and `tests/conftest.py` call it.
 Setting `OMP_WAIT_POLICY` or `GOMP_SPINCOUNT` yourself keeps your choice.
 
 This module imports nothing, so importing it loads no library.

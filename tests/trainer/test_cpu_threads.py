@@ -91,8 +91,12 @@ def test_passive_waiting_is_set_unless_the_user_chose() -> None:
         assert not prefer_passive_waiting(env) and env == mine
 
 
-def test_the_entry_point_sets_it_before_torch_loads() -> None:
-    """libgomp reads OMP_WAIT_POLICY once, when torch's library loads: too late after `import torch`."""
+@pytest.mark.parametrize("entry", ["areal.trainer.main", "areal.cli"])
+def test_the_entry_point_sets_it_before_torch_loads(entry: str) -> None:
+    """libgomp reads OMP_WAIT_POLICY once, when torch's library loads: too late after `import torch`.
+
+    `areal.cli` is the `areal` console script (`validate --dry-run` computes too).
+    """
     import os
     import subprocess
     import sys
@@ -100,7 +104,7 @@ def test_the_entry_point_sets_it_before_torch_loads() -> None:
     code = ("import sys, areal.trainer.launch_env as le; real = le.prefer_passive_waiting\n"
             "def spy(*a):\n    print('torch already loaded:', 'torch' in sys.modules); return real(*a)\n"
             "le.prefer_passive_waiting = spy\n"
-            "import areal.trainer.main, os; print(os.environ.get('OMP_WAIT_POLICY'))")
+            f"import {entry}, os; print(os.environ.get('OMP_WAIT_POLICY'))")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
