@@ -42,7 +42,9 @@ process-group timeout), and the rank that sees it is not at fault. So:
    acknowledgement, or, for a gone peer, until torchrun has seen the peer end
    and sends SIGTERM, so that torchrun's "Root Cause" is the peer.
 6. A rank reporting a failure handles SIGTERM by finishing its line first
-   (its main thread is in Python then); any other rank ends at once, as before.
+   (its main thread is in Python then); a rank that knows of no failure gets a
+   few seconds to start reporting one (its collective may just have failed),
+   then ends; a rank that knows of a peer's failure ends at once.
 
 Every rank therefore ends with a `RankFailure` whose message names the failing
 rank, the stage, the cause and where it was raised; `areal.trainer.main` writes
@@ -269,6 +271,8 @@ class FailureWatch:
         self.exit_fn, self.log = exit_fn, log
         self.peer_report: FailureReport | None = None
         self.terminated = False  # the launcher sent SIGTERM while this rank was reporting a failure
+        #: after a SIGTERM with no failure known, how long the main thread may take to start reporting one
+        self.sigterm_grace_s = max(3.0, 20 * poll_s)
         self._stage, self._failing, self._reported_gone = "", False, False
         self._lock = threading.Lock()
         self._acked = self._announced = False
@@ -310,21 +314,45 @@ class FailureWatch:
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         """torchrun ends the ranks once one has ended: a rank reporting a failure first finishes its line.
 
-        Otherwise SIGTERM does what it does by default (after saying why, when
-        a peer's failure is known), so a healthy rank is not kept alive.
+        With a peer's failure known, SIGTERM does what it does by default after
+        saying why. With nothing known yet the main thread may be between a
+        collective that just failed (the peer is gone) and the stage boundary
+        where it starts reporting (`note_exception`): a loaded machine makes
+        that gap longer than torchrun's reaction to the peer's exit. It gets
+        `sigterm_grace_s` to start reporting; a rank that does not is then ended
+        (exit status 128 + SIGTERM), so a healthy rank is not kept alive.
         """
         self.terminated = True
         if self._failing:
             return
         report = self.peer_report
-        if report is not None:
-            failure = RankFailure(report, self.rank, "ended by its launcher (SIGTERM)")
-            with contextlib.suppress(Exception):  # a handler may interrupt a write to stderr
-                self.log(f"[areal] rank {self.rank}: error: {failure}")
-                write_error_file(failure)
-                sys.stderr.flush()
+        if report is None:
+            threading.Thread(target=self._end_unless_reporting, name="areal-sigterm-grace", daemon=True).start()
+            return
+        self._say_ended_by_launcher(report)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
+
+    def _say_ended_by_launcher(self, report: FailureReport) -> None:
+        failure = RankFailure(report, self.rank, "ended by its launcher (SIGTERM)")
+        with contextlib.suppress(Exception):  # a handler may interrupt a write to stderr
+            self.log(f"[areal] rank {self.rank}: error: {failure}")
+            write_error_file(failure)
+            sys.stderr.flush()
+
+    def _end_unless_reporting(self) -> None:
+        """After SIGTERM with no failure known: end the process unless the main thread starts reporting."""
+        deadline = time.monotonic() + self.sigterm_grace_s
+        while time.monotonic() < deadline:
+            if self._failing:
+                return  # the main thread reports and ends the process itself (`linger`)
+            time.sleep(min(self.poll_s, 0.05))
+        if self._failing:
+            return
+        report = self.peer_report
+        if report is not None:
+            self._say_ended_by_launcher(report)
+        os._exit(128 + signal.SIGTERM)
 
     # -- progress stamps (areal.trainer.peer_progress) ----------------------------------------
 

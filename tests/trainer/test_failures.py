@@ -370,7 +370,51 @@ def test_no_peer_is_blamed_for_a_user_error_or_when_every_peer_is_alive_in_the_s
         job.close()
 
 
-def test_sigterm_lets_a_reporting_rank_finish_and_ends_any_other_rank_at_once(tmp_path: Path) -> None:
+_GRACE_SCRIPT = """
+import os, signal, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+sys.path.insert(0, {here!r})
+from dist_launch import free_port
+from areal.trainer.failures import FailureWatch
+port = free_port()
+server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+clients = [dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]
+watch = FailureWatch(*clients, 0, 2, timeout_s=5.0).start()
+watch.sigterm_grace_s = 1.0
+start = time.monotonic()
+os.kill(os.getpid(), signal.SIGTERM)
+print("running after SIGTERM", flush=True)
+if {starts_reporting}:
+    time.sleep(0.3)  # the collective's error reaches the stage boundary
+    watch._failing = True
+    time.sleep(2.0)
+    print("still reporting after the grace", flush=True)
+    sys.exit(7)
+time.sleep(5)
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.parametrize("starts_reporting", [False, True])
+def test_sigterm_before_a_failure_is_known_gives_the_main_thread_a_grace(tmp_path: Path,
+                                                                       starts_reporting: bool) -> None:
+    """torchrun's SIGTERM can beat the main thread to its failed collective: a rank that then starts
+    reporting finishes; one that does not ends after the grace (128 + SIGTERM), not after its work."""
+    script = tmp_path / "grace.py"
+    script.write_text(_GRACE_SCRIPT.format(here=str(Path(__file__).resolve().parent), starts_reporting=starts_reporting))
+    begin = time.monotonic()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    if starts_reporting:
+        assert proc.stdout == "running after SIGTERM\nstill reporting after the grace\n", proc.stderr
+        assert proc.returncode == 7
+    else:
+        assert proc.stdout == "running after SIGTERM\n", proc.stderr
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert time.monotonic() - begin < 60
+
+
+def test_sigterm_lets_a_reporting_rank_finish_and_ends_a_rank_knowing_the_failure_at_once(tmp_path: Path) -> None:
     script = tmp_path / "term.py"
     script.write_text(f"""
 import os, signal, sys, time
