@@ -276,11 +276,13 @@ def test_one_numba_thread_takes_the_serial_drivers_with_the_same_bits(monkeypatc
     n_rows, n_pos = batch["attention_mask"].shape
     cfg = PPOActorConfig(gae_timestep_unit="turn", reward_norm=NormConfig(mean_level="group", std_level="group"),
                          adv_norm=NormConfig(), discount=0.99, gae_lambda=0.95)
-    with fused_mode("on"):
-        parallel = PPOActor(cfg).compute_advantages(batch, meta)
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
+    old = numba.get_num_threads()  # an in-process trainer run earlier in the session may have set 1 thread
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     try:
+        assert numba_cpu.use_parallel(n_rows, n_rows * n_pos)
+        with fused_mode("on"):
+            parallel = PPOActor(cfg).compute_advantages(batch, meta)
+        numba.set_num_threads(1)
         assert not numba_cpu.use_parallel(n_rows, n_rows * n_pos)
         calls = []
         for table in (norm_kernels._PASSES, fused_cpu._KERNELS):  # no parallel driver may run
@@ -290,7 +292,7 @@ def test_one_numba_thread_takes_the_serial_drivers_with_the_same_bits(monkeypatc
             serial = PPOActor(cfg).compute_advantages(batch, meta)
     finally:
         numba.set_num_threads(old)
-    assert numba_cpu.use_parallel(n_rows, n_rows * n_pos) and calls == []
+    assert calls == []
     assert_identical(serial, parallel, exact=True)
 
 
