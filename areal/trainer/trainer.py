@@ -60,6 +60,7 @@ from areal.trainer.rollout import (
     export_turn_rows,
     groups_to_device,
 )
+from areal.trainer.preflight import check_before_launch
 from areal.trainer.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
 from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, reward_components, stage_batch_fields
 from areal.trainer.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
@@ -151,7 +152,6 @@ class Trainer:
         # before anything is built: a taken run directory fails in a second (decided on rank 0, shared)
         self.plan = shared_plan(cfg, self.ctx)
         self.run_dir = self.plan.run_dir
-        self.num_threads = apply_num_threads(cfg.train.num_threads)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
         # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1. `generate`
@@ -162,9 +162,14 @@ class Trainer:
         self.tokenizer = build_tokenizer(cfg.model, getattr(parts.task, "vocabulary", None),
                                          getattr(parts.task, "stop_words", ()) or ())
         self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+        # by the policy's size: one thread for a tiny model, the cores / local ranks otherwise (cpu_threads)
+        self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in self.policy.parameters()))
         self.task = build_runtime(cfg, parts, self.tokenizer, self.policy)
+        eval_rows = make_eval_rows(cfg, parts)
+        # what `areal validate` checks (context, reward columns): a run that cannot fit fails before step 0
+        agree(lambda: check_before_launch(cfg, parts, self.task, eval_rows), self.ctx)
         self.prompt_source = make_prompt_source(cfg, parts, self.rng)
-        self.evaluator = Evaluator(cfg.eval, make_eval_rows(cfg, parts), cfg.train.steps)
+        self.evaluator = Evaluator(cfg.eval, eval_rows, cfg.train.steps)
         broadcast_module(self.policy, self.ctx)
         parallel = cfg.train.parallel
         # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP
@@ -445,7 +450,7 @@ class Trainer:
             raise RunDirectoryError(f"train.steps: got {self.cfg.train.steps}, but the checkpoint "
                                     f"{restored.folder} is at step {restored.step}; raise train.steps to continue")
         if self.ctx.is_main:
-            logger.info("resuming %s at step %d", restored.folder, restored.step)
+            print(f"[areal] resuming from {restored.folder} (step {restored.step})", flush=True)
         return restored.step, restored.records
 
     @staged(lambda self, step, loggers: f"step {step} > checkpoint")
