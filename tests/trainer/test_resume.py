@@ -25,7 +25,7 @@ from dist_launch import clean_env
 from areal.api.cli_args import load_config
 from areal.trainer.checkpoint import latest_checkpoint
 from areal.trainer.main import main
-from areal.trainer.metrics import read_metrics
+from areal.trainer.metrics import is_wall_clock, read_metrics
 from areal.trainer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,12 +36,11 @@ TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "
         "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}",
         "actor.advantage.outcome_reward_shaping={implementation: stateful_stage.running_baseline, "
         "kwargs: {decay: 0.5}}"]
-WALL_CLOCK = ("seconds", "elapsed", "tokens_per_s")
 JOB_TIMEOUT_S = 240
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in read_metrics(run_dir / "metrics.jsonl")]
+    return [{k: v for k, v in r.items() if not is_wall_clock(k)} for r in read_metrics(run_dir / "metrics.jsonl")]
 
 
 def _tensors(folder: Path) -> dict[str, torch.Tensor]:
