@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite (what CI runs): set-up with every optional extra the tests
-# exercise (the integrations run against the real packages), then pytest.
+# exercise (the integrations run against the real packages), then pytest on parallel
+# pytest-xdist workers: most of the suite's time is the 2-rank jobs it launches, which
+# wait on each other and on their timeouts, so more workers than cores keep the cores busy.
+#   ./scripts/test.sh                              the whole suite
+#   ./scripts/test.sh tests/trainer/test_resume.py more pytest arguments pass through
+#   AREAL_TEST_WORKERS=4 ./scripts/test.sh         another worker count; 0 runs in this process
+#   ./scripts/test.sh -n 0 tests/x.py::test_y      so does -n 0 (a pdb session, one test)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 ./scripts/setup.sh test verl trl reasoning wandb gguf data
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n "${AREAL_TEST_WORKERS:-3}" --dist loadgroup "$@"

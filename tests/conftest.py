@@ -3,8 +3,44 @@
 OpenMP threads wait passively in the test process too, as they do under
 `python -m areal.trainer.main` (areal.trainer.launch_env): this file is imported
 before any test module, so before torch loads.
+
+Every test starts with the thread counts the previous one found: an in-process
+trainer run sets torch's and numba's counts (`train.num_threads`, often 1) and
+leaves them, so a later test in the same process would otherwise run with them,
+and which test runs after which depends on how pytest-xdist shares the tests
+out (`./scripts/test.sh` runs them in parallel).
 """
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
 
 from areal.trainer.launch_env import prefer_passive_waiting
 
 prefer_passive_waiting()
+
+
+def _numba_pool_threads() -> int | None:
+    """numba's thread count if its pool runs already (asking earlier would start the pool)."""
+    numba = sys.modules.get("numba")
+    if numba is None:
+        return None
+    from numba.np.ufunc import parallel
+
+    return numba.get_num_threads() if parallel._is_initialized else None
+
+
+@pytest.fixture(autouse=True)
+def _keep_thread_counts() -> Iterator[None]:
+    import torch
+
+    torch_before, numba_before = torch.get_num_threads(), _numba_pool_threads()
+    yield
+    numba = sys.modules.get("numba")
+    if numba is not None and _numba_pool_threads() is not None:  # numba first: its pool start resets torch's
+        numba.set_num_threads(numba_before or numba.config.NUMBA_NUM_THREADS)
+    if torch.get_num_threads() != torch_before:
+        torch.set_num_threads(torch_before)

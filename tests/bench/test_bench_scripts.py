@@ -45,7 +45,7 @@ def test_threads_bench_runs_both_modes() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OMP_WAIT_POLICY=PASSIVE" in proc.stdout and "hidden    32  params " in proc.stdout
     proc = _run("bench/bench_threads.py", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
-                "--steps", "2", "--scenes", "busy", "--busy", "1", "--variants", "one", "spincount")
+                "--steps", "1", "--scenes", "busy", "--busy", "1", "--variants", "one", "spincount")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "busy 1  spincount " in proc.stdout and "x1.00 of one" in proc.stdout
 

@@ -28,6 +28,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 HOOK = "areal.integrations.verl.patch_compute_advantage"
 WRAPPER = "areal.integrations.verl.compute.compute_advantage"
+#: one local Ray (the `cluster` fixture) for the module: its tests stay on one pytest-xdist worker (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("verl_ray")
 
 
 def algorithm(preset: str) -> object:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -13,6 +14,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 _RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+#: from os.urandom: a trainer run in the test process seeds the global `random` (the same seed on every worker)
+_PICK = random.SystemRandom()
 
 
 def clean_env() -> dict[str, str]:
@@ -35,7 +38,33 @@ def rank_envs(world_size: int) -> list[dict[str, str]]:
     return envs
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
+    """A free port below the kernel's ephemeral range, picked at random.
+
+    A port from `bind(0)` lies in the range the kernel also gives outgoing
+    connections, and in the seconds before rank 0 binds it another job's
+    connection (gloo opens many; the suite runs jobs in parallel) may take it.
+    Below that range no connection takes it, and a random pick keeps parallel
+    test workers apart.
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    if low > 2048:
+        for _ in range(50):
+            port = _PICK.randrange(max(1024, low - 10000), low)
+            if _bindable(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

@@ -26,6 +26,8 @@ ROOT = HERE.parents[1]
 WORKER = HERE / "dist_worker.py"
 JOB_TIMEOUT_S = 150
 TOL = 1e-6
+#: one 2-rank job (the `rank_outputs` fixture) for the module: its tests stay on one pytest-xdist worker (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("distributed_advantages")
 
 #: Reported in the test output (`pytest -s`): max |2-rank - 1-process| per case.
 MAX_ABS_DIFF: dict[str, float] = {}

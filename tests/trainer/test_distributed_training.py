@@ -230,13 +230,16 @@ def _state_round_trip(result: dict[str, object], ctx: DistContext, parallel: str
     return torch.equal(_flat(engine.model), _flat(fresh.model))
 
 
-def _update_worker(out_dir: str, parallel: str) -> None:
+def _update_worker(out_dir: str, modes: list[str]) -> None:
+    """Each mode's updates in turn, in one process group, into `out_dir/<mode>/`."""
     from areal.trainer.distributed import destroy, init_distributed
 
     torch.set_num_threads(1)
     ctx = init_distributed(timeout=60)
     try:
-        _update_and_save(out_dir, parallel, ctx)
+        for parallel in modes:
+            os.makedirs(os.path.join(out_dir, parallel), exist_ok=True)
+            _update_and_save(os.path.join(out_dir, parallel), parallel, ctx)
     finally:
         destroy(ctx)
 
@@ -258,18 +261,29 @@ def _update_and_save(out_dir: str, parallel: str, ctx: DistContext) -> None:
     torch.save({**keep, "groups": mine}, os.path.join(out_dir, f"rank{ctx.rank}.pt"))
 
 
+PARALLEL = ("ddp", "fsdp")
+
+
 @pytest.fixture(scope="module")
 def one_process_update() -> dict[str, object]:
     return _update(_cat(_global_groups()), None)
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_two_rank_update_equals_one_process_update(tmp_path: Path, parallel: str,
+@pytest.fixture(scope="module")
+def two_rank_updates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One torchrun job for both modes (a launch costs more than the updates): `<dir>/<mode>/rank<r>.pt`."""
+    out = tmp_path_factory.mktemp("updates")
+    cmd = _torchrun(str(Path(__file__)), "update", str(out), ",".join(PARALLEL))
+    [(code, stdout, stderr)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    assert code == 0, f"torchrun exited with {code}:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    return out
+
+
+@pytest.mark.xdist_group("distributed_update")  # the module fixtures above on one pytest-xdist worker
+@pytest.mark.parametrize("parallel", PARALLEL)
+def test_two_rank_update_equals_one_process_update(two_rank_updates: Path, parallel: str,
                                                    one_process_update: dict[str, object]) -> None:
-    cmd = _torchrun(str(Path(__file__)), "update", str(tmp_path), parallel)
-    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
-    assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
-    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    ranks = [torch.load(two_rank_updates / parallel / f"rank{r}.pt") for r in range(2)]
     assert [r["groups"] for r in ranks] == [[0, 2], [1, 3]]
     groups = _global_groups()
     tokens = [int(sum(groups[i]["loss_mask"].sum() for i in r["groups"])) for r in ranks]
@@ -304,6 +318,6 @@ def test_two_rank_update_equals_one_process_update(tmp_path: Path, parallel: str
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["update"] or len(sys.argv) != 4:
-        raise SystemExit("usage: test_distributed_training.py update OUT_DIR ddp|fsdp (under torchrun)")
-    _update_worker(sys.argv[2], sys.argv[3])
+    if sys.argv[1:2] != ["update"] or len(sys.argv) != 4 or not set(sys.argv[3].split(",")) <= set(PARALLEL):
+        raise SystemExit("usage: test_distributed_training.py update OUT_DIR ddp[,fsdp] (under torchrun)")
+    _update_worker(sys.argv[2], sys.argv[3].split(","))

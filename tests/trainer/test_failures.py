@@ -390,6 +390,7 @@ if {starts_reporting}:
     watch._failing = True
     time.sleep(2.0)
     print("still reporting after the grace", flush=True)
+    watch.close()  # as `main` does before it returns: a watcher still in a store call at exit aborts the process
     sys.exit(7)
 time.sleep(5)
 print("not reached", flush=True)

@@ -37,6 +37,8 @@ TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "
         "actor.advantage.outcome_reward_shaping={implementation: stateful_stage.running_baseline, "
         "kwargs: {decay: 0.5}}"]
 JOB_TIMEOUT_S = 240
+#: one reference run (the `reference` fixture) for the module: its tests stay on one pytest-xdist worker (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("resume")
 
 
 def _rows(run_dir: Path) -> list[dict]:

@@ -25,6 +25,8 @@ from dist_launch import clean_env, run_bounded  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "state_worker.py"
 JOB_TIMEOUT_S = 180
+#: one 2-rank job (the `ranks` fixture) for the module: its tests stay on one pytest-xdist worker (`--dist loadgroup`)
+pytestmark = pytest.mark.xdist_group("stage_state_distributed")
 MAX_ABS_DIFF: dict[str, float] = {}
 
 
