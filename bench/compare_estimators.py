@@ -35,6 +35,7 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -178,6 +179,8 @@ def run_chunk(run: Run, args: list[str]) -> dict[str, Any]:
     from areal.trainer.main import main as train_main
 
     print(f"[compare] {run.estimator} seed {run.seed}: python -m areal.trainer.main {' '.join(args)}", flush=True)
+    if steps_done(run) == 0:  # a fresh start (or one killed before its first checkpoint): no earlier chunks count
+        chunks_file(run).unlink(missing_ok=True)
     wall, cpu = time.perf_counter(), time.process_time()
     with LoadSampler() as load:
         status = train_main(args)
@@ -231,6 +234,12 @@ def eval_point(row: dict[str, Any], clock: float, key: str, format_key: str | No
     return point
 
 
+def phase_means(metrics: list[dict[str, Any]]) -> dict[str, float]:
+    """The mean of every per-phase timing metric (`time/...`) the trainer logged, over the steps."""
+    keys = dict.fromkeys(k for row in metrics for k in row if k.startswith("time/"))
+    return {k: statistics.fmean(v) for k in keys if (v := [r[k] for r in metrics if r.get(k) is not None])}
+
+
 def git_commit() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -257,10 +266,14 @@ def result_row(run: Run, steps: int, metric: str, format_metric: str | None) -> 
             "response_tokens_last10pct": statistics.fmean(tail),
             "cpu_seconds_per_step": sum(c["cpu_s"] for c in chunks) / steps if chunks else None,
             "load1_mean": load, "load1_max": max((c["load1_max"] for c in chunks), default=None),
-            "chunks": len(chunks), "run_dir": str(run.run_dir.relative_to(ROOT) if run.run_dir.is_relative_to(ROOT)
-                                                   else run.run_dir),
+            "time_means": phase_means(metrics), "chunks": len(chunks), "run_dir": shown(run.run_dir),
             "commands": [" ".join(["python -m areal.trainer.main", *c["args"]]) for c in chunks],
             "git": git_commit(), "finished_at": now(), "cpus": os.cpu_count()}
+
+
+def shown(path: Path) -> str:
+    """`path` relative to the repository when it lies inside it."""
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
 
 
 def targets(steps: int, chunk: int) -> list[int]:
@@ -307,9 +320,7 @@ def record(run: Run, opts: argparse.Namespace) -> None:
     print(f"[compare] {run.estimator} seed {run.seed}: {describe(row)}", flush=True)
     if not opts.keep_checkpoints:
         for _, folder in list_checkpoints(checkpoint_root(run.run_dir)):
-            for path in sorted(folder.rglob("*"), reverse=True):
-                path.rmdir() if path.is_dir() else path.unlink()
-            folder.rmdir()
+            shutil.rmtree(folder)
 
 
 def describe(row: dict[str, Any]) -> str:

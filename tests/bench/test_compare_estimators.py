@@ -103,6 +103,21 @@ def test_a_stopped_part_resumes_from_its_checkpoint(tmp_path: Path):
     assert [p["updates"] for p in row["curve"]] == [0, 2, 4]
     assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [0, 1, 2, 3]
     assert not list((tmp_path / "runs" / "part" / "grpo" / "seed1" / "checkpoints").glob("step_*"))
+    # chunks change nothing but the clock: the same run in one piece has the same metrics and curve
+    whole = _run(tmp_path, "--estimators", "grpo", "--seeds", "1", "--steps", "4", "--chunk-steps", "0",
+                 "--tag", "whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    one = [json.loads(line) for line in (tmp_path / "runs" / "whole" / "grpo" / "seed1" / "metrics.jsonl")
+           .read_text().splitlines()]
+    chunked = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [_untimed(r) for r in chunked] == [_untimed(r) for r in one]
+    assert [p["accuracy"] for p in _rows(tmp_path)[1]["curve"]] == [p["accuracy"] for p in row["curve"]]
+
+
+def _untimed(row: dict) -> dict:
+    """A metrics row without its wall-clock fields, and without the evaluations (a chunk adds one)."""
+    return {k: v for k, v in row.items() if k not in ("seconds", "elapsed", "tokens_per_s")
+            and not k.startswith(("eval/", "time/"))}
 
 
 def test_bad_arguments_name_the_option(tmp_path: Path):
