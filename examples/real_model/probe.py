@@ -5,9 +5,10 @@
 Each candidate is a list of chat prompts with known integer answers, decoded
 greedily in one left-padded `generate` batch (transformers) with the
 checkpoint's chat template. Printed per candidate: `strict` (the completion is
-exactly the answer), `last_int` (its last integer is the answer: the run's
+exactly the answer), `last_int` (its last integer is the answer), `correct`
+(also finished: the model ended it before the token budget did; the run's
 `correct` reward), the mean completion length in tokens, and a few samples.
-A candidate for the learning run should start at about 10-40 % `last_int`.
+A candidate for the learning run should start at about 10-40 % `correct`.
 """
 
 from __future__ import annotations
@@ -59,10 +60,19 @@ def reasoning_gym(name: str, n: int, **config: object) -> list[Prompt]:
     return [(chat(entry["question"], NUMBER_ONLY), str(entry["answer"])) for entry in data]
 
 
+def held_out(n: int) -> list[Prompt]:
+    """The run's own held-out set (data/eval.jsonl), with its system prompt."""
+    import json
+
+    rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "eval.jsonl").read_text().splitlines()]
+    return [(chat(r["prompt"], NUMBER_ONLY), r["answer"]) for r in rows[:n]]
+
+
 def candidates(n: int) -> dict[str, tuple[Callable[[], list[Prompt]], int]]:
     """name -> (prompts, max new tokens)."""
     rng = random.Random(0)
     return {
+        "held_out_set": (lambda: held_out(max(n, 40)), 16),
         "sums_number_only": (lambda: sums(rng, n, 0, 9), 16),
         "sums_number_only_10tok": (lambda: sums(rng, n, 0, 9), 10),
         "sums_number_only_24tok": (lambda: sums(rng, n, 0, 9), 24),
@@ -83,12 +93,17 @@ def candidates(n: int) -> dict[str, tuple[Callable[[], list[Prompt]], int]]:
 
 
 @torch.no_grad()
-def probe(model: object, tok: object, prompts: list[Prompt], max_new: int) -> tuple[list[str], float]:
+def probe(model: object, tok: object, prompts: list[Prompt], max_new: int) -> tuple[list[str], list[bool], float]:
+    """Greedy completions, whether each one ended at a stop token (the trainer's: eos of tokenizer and model)."""
     texts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m, _ in prompts]
     enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    stops = sorted({tok.eos_token_id, model.generation_config.eos_token_id})
     start = time.perf_counter()
-    out = model.generate(**enc, max_new_tokens=max_new, do_sample=False, pad_token_id=model.config.eos_token_id)
-    return tok.batch_decode(out[:, enc.input_ids.shape[1]:], skip_special_tokens=True), time.perf_counter() - start
+    out = model.generate(**enc, max_new_tokens=max_new, do_sample=False, pad_token_id=model.config.eos_token_id,
+                         eos_token_id=stops)
+    new = out[:, enc.input_ids.shape[1]:]
+    finished = torch.isin(new, torch.tensor(stops)).any(dim=1).tolist()
+    return tok.batch_decode(new, skip_special_tokens=True), finished, time.perf_counter() - start
 
 
 def main() -> None:
@@ -106,13 +121,14 @@ def main() -> None:
         if opts.only and name not in opts.only:
             continue
         prompts = make()
-        completions, seconds = probe(model, tok, prompts, max_new)
+        completions, finished, seconds = probe(model, tok, prompts, max_new)
         answers = [a for _, a in prompts]
         strict = sum(c.strip() == a for c, a in zip(completions, answers)) / len(answers)
-        last = sum(last_integer(c) == a for c, a in zip(completions, answers)) / len(answers)
+        last = [last_integer(c) == a for c, a in zip(completions, answers)]
+        correct = sum(ok and done for ok, done in zip(last, finished)) / len(answers)
         length = sum(len(tok(c).input_ids) for c in completions) / len(completions)
-        print(f"{name}: n={len(prompts)} max_new={max_new} strict={strict:.2f} last_int={last:.2f} "
-              f"tokens={length:.1f} ({seconds:.0f} s)")
+        print(f"{name}: n={len(prompts)} max_new={max_new} strict={strict:.2f} last_int={sum(last) / len(last):.2f} "
+              f"correct={correct:.2f} tokens={length:.1f} ({seconds:.0f} s)", flush=True)
         for (messages, answer), completion in list(zip(prompts, completions))[:3]:
             print(f"    {messages[-1]['content']!r} -> {completion!r} [{answer}]")
 
