@@ -234,6 +234,17 @@ def eval_point(row: dict[str, Any], clock: float, key: str, format_key: str | No
     return point
 
 
+def eval_samples(path: Path, updates: list[int], k: int = 4) -> dict[str, list[dict[str, Any]]]:
+    """The first `k` greedy held-out answers logged at each of `updates` (samples.jsonl), for the doc."""
+    out: dict[str, list[dict[str, Any]]] = {str(u): [] for u in updates}
+    for row in read_jsonl(path):
+        key = str(row["step"])
+        if row["split"] == "eval" and key in out and len(out[key]) < k:
+            prompt = row["prompt"][-1]["content"] if isinstance(row["prompt"], list) else row["prompt"]
+            out[key].append({"prompt": prompt, "completion": row["completion"], "rewards": row["rewards"]})
+    return out
+
+
 def phase_means(metrics: list[dict[str, Any]]) -> dict[str, float]:
     """The mean of every per-phase timing metric (`time/...`) the trainer logged, over the steps."""
     keys = dict.fromkeys(k for row in metrics for k in row if k.startswith("time/"))
@@ -266,6 +277,7 @@ def result_row(run: Run, steps: int, metric: str, format_metric: str | None) -> 
             "response_tokens_last10pct": statistics.fmean(tail),
             "cpu_seconds_per_step": sum(c["cpu_s"] for c in chunks) / steps if chunks else None,
             "load1_mean": load, "load1_max": max((c["load1_max"] for c in chunks), default=None),
+            "samples": eval_samples(run.run_dir / "samples.jsonl", [0, steps]),
             "time_means": phase_means(metrics), "chunks": len(chunks), "run_dir": shown(run.run_dir),
             "commands": [" ".join(["python -m areal.trainer.main", *c["args"]]) for c in chunks],
             "git": git_commit(), "finished_at": now(), "cpus": os.cpu_count()}
@@ -328,6 +340,14 @@ def describe(row: dict[str, Any]) -> str:
     return (f"accuracy {first['accuracy']:.3f} -> {last['accuracy']:.3f} after {last['updates']} updates, "
             f"{row['train_seconds']:.0f} s of steps (median {row['step_seconds_median']:.2f} s/step, "
             f"load {row['load1_mean']:.1f}), response {row['response_tokens_mean']:.1f} tokens")
+
+
+def answers(row: dict[str, Any]) -> str:
+    """`; greedy answers before: "..." -> after N updates: "..."` for the first logged held-out prompts."""
+    before, after = (row.get("samples") or {}).get("0", []), (row.get("samples") or {}).get(str(row["steps"]), [])
+    pairs = [f"{b['prompt']} {b['completion']!r} -> {a['completion']!r}" for b, a in zip(before, after)
+             if b["prompt"] == a["prompt"]]
+    return f"; greedy answers before -> after: {'; '.join(pairs)}" if pairs else ""
 
 
 def latest_rows(rows: list[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
@@ -426,7 +446,7 @@ def report(opts: argparse.Namespace) -> int:
         return 0
     budget = opts.budget_s if opts.budget_s is not None else min(r["train_seconds"] for r in rows)
     runs = "\n".join(f"- `{r['estimator']}` seed {r['seed']} ({r['finished_at']}, commit {r['git']}): "
-                     f"{describe(r)}" for r in rows)
+                     f"{describe(r)}{answers(r)}" for r in rows)
     text = (f"{table(rows, budget)}\n\nBudget: {budget:.0f} s of steps"
             f"{' (the smallest total of the runs)' if opts.budget_s is None else ''}; "
             f"accuracy = `{rows[0]['metric']}` on the held-out set, greedy.\n\n{runs}")

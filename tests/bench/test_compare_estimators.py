@@ -33,9 +33,9 @@ def _rows(tmp: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every estimator, one seed, 2 updates (one chunk): the results file, the plot, the generated configs."""
+    """Every estimator, one seed, 4 updates in one piece: the results file, the plot, the generated configs."""
     tmp = tmp_path_factory.mktemp("compare")
-    proc = _run(tmp, "--steps", "2", "--chunk-steps", "0", "--seeds", "1", "--tag", "all")
+    proc = _run(tmp, "--steps", "4", "--chunk-steps", "0", "--seeds", "1", "--tag", "all")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return tmp
 
@@ -44,12 +44,14 @@ def test_every_estimator_runs_and_appends_one_row(campaign: Path):
     rows = _rows(campaign)
     assert [r["estimator"] for r in rows] == list(ESTIMATORS)
     for row in rows:
-        assert row["steps"] == 2 and row["seed"] == 1 and row["chunks"] == 1
-        assert [p["updates"] for p in row["curve"]] == [0, 2]  # before the first and after the last update
+        assert row["steps"] == 4 and row["seed"] == 1 and row["chunks"] == 1
+        assert [p["updates"] for p in row["curve"]] == [0, 2, 4]  # eval.every=2, and after the last update
         assert row["curve"][0]["train_seconds"] == 0.0
-        assert row["curve"][1]["train_seconds"] == pytest.approx(sum(row["step_seconds"]))
-        assert 0.0 <= row["curve"][1]["accuracy"] <= 1.0 and "format" in row["curve"][1]
-        assert len(row["step_seconds"]) == 2 and row["load1_mean"] is not None
+        assert row["curve"][1]["train_seconds"] == pytest.approx(sum(row["step_seconds"][:2]))
+        assert row["curve"][2]["train_seconds"] == pytest.approx(sum(row["step_seconds"]))
+        assert all(0.0 <= p["accuracy"] <= 1.0 and "format" in p for p in row["curve"])
+        assert len(row["step_seconds"]) == 4 and row["load1_mean"] is not None
+        assert len(row["samples"]["0"]) == 2 and len(row["samples"]["4"]) == 2  # eval.n_prompts=2
         assert row["commands"] and "train.resume=auto" in row["commands"][0]
     assert (campaign / "plot.png").stat().st_size > 0
 
@@ -73,7 +75,7 @@ def test_each_run_is_the_base_run_with_the_presets_algorithm(campaign: Path):
 
 
 def test_a_finished_campaign_is_skipped_and_the_doc_block_is_rebuilt(campaign: Path):
-    proc = _run(campaign, "--steps", "2", "--chunk-steps", "0", "--seeds", "1", "--tag", "all")
+    proc = _run(campaign, "--steps", "4", "--chunk-steps", "0", "--seeds", "1", "--tag", "all")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "python -m areal.trainer.main" not in proc.stdout  # nothing trained again
     assert len(_rows(campaign)) == len(ESTIMATORS)
@@ -86,7 +88,8 @@ def test_a_finished_campaign_is_skipped_and_the_doc_block_is_rebuilt(campaign: P
     assert all(f"| {name} | 1 |" in page for name in ESTIMATORS)
 
 
-def test_a_stopped_part_resumes_from_its_checkpoint(tmp_path: Path):
+def test_a_stopped_part_resumes_from_its_checkpoint_and_equals_the_run_in_one_piece(campaign: Path,
+                                                                                    tmp_path: Path):
     first = _run(tmp_path, "--estimators", "grpo", "--seeds", "1", "--steps", "4", "--chunk-steps", "2",
                  "--stop-after-hours", "0", "--tag", "part")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -101,17 +104,15 @@ def test_a_stopped_part_resumes_from_its_checkpoint(tmp_path: Path):
     assert row["chunks"] == 2 and [r for r in row["commands"] if "train.steps=4" in r]
     # the chunk boundary evaluates the same policy twice; the curve keeps it once
     assert [p["updates"] for p in row["curve"]] == [0, 2, 4]
-    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [0, 1, 2, 3]
-    assert not list((tmp_path / "runs" / "part" / "grpo" / "seed1" / "checkpoints").glob("step_*"))
-    # chunks change nothing but the clock: the same run in one piece has the same metrics and curve
-    whole = _run(tmp_path, "--estimators", "grpo", "--seeds", "1", "--steps", "4", "--chunk-steps", "0",
-                 "--tag", "whole")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    one = [json.loads(line) for line in (tmp_path / "runs" / "whole" / "grpo" / "seed1" / "metrics.jsonl")
-           .read_text().splitlines()]
     chunked = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in chunked] == [0, 1, 2, 3]
+    assert not list((tmp_path / "runs" / "part" / "grpo" / "seed1" / "checkpoints").glob("step_*"))
+    # chunks change nothing but the clock: the campaign's grpo run (in one piece) has the same metrics and curve
+    one = [json.loads(line) for line in (campaign / "runs" / "all" / "grpo" / "seed1" / "metrics.jsonl")
+           .read_text().splitlines()]
     assert [_untimed(r) for r in chunked] == [_untimed(r) for r in one]
-    assert [p["accuracy"] for p in _rows(tmp_path)[1]["curve"]] == [p["accuracy"] for p in row["curve"]]
+    whole = next(r for r in _rows(campaign) if r["estimator"] == "grpo")
+    assert [p["accuracy"] for p in whole["curve"]] == [p["accuracy"] for p in row["curve"]]
 
 
 def _untimed(row: dict) -> dict:
