@@ -2,16 +2,26 @@
 
 `validate` loads a config the way the trainer does, then resolves every stage the
 way an actor worker would and the task, reward functions and prompt datasets the
-way the trainer does at start-up (imports included), and prints what would run.
-`--dry-run` also runs every configured stage once on a small synthetic batch of
-the config's layout, so a plugin returning a wrong shape or dtype fails before launch.
+way the trainer does at start-up (imports included), runs the trainer's own
+cross-field checks (`areal.trainer.preflight`: every prompt plus the generation
+budget fits the model's context, reward functions name only columns the data
+has), and prints what would run. `--dry-run` also runs every configured stage
+once on a small synthetic batch of the config's layout, so a plugin returning a
+wrong shape or dtype fails before launch, and the task's scorer and every reward
+function on two real rows with dummy completions, with the run-time checks.
+Every failure is one line naming the field, stage or function.
 """
 
 from __future__ import annotations
 
-import argparse
+from areal.trainer.launch_env import prefer_passive_waiting
+
+prefer_passive_waiting()  # before torch loads (areal.trainer.launch_env): `validate --dry-run` computes too
+
+import argparse  # noqa: E402
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from areal.api.cli_args import ConfigError, load_config
 
@@ -38,20 +48,39 @@ def _task_rows(config: object, parts: object) -> list[tuple[str, str, str]]:
     return rows
 
 
-def validate(config_path: str, overrides: Sequence[str], *, dry_run: bool = False) -> int:
+def _one_line(exc: BaseException) -> str:
+    """An error as one line (a user's exception message may span several)."""
+    return " ".join(str(exc).split())
+
+
+def _resolve(config_path: str, overrides: Sequence[str]) -> tuple[Any, Any, Any, Any, Any]:
+    """Load, resolve every stage, the task and the rewards, then the cross-field checks (preflight)."""
     from areal.trainer.ppo.actor import PPOActor
-    from areal.trainer.task_setup import resolve_task_parts
+    from areal.trainer.preflight import check_before_launch, preflight_runtime
+    from areal.trainer.task_setup import make_eval_rows, resolve_task_parts
+
+    config = load_config(config_path, overrides)
+    actor = PPOActor(config.actor)
+    parts = resolve_task_parts(config)
+    runtime = preflight_runtime(config, parts)
+    report = check_before_launch(config, parts, runtime, make_eval_rows(config, parts))
+    return config, actor, parts, runtime, report
+
+
+def validate(config_path: str, overrides: Sequence[str], *, dry_run: bool = False) -> int:
+    from areal.trainer.tasks.runtime import TaskError
 
     try:
-        config = load_config(config_path, overrides)
-        actor = PPOActor(config.actor)
-        parts = resolve_task_parts(config)
-    except (ConfigError, ImportError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        config, actor, parts, runtime, report = _resolve(config_path, overrides)
+    except (ConfigError, ImportError, ValueError, TypeError, TaskError) as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 1
     print(_table([*actor.resolved.describe(config.actor), *_task_rows(config, parts)]))
     print("\nconfig OK: every stage, the task and the reward functions resolved as a worker would resolve them")
-    return _dry_run(config, actor, parts.task) if dry_run else 0
+    print(f"context OK: {report.describe()}")
+    if not dry_run:
+        return 0
+    return _dry_run(config, actor, parts.task) or _dry_run_rewards(config, parts, runtime)
 
 
 def _dry_run(config: object, actor: object, task: object) -> int:
@@ -61,10 +90,25 @@ def _dry_run(config: object, actor: object, task: object) -> int:
     try:
         report = dry_run(config, actor, task=task)
     except Exception as exc:  # any stage failure is the answer the user asked for
-        print(f"error: dry run on a synthetic batch: {exc}", file=sys.stderr)
+        print(f"error: dry run on a synthetic batch: {_one_line(exc)}", file=sys.stderr)
         return 1
     print(f"dry run OK: every configured stage ran on a synthetic batch of {report.n_rows} rows x "
           f"{report.n_pos} positions ({report.layout})")
+    return 0
+
+
+def _dry_run_rewards(config: Any, parts: Any, runtime: Any) -> int:
+    """The task's scorer and every reward function on two real rows (areal.trainer.dry_run)."""
+    from areal.trainer.dry_run import dry_run_rewards, reward_rows
+
+    rows, source = reward_rows(config, parts)
+    try:
+        report = dry_run_rewards(runtime, rows)
+    except Exception as exc:  # the task's or a reward function's failure, named as at run time
+        print(f"error: dry run of the rewards on {source}: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    print(f"rewards OK: {', '.join(report.components)} scored {source} with dummy completions "
+          f"{list(report.completions)}")
     return 0
 
 
@@ -74,7 +118,8 @@ def _validate_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="experiment YAML file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor.advantage.estimator.implementation=turn_gae")
     p.add_argument("--dry-run", action="store_true",
-                   help="also run every configured stage once on a small synthetic batch of the config's layout")
+                   help="also run every configured stage once on a small synthetic batch of the config's layout, "
+                        "and the task's scorer and every reward function on two real rows")
     return p
 
 

@@ -11,10 +11,11 @@ every column alike), it times:
 * floor: read every [B, T] input the configuration reads once and write six
   fresh float32 [B, T] outputs once (the faster of a numba kernel and torch ops,
   with outputs from `areal.utils.buffers.empty_cpu`, as the pipeline allocates);
-* `PPOActor.compute_advantages` on four configurations: the default (token
+* `PPOActor.compute_advantages` on five configurations: the default (token
   GAE, kl_ctl 0.1) and KL + group reward norm + batch advantage norm, each with
-  token GAE on a single-turn batch and turn GAE on a multi-turn batch; fused
-  path (`AREAL_FUSED_ADVANTAGE=on`) and tensor path (`off`);
+  token GAE on a single-turn batch and turn GAE on a multi-turn batch, and the
+  default with the k3 KL estimator; fused path (`AREAL_FUSED_ADVANTAGE=on`) and
+  tensor path (`off`);
 * the AReaL 1.0.4-style loop pipeline (`reference_loops.reference_pipeline`,
   default config only), fewer repetitions.
 
@@ -61,6 +62,7 @@ CONFIGS = {
     "kl+grn+ban token": dict(reward_norm=NormConfig(mean_level="group", std_level="group"), adv_norm=NormConfig()),
     "kl+grn+ban turn": dict(gae_timestep_unit="turn", reward_norm=NormConfig(mean_level="group", std_level="group"),
                             adv_norm=NormConfig()),
+    "k3 token": dict(kl_estimator="k3"),  # the default with the k3 KL estimator (its exp is not the default's)
 }
 
 

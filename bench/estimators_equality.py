@@ -130,10 +130,11 @@ def step_credit(cases: int, estimator: str) -> float:
         batch, meta = batch_of(groups, split=split)
         if estimator == "gigpo":
             gamma, mode = rng.choice([1.0, 0.95, 0.5]), rng.choice(["mean_norm", "mean_std_norm"])
-            kwargs = {"step_discount": gamma, "mode": mode}
+            stats = rng.choice(["steps", "episodes"])
+            kwargs = {"step_discount": gamma, "mode": mode, "episode_stats": stats}
             expected = eref.gigpo([[{"rewards": [t.reward for t in ep.turns[:-1]] + [ep.turns[-1].reward + ep.outcome],
                                      "anchors": [t.anchor for t in ep.turns]} for ep in eps] for eps in groups],
-                                  gamma, 1.0, mode)
+                                  gamma, 1.0, mode, cross_steps=stats == "steps")
         else:
             credit = rng.choice(["to_go", "own"])
             kwargs = {"turn_credit": credit}

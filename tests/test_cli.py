@@ -53,3 +53,11 @@ def test_validate_reports_an_unimportable_task_and_reward(capsys):
     assert "task.implementation: cannot use 'nope_pkg.tasks.make'" in capsys.readouterr().err
     assert main(["validate", str(path), "reward=[{implementation: nope_pkg.rewards.fn}]"]) == 1
     assert "reward[0] (fn): cannot use 'nope_pkg.rewards.fn'" in capsys.readouterr().err
+
+
+def test_validate_prints_what_the_context_check_saw(capsys):
+    assert main(["validate", str(ROOT / "examples/custom_task/dataset.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert ("context OK: the longest prompt (8 tokens, data.train row 0) plus 2 to generate fits "
+            "max_position_embeddings=128 (prompts checked: 200 of data.train, 32 of data.eval)") in out
+

@@ -9,6 +9,8 @@ dataclass validates itself on construction and names the offending field.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +23,7 @@ from areal.api.config_checks import check_json_value as _check_json_value
 from areal.api.config_checks import check_number as _check_number
 from areal.api.config_checks import is_import_path as _is_import_path
 from areal.api.config_values import plain
+from areal.utils.suggest import did_you_mean
 
 _NORM_LEVELS = ("batch", "group", None)
 
@@ -52,6 +55,42 @@ class NormConfig:
             )
 
 
+_NORM_FIELDS = tuple(f.name for f in dataclasses.fields(NormConfig))
+_norm_dataclass_init = NormConfig.__init__
+
+
+@functools.wraps(_norm_dataclass_init)
+def _norm_init(self: NormConfig, *args: Any, **kwargs: Any) -> None:
+    """The dataclass __init__, recording whether the caller chose `group_size` (for `singleton_centering`).
+
+    Why: `group_size` is a fallback here, so its default 1 is harmless, but a caller who
+    asks for 1 with group centering gets AReaL's warning. A construction that passes every
+    field (OmegaConf's `to_object` of a loaded YAML, `dataclasses.replace`, a worker's copy)
+    cannot tell a chosen 1 from the default and does not count as a choice.
+    """
+    named = set(_NORM_FIELDS[:len(args)]) | set(kwargs)
+    self._group_size_chosen = "group_size" in named and named != set(_NORM_FIELDS)
+    _norm_dataclass_init(self, *args, **kwargs)
+
+
+NormConfig.__init__ = _norm_init
+
+#: AReaL's construction-time warning (its words are what its upstream tests match).
+SINGLETON_GROUP_CENTERING = (
+    "{field}: mean_level='group' with group_size=1: singleton group centering erases the task reward (a batch "
+    "without group metadata is cut into groups of one, each centred on its own score); use group_size >= 2 (the "
+    "rollouts per prompt) or mean_level null or 'batch'"
+)
+
+
+def singleton_centering(norm: NormConfig | Mapping[str, Any] | None) -> bool:
+    """True for group-level centering with a chosen group_size of 1 (a mapping's key, or a NormConfig argument)."""
+    if isinstance(norm, Mapping):
+        return norm.get("mean_level") == "group" and norm.get("group_size") == 1
+    return isinstance(norm, NormConfig) and norm.mean_level == "group" and norm.group_size == 1 \
+        and getattr(norm, "_group_size_chosen", False)
+
+
 def _build(field: str, cls: type, value: Mapping[str, Any]) -> Any:
     """A config section from a mapping (a DictConfig included); unknown keys name the field."""
     value = plain(value)
@@ -62,7 +101,8 @@ def _build(field: str, cls: type, value: Mapping[str, Any]) -> Any:
     except TypeError as exc:
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(value) - set(names))
-        raise ConfigError(f"{field}: unknown keys {unknown}, expected a subset of {names} ({exc})") from None
+        raise ConfigError(f"{field}: unknown keys {unknown}, expected a subset of {names} ({exc})"
+                          f"{did_you_mean(unknown, names)}") from None
 
 
 def _check_norm_eps(field: str, norm: NormConfig | None) -> None:
@@ -112,7 +152,7 @@ class StageSpec:
                 f"{where}.kwargs: got {plain(self.kwargs)!r} ({type(self.kwargs).__name__}), expected a mapping "
                 "of keyword arguments"
             )
-        _check_json_value(f"{where}.kwargs", self.kwargs)
+        self.kwargs = _check_json_value(f"{where}.kwargs", self.kwargs)  # tuples become lists, as saved
 
     @property
     def is_builtin(self) -> bool:
@@ -171,7 +211,7 @@ class AdvantageConfig:
             if unknown:
                 raise ConfigError(
                     f"actor.advantage.process_adv_shaping.kwargs: unknown gvpo parameters {unknown}, "
-                    f"expected a subset of {list(GVPO_PARAMS)}"
+                    f"expected a subset of {list(GVPO_PARAMS)}{did_you_mean(unknown, GVPO_PARAMS)}"
                 )
             for name, value in process.kwargs.items():
                 _check_number(f"actor.advantage.process_adv_shaping.kwargs.{name}", value, low=0.0)
@@ -200,6 +240,7 @@ def _as_stage_spec(value: Any, stage: str) -> StageSpec:
         if unknown:
             raise ConfigError(
                 f"actor.advantage.{stage}: unknown keys {unknown}, expected 'implementation' and 'kwargs'"
+                f"{did_you_mean(unknown, ('implementation', 'kwargs'))}"
             )
         kwargs = value.get("kwargs")
         return StageSpec(implementation=value.get("implementation", "auto"), kwargs={} if kwargs is None else kwargs)
@@ -284,7 +325,7 @@ class PPOActorConfig:
                 )
         if not isinstance(self.gae_lambda_kwargs, dict):
             raise ConfigError(f"{p}gae_lambda_kwargs: got {self.gae_lambda_kwargs!r}, expected a mapping")
-        _check_json_value(p + "gae_lambda_kwargs", self.gae_lambda_kwargs)
+        self.gae_lambda_kwargs = _check_json_value(p + "gae_lambda_kwargs", self.gae_lambda_kwargs)
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ConfigError(f"{p}max_new_tokens: got {self.max_new_tokens!r}, expected an integer >= 1")
         if self.overlong_reward_penalty:
@@ -299,6 +340,8 @@ class PPOActorConfig:
                     f"{p}overlong_penalty_factor: got None, expected a number when overlong_reward_penalty is true"
                 )
             _check_number(p + "overlong_penalty_factor", self.overlong_penalty_factor, low=0.0)
+        if singleton_centering(self.reward_norm):
+            warnings.warn(SINGLETON_GROUP_CENTERING.format(field=p + "reward_norm"), UserWarning, stacklevel=4)
         for name in ("reward_norm", "adv_norm"):
             value = getattr(self, name)
             if isinstance(value, Mapping):

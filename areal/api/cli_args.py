@@ -84,7 +84,7 @@ def _named_nodes(schema: type) -> list[Any]:
         NamedNode((*prefix, stage), "implementation", fresh=lambda name: StageSpec(implementation=name),
                   bare_string=True) for stage in ("compute", *STAGE_NAMES)]
     if "task" in names:
-        nodes.append(NamedNode(("task",), "name"))
+        nodes.append(NamedNode(("task",), "implementation", aliases=("name",)))
     return nodes
 
 

@@ -43,14 +43,31 @@ class NamedNode:
     """A node selected by name whose kwargs belong to that name (a stage, the task).
 
     `fresh(name)` is the node to start from when a layer names another
-    implementation (None: keep the node, empty its `kwargs`); `bare_string`
-    lets `key: NAME` stand for `{name_key: NAME, kwargs: {}}`.
+    implementation (None: keep the node, empty its `kwargs` and clear every
+    name key); `bare_string` lets `key: NAME` stand for `{name_key: NAME,
+    kwargs: {}}`. `aliases` are other keys naming the same thing (the task's
+    `name` and `implementation`): a layer may use any of them, the node's name
+    so far is read from any of them, and a new name clears them all so that the
+    later layer's key is the only one set.
     """
 
     path: tuple[str, ...]
     name_key: str
     fresh: Callable[[str], Any] | None = None
     bare_string: bool = False
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def name_keys(self) -> tuple[str, ...]:
+        return (self.name_key, *self.aliases)
+
+    def name_in(self, node: Any) -> str | None:
+        """The name a node (a layer's dict or the merged DictConfig) sets, by the first name key it sets."""
+        for key in self.name_keys:
+            value = node.get(key) if node is not None else None
+            if isinstance(value, str):
+                return value
+        return None
 
 
 @dataclass(frozen=True)
@@ -164,16 +181,21 @@ def _apply_naming_rule(merged: Any, layer: dict[str, Any], node: NamedNode) -> N
     value = parent.get(node.path[-1])
     if node.bare_string and isinstance(value, str):
         value = parent[node.path[-1]] = {node.name_key: value, "kwargs": {}}
-    if not isinstance(value, dict) or not isinstance(value.get(node.name_key), str):
+    if not isinstance(value, dict):
+        return
+    name = node.name_in(value)
+    if name is None:
         return
     key = ".".join(node.path)
     current = OmegaConf.select(merged, key)
-    if current is not None and current.get(node.name_key) == value[node.name_key]:
+    if current is not None and node.name_in(current) == name:
         return
     if node.fresh is not None:
-        OmegaConf.update(merged, key, node.fresh(value[node.name_key]), merge=False)
+        OmegaConf.update(merged, key, node.fresh(name), merge=False)
     elif current is not None:
         OmegaConf.update(merged, f"{key}.kwargs", {}, merge=False)
+        for name_key in node.name_keys:  # the later layer's key is the only one set, whichever alias it uses
+            OmegaConf.update(merged, f"{key}.{name_key}", None, merge=False)
 
 
 def merge_layers(schema: type, layers: Sequence[Layer], named: Sequence[NamedNode] = ()) -> Any:

@@ -58,24 +58,26 @@ def is_import_path(value: Any) -> bool:
     return len(parts) >= 2 and all(p.isidentifier() for p in parts)
 
 
-def check_json_value(field: str, value: Any) -> None:
-    """Kwargs must survive a JSON round trip so configs can ship to workers."""
+def check_json_value(field: str, value: Any) -> Any:
+    """Kwargs must survive a JSON round trip so configs can ship to workers; returns them in JSON types.
+
+    The value returned is a fresh copy with every tuple as a list (and every
+    mapping a dict): the config that runs is then the one `config.yaml` saves
+    and a resume loads back, not a tuple-holding twin of it.
+    """
     if value is None or isinstance(value, (bool, str, int)):
-        return
+        return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ConfigError(f"{field}: got {value!r}, expected a finite JSON number")
-        return
+        return value
     if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            check_json_value(f"{field}[{i}]", item)
-        return
+        return [check_json_value(f"{field}[{i}]", item) for i, item in enumerate(value)]
     if isinstance(value, dict):
-        for key, item in value.items():
+        for key in value:
             if not isinstance(key, str):
                 raise ConfigError(f"{field}: key {key!r} is {type(key).__name__}, expected a string key")
-            check_json_value(f"{field}.{key}", item)
-        return
+        return {key: check_json_value(f"{field}.{key}", item) for key, item in value.items()}
     raise ConfigError(
         f"{field}: got {value!r} ({type(value).__name__}), expected a JSON-serialisable value "
         "(null, bool, number, string, list or mapping)"
@@ -88,5 +90,4 @@ def check_kwargs(field: str, value: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise ConfigError(f"{field}: got {value!r}, expected a mapping")
-    check_json_value(field, value)
-    return value
+    return check_json_value(field, value)

@@ -7,13 +7,17 @@ an int into a structured node (`actor.adv_norm=2`), of a list into a mapping
 error names the override, and, when a merge fails without a key, find the key
 by merging the layer's entries one by one (only on failure, so loading costs
 nothing extra), then the override that set it. `areal.api.compose` calls them;
-they know no schema and import nothing from `areal`.
+they know no schema and import nothing from `areal` but `areal.utils.suggest`.
+An unknown key gets our own "did you mean" (difflib over the fields of the
+structured node above it), whatever OmegaConf version is installed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from areal.utils.suggest import did_you_mean
 
 __all__ = ["LoadError", "describe_merge_error", "locate", "override_for", "parse_override"]
 
@@ -141,6 +145,9 @@ def describe_merge_error(exc: BaseException, merged: Any, data: Mapping[str, Any
         path = locate(merged, data) or path
     if not path:
         return "config", original
+    unknown = unknown_key(merged, path)
+    if unknown is not None:
+        return ".".join(path), unknown
     found = _value_at(data, path)
     entry = _list_entry_detail(merged, path, found, original)
     if entry is not None:
@@ -148,6 +155,22 @@ def describe_merge_error(exc: BaseException, merged: Any, data: Mapping[str, Any
     if found is _MISSING or _declared_type(merged, path) is None:
         return ".".join(path), original
     return ".".join(path), f"got {found!r} ({type(found).__name__}), {_expected(merged, path)} ({original})"
+
+
+def unknown_key(merged: Any, path: tuple[str, ...]) -> str | None:
+    """"unknown key 'k' in X; did you mean ...?" when `path[-1]` is no field of the structured node above it."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    owner = OmegaConf.get_type(merged) if len(path) == 1 else _unwrap_optional(_declared_type(merged, path[:-1]))
+    if not (isinstance(owner, type) and dataclasses.is_dataclass(owner)):
+        return None
+    names = [f.name for f in dataclasses.fields(owner)]
+    if path[-1] in names:
+        return None
+    hint = did_you_mean(path[-1], names)
+    return f"unknown key {path[-1]!r} in {owner.__name__}" + (hint or f" (its keys: {', '.join(names)})")
 
 
 def _entry_type(merged: Any, path: tuple[str, ...]) -> Any:
@@ -180,6 +203,9 @@ def _list_entry_detail(merged: Any, path: tuple[str, ...], value: Any, original:
         sub = locate(node, item)
         if not sub:
             return where, original
+        unknown = unknown_key(node, sub)
+        if unknown is not None:
+            return f"{where}.{'.'.join(sub)}", unknown
         found = _value_at(item, sub)
         return f"{where}.{'.'.join(sub)}", f"got {found!r} ({type(found).__name__}), {_expected(node, sub)} ({original})"
     return None

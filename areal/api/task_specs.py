@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal.api.config_checks import ConfigError, check_json_value, is_import_path
+from areal.utils.suggest import did_you_mean
 
 
 def _int_in(name: str, value: Any, low: int, high: int) -> None:
@@ -153,7 +154,8 @@ def build_task_spec(name: Any, kwargs: dict[str, Any], field: str = "task.implem
         return spec_type(**kwargs, dataset_config=extra)
     unknown = sorted(set(kwargs) - known)
     if unknown:
-        raise ConfigError(f"task.kwargs: unknown keys {unknown} for task {name!r}, expected a subset of {sorted(known)}")
+        raise ConfigError(f"task.kwargs: unknown keys {unknown} for task {name!r}, expected a subset of "
+                          f"{sorted(known)}{did_you_mean(unknown, known)}")
     return spec_type(**kwargs)
 
 

@@ -126,7 +126,13 @@ class TaskPromptSource:
         self.split = split
 
     def sample(self, n: int) -> list[dict[str, Any]]:
-        return [self.task.sample(self.rng, self.split) for _ in range(n)]
+        try:
+            return [self.task.sample(self.rng, self.split) for _ in range(n)]
+        except Exception as exc:  # the task's own code: a one-line error naming it (areal.trainer.error_report)
+            from areal.trainer.tasks.runtime import TaskError
+
+            raise TaskError(f"task {type(self.task).__name__}.sample(rng, {self.split!r}): "
+                            f"{type(exc).__name__}: {exc}") from exc
 
     def state_dict(self) -> dict[str, Any]:
         version, internal, gauss = self.rng.getstate()

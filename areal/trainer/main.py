@@ -17,20 +17,28 @@ Failures under torchrun (`areal.trainer.failures`): an exception on any rank is
 published to the other ranks, and every rank exits 1 with one line naming the
 failing rank, the stage and the cause; the same text is in each rank's torch
 elastic error file, so torchrun's summary shows it. The failing rank also
-prints its traceback. In a single process a failure during training raises as
-usual (traceback, exit 1).
+prints its traceback and appends it to `<run dir>/error.log`. In a single
+process a failure ends with one line at the bottom naming the stage and the
+cause, exit 1; the traceback goes to `<run dir>/error.log`, and to the terminal
+too for anything but an error in the user's own code (reward function, task,
+stage) unless `--debug` or `AREAL_TRACEBACK=1` asks for it
+(`areal.trainer.error_report`).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-import traceback
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from areal.trainer.launch_env import prefer_passive_waiting
 
-from areal.api.cli_args import ConfigError, config_to_yaml, load_config
+prefer_passive_waiting()  # OpenMP reads it when torch loads, so before anything below imports torch
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from areal.api.cli_args import ConfigError, config_to_yaml, load_config  # noqa: E402
 
 #: The embedded default run (GRPO on single-turn arithmetic), found from any working directory.
 DEFAULT_CONFIG = str(Path(__file__).resolve().parents[2] / "examples" / "grpo_arith.yaml")
@@ -42,6 +50,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="experiment YAML (default: examples/grpo_arith.yaml)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the fully resolved config as YAML and exit without training")
+    parser.add_argument("--debug", action="store_true",
+                        help="print the traceback of an error in your reward function, task or stage on the terminal "
+                             "too (it is always in <run dir>/error.log; AREAL_TRACEBACK=1 does the same)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=10 actor.kl_ctl=0")
     # intermixed: `key=value --config X key=value` works, overrides on either side of the options
     return parser.parse_intermixed_args(argv)
@@ -64,40 +75,70 @@ def _setup_message(exc: BaseException, text: str, *, resuming: bool = False) -> 
     return f"{kind}: {text}"
 
 
-def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool, resuming: bool = False) -> int:
-    """Tell the other ranks, print this rank's line (and, on the failing rank, the traceback), exit 1."""
+def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool, resuming: bool = False,
+                     run_dir: Path | None = None) -> int:
+    """Tell the other ranks, print this rank's line (and, on the failing rank, the traceback), exit 1.
+
+    The failing rank also appends its traceback to `<run dir>/error.log` when the run has a directory.
+    """
+    from areal.trainer.error_report import write_error_log
     from areal.trainer.failures import write_error_file
 
     failure = watch.fail(exc)
-    if failure is not exc and not setup and failure.report.reporter == failure.rank:  # the root cause is here
+    if failure is not exc and not setup and failure.rank in failure.report.ranks:  # the root cause is here
         traceback.print_exception(exc, file=sys.stderr)
+        write_error_log(run_dir, exc, rank=failure.rank)
     own_words = str(exc) if failure.report.error == f"{type(exc).__name__}: {exc}" else str(failure)
     line = _setup_message(exc, own_words, resuming=resuming) if setup else f"error: {failure}"
     print(line, file=sys.stderr, flush=True)
     write_error_file(failure)  # torchrun's summary: the root cause, after this rank's traceback
+    watch.linger(failure)  # a rank that reported for a gone or silent peer lets torchrun see that peer first
     return 1
 
 
-def _train(cfg: Any, ctx: Any, watch: Any) -> int:
-    """Build and run the trainer; under a failure watch every failure goes through `_stop_every_rank`."""
-    from areal.trainer.distributed import barrier
+def _end(exc: BaseException, watch: Any, run_dir: Path | None, debug: bool) -> int:
+    """A failure outside the expected setup errors: every rank told under torchrun, else `report_failure`."""
+    from areal.trainer.error_report import report_failure
+
+    if watch is not None:
+        return _stop_every_rank(exc, watch, setup=False, run_dir=run_dir)
+    report_failure(exc, run_dir, debug=debug)
+    return 1
+
+
+def _build(cfg: Any, ctx: Any, watch: Any, debug: bool) -> tuple[Any, int]:
+    """(trainer, 0), or (None, exit status) after reporting why it could not be built."""
+    from areal.trainer.cpu_threads import busy_cores_of_others, busy_note, cpu_sample, local_world_size
     from areal.trainer.failures import stage
     from areal.trainer.trainer import Trainer
 
+    started = cpu_sample()
     try:
         with stage("building the trainer"):
             trainer = Trainer(cfg, ctx)
     except _build_errors() as exc:
         if watch is not None:
-            return _stop_every_rank(exc, watch, setup=True)
+            return None, _stop_every_rank(exc, watch, setup=True)
         print(_setup_message(exc, str(exc)), file=sys.stderr)
-        return 1
+        return None, 1
     except Exception as exc:
-        if watch is None:
-            raise
-        return _stop_every_rank(exc, watch, setup=False)
-    from areal.trainer.checkpoint import CheckpointError
+        return None, _end(exc, watch, None, debug)
+    if ctx.is_main:  # other processes on the cores while this one started
+        ranks = local_world_size() if ctx.is_distributed else 1
+        note = busy_note(busy_cores_of_others(started, cpu_sample(), ranks), trainer.num_threads)
+        if note:
+            print(note, file=sys.stderr, flush=True)
+    return trainer, 0
 
+
+def _train(cfg: Any, ctx: Any, watch: Any, debug: bool = False) -> int:
+    """Build and run the trainer; under a failure watch every failure goes through `_stop_every_rank`."""
+    from areal.trainer.checkpoint import CheckpointError
+    from areal.trainer.distributed import barrier
+
+    trainer, status = _build(cfg, ctx, watch, debug)
+    if trainer is None:
+        return status
     try:
         result = trainer.run()
     except (ConfigError, CheckpointError) as exc:  # a checkpoint that does not fit this run
@@ -106,9 +147,7 @@ def _train(cfg: Any, ctx: Any, watch: Any) -> int:
         print(_setup_message(exc, str(exc), resuming=True), file=sys.stderr)
         return 1
     except Exception as exc:
-        if watch is None:
-            raise
-        return _stop_every_rank(exc, watch, setup=False)
+        return _end(exc, watch, trainer.run_dir, debug)
     if watch is not None:
         watch.close()
         barrier(ctx)  # no rank leaves (and takes a store it hosts down) while another still watches it
@@ -152,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if ctx.is_distributed:
             watch = _start_watch(FailureWatch, ctx, cfg.train.failure_timeout_s)
-        return _train(cfg, ctx, watch)
+        return _train(cfg, ctx, watch, args.debug)
     finally:
         if watch is not None:
             watch.close()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+import resource
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +93,54 @@ def window_mean(records: list[dict[str, Any]], key: str, *, first: int | None = 
     rows = records[:first] if first is not None else records[-last:] if last else records
     values = [r[key] for r in rows if r.get(key) is not None]
     return sum(values) / len(values) if values else None
+
+
+#: The phases of a step reported as `time/<phase>` (seconds; 0 when the phase did not run).
+PHASES = ("rollout", "reference", "advantages", "update", "eval", "save")
+#: Metric prefixes and keys that depend on the machine and its load, not on the run's arithmetic.
+WALL_CLOCK_PREFIXES = ("time/", "throughput/", "memory/")
+WALL_CLOCK_KEYS = ("seconds", "elapsed", "tokens_per_s", "eval/seconds")
+
+
+def is_wall_clock(key: str) -> bool:
+    """True for timings, throughputs and memory peaks: what two runs of the same config may disagree on."""
+    return key in WALL_CLOCK_KEYS or key.startswith(WALL_CLOCK_PREFIXES)
+
+
+class PhaseTimer:
+    """Wall seconds per phase of one step, as verl's `timing_s/*`: `with timer.phase("update"): ...`.
+
+    On a CUDA device the phase ends with a synchronisation, so queued kernels are
+    charged to the phase that launched them.
+    """
+
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._sync = device is not None and device.type == "cuda"
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._sync:
+                torch.cuda.synchronize()
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{name}": value for name, value in self.seconds.items()}
+
+
+def peak_memory_metrics(device: torch.device | None = None) -> dict[str, float]:
+    """The process's peak resident memory so far (`ru_maxrss`), and on CUDA torch's peak allocation, in GiB."""
+    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    out = {"memory/peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit / 2**30}
+    if device is not None and device.type == "cuda":
+        out["memory/peak_device_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return out
+
+
+def rate(count: float, seconds: float) -> float | None:
+    """count / seconds, None when no time was measured."""
+    return count / seconds if seconds > 0 else None

@@ -15,6 +15,8 @@ from typing import Any, TextIO
 
 from tqdm.auto import tqdm
 
+from areal.trainer.metrics import PHASES
+
 
 def _is_terminal(stream: Any) -> bool:
     isatty = getattr(stream, "isatty", None)
@@ -31,14 +33,34 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def _seconds(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+
+
+def phase_summary(row: Mapping[str, Any]) -> str:
+    """`step 5.2s: rollout 2.1 update 2.9` - the step's wall time and the phases that took >= 1% of it."""
+    step = row.get("time/step")
+    if not isinstance(step, (int, float)):
+        return ""
+    phases = [f"{name} {_seconds(row[f'time/{name}'])}" for name in PHASES
+              if isinstance(row.get(f"time/{name}"), (int, float)) and row[f"time/{name}"] >= 0.01 * step > 0]
+    return f"step {_seconds(step)}s" + (": " + " ".join(phases) if phases else "")
+
+
 def progress_line(name: str, done: int, total: int, row: Mapping[str, Any], steps_per_s: float | None) -> str:
-    """`[areal] NAME step 40/500 (8%) | reward 0.312 | success 0.250 | kl 0.0021 | 2.4 steps/s | eta 3m12s`."""
+    """`[areal] NAME step 40/500 (8%) | reward 0.312 | ... | step 5.2s: rollout 2.1 update 2.9 | ... | eta 3m12s`."""
     parts = [f"[areal] {name} step {done}/{total} ({100 * done // max(total, 1)}%)"]
     for key, label, fmt in (("reward_mean", "reward", ".3f"), ("success_rate", "success", ".3f"),
                             ("kl", "kl", ".4f"), ("entropy", "entropy", ".3f")):
         value = row.get(key)
         if isinstance(value, (int, float)):
             parts.append(f"{label} {value:{fmt}}")
+    timing = phase_summary(row)
+    if timing:
+        parts.append(timing)
+    rss = row.get("memory/peak_rss_gib")
+    if isinstance(rss, (int, float)):
+        parts.append(f"peak rss {rss:.2f} GiB")
     if steps_per_s:
         parts.append(f"{steps_per_s:.2f} steps/s")
         parts.append(f"eta {_duration((total - done) / steps_per_s)}")
@@ -65,8 +87,9 @@ class Progress:
         if self.bar is not None:
             self.bar.update(1)
             if done % self.every == 0:
+                timing = {"step": f"{row['time/step']:.1f}s"} if isinstance(row.get("time/step"), float) else {}
                 self.bar.set_postfix(reward=f"{row.get('reward_mean', 0.0):.2f}",
-                                     success=f"{row.get('success_rate', 0.0):.2f}")
+                                     success=f"{row.get('success_rate', 0.0):.2f}", **timing)
             return
         if done % self.every == 0 or done == self.total:
             elapsed = time.perf_counter() - self.begin

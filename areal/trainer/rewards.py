@@ -150,9 +150,33 @@ def call_reward_function(rf: RewardFunction, prompts: Sequence[Any], completions
     try:
         values = rf.fn(prompts=list(prompts), completions=list(completions), **kwargs)
     except Exception as exc:
+        row, row_exc = first_failing_row(rf, prompts, completions, kwargs)
+        if row is None:
+            found = "; called again one row at a time, no row raised alone"
+        else:
+            alone = "" if f"{row_exc}" == f"{exc}" and type(row_exc) is type(exc) else \
+                f": {type(row_exc).__name__}: {row_exc}"
+            found = (f"; first failing row: {row} (prompt {_snippet(prompts[row])!r}, completion "
+                     f"{_snippet(completions[row])!r}){alone}")
         raise RewardFunctionError(f"{rf.where}: raised {type(exc).__name__}: {exc} (on {len(prompts)} completions; "
-                                  f"columns passed: {sorted(kwargs)})") from exc
+                                  f"columns passed: {sorted(kwargs)}){found}") from (row_exc or exc)
     return check_values(values, len(prompts), rf.where, prompts)
+
+
+def first_failing_row(rf: RewardFunction, prompts: Sequence[Any], completions: Sequence[Any],
+                      kwargs: Mapping[str, list[Any]]) -> tuple[int | None, BaseException | None]:
+    """After a batch call raised: call `rf` on one row at a time, (index, exception) of the first that raises.
+
+    So the error can name the row; a reward function may therefore be called
+    again after it failed (docs/training.md, "Reward functions"). (None, None)
+    when every row alone scores (the failure needs the whole batch).
+    """
+    for i in range(len(prompts)):
+        try:
+            rf.fn(prompts=[prompts[i]], completions=[completions[i]], **{k: [v[i]] for k, v in kwargs.items()})
+        except Exception as exc:
+            return i, exc
+    return None, None
 
 
 class RewardSet:

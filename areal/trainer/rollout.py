@@ -98,8 +98,8 @@ def _turn_caps(runtime: TaskRuntime, active: Sequence[_Live]) -> list[int]:
     limit = runtime.max_length
     if limit is not None:
         for item, c in zip(active, caps):
-            if len(item.record.tokens) + c > limit:
-                raise ValueError(
+            if len(item.record.tokens) + c > limit:  # the run's prompts and config: a one-line error
+                raise TaskError(
                     f"{runtime.where('rollout', item.episode.index)}: a context of {len(item.record.tokens)} tokens "
                     f"plus {c} to generate exceeds the model's max_position_embeddings={limit}; shorten the "
                     "prompts, lower rollout.max_new_tokens, or (random init) raise model.max_position_embeddings")

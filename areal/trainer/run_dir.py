@@ -86,8 +86,36 @@ def plan_run(cfg: Any) -> RunPlan:
         return RunPlan(run_dir, Path(resume), clear=False)
     old = existing_outputs(run_dir)
     if old and not overwrite:
-        raise _refusal(run_dir, old)
+        if not stopped_before_first_step(run_dir):
+            raise _refusal(run_dir, old)
+        logger.warning("run directory %s: the run there stopped before its first step (no checkpoint, no step in "
+                       "metrics.jsonl), so a new run starts there (replacing %s)", run_dir, ", ".join(old))
     return RunPlan(run_dir, None, clear=bool(old))
+
+
+def stopped_before_first_step(run_dir: Path) -> bool:
+    """A run that crashed at start-up: `metrics.jsonl` with no complete step row and no complete checkpoint.
+
+    Without `metrics.jsonl` (the jsonl logger off) nothing tells, so it is not
+    taken for one and the directory stays protected.
+    """
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file() or latest_checkpoint(checkpoint_root(run_dir)) is not None:
+        return False
+    return not complete_rows(metrics)
+
+
+def complete_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows with an integer `step` of a per-step JSONL file, up to the first torn line."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a torn last line from a killed run
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            rows.append(row)
+    return rows
 
 
 def prepare_run_dir(plan: RunPlan, start_step: int) -> None:
@@ -109,14 +137,7 @@ def truncate_jsonl(path: Path, before_step: int) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         return []
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            break  # a torn last line from a killed run
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] < before_step:
-            kept.append(row)
+    kept = [row for row in complete_rows(path) if row["step"] < before_step]
     write_jsonl(path, kept)
     return kept
 

@@ -18,6 +18,10 @@ with three things added around it:
   vocab]` tensors.
 * **Per-row token caps.** `generate` has one `max_new_tokens` for the batch;
   `_RowCaps` finishes each row at its own cap.
+* **One prefill per distinct context.** A GRPO group's rows share their
+  prompt: `shared_prefix_cache` prefills each distinct context once and hands
+  `generate` the gathered KV cache, so the prompt is not encoded once per row
+  (`AREAL_SHARED_PREFIX=off` turns it off).
 
 Randomness: `generate` draws from torch's global RNG (`torch.multinomial`
 without a generator). With `generator=` the draw is made reproducible from that
@@ -33,12 +37,16 @@ reference (bench/reference_sampler.py); docs/performance.md has both timings.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 from transformers import StoppingCriteria, StoppingCriteriaList
+
+from areal.trainer.logprobs import shared_prefix_mode
 
 @dataclass
 class Continuation:
@@ -176,6 +184,43 @@ def _continuations(generated: torch.Tensor, logprobs: torch.Tensor, caps: torch.
 
 
 @torch.no_grad()
+def shared_prefix_cache(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor) -> Any | None:
+    """A KV cache of every row's context but its last token, each distinct context computed once.
+
+    GRPO samples a group of rows from one prompt; `generate` would prefill each
+    row's copy. Here each distinct left-padded context is prefilled once and its
+    cache rows are gathered for every row that has it (`batch_select_indices`,
+    transformers' own), and `generate` continues from that cache with the last
+    context token. None (plain `generate`) when no two rows share a context, a
+    context is a single column, the model returns no cache that can be gathered,
+    or AREAL_SHARED_PREFIX=off.
+    """
+    if ids.shape[1] < 2 or shared_prefix_mode() == "off":
+        return None
+    _, first, inverse = _unique_rows(torch.cat([mask, ids], dim=1))
+    if first.numel() == ids.shape[0]:
+        return None
+    head_ids, head_mask = ids[first, :-1], mask[first, :-1]
+    positions = (head_mask.cumsum(-1) - 1).clamp(min=0)
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    out = model(input_ids=head_ids, attention_mask=head_mask, position_ids=positions, use_cache=True, **extra)
+    cache = getattr(out, "past_key_values", None)
+    if cache is None or not callable(getattr(cache, "batch_select_indices", None)):
+        return None
+    cache.batch_select_indices(inverse)
+    return cache
+
+
+def _unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Distinct rows, the index of each one's first occurrence, and each row's distinct index."""
+    unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    order = torch.arange(rows.shape[0], device=rows.device)
+    first = torch.full((unique.shape[0],), rows.shape[0], dtype=torch.long, device=rows.device)
+    first = first.scatter_reduce(0, inverse, order, reduce="amin")
+    return unique, first, inverse
+
+
+@torch.no_grad()
 def generate_continuations(
     model: PreTrainedModel,
     contexts: Sequence[Sequence[int]],
@@ -200,11 +245,13 @@ def generate_continuations(
     was_training = model.training
     model.eval()
     try:
+        cache = shared_prefix_cache(model, ids, mask)
+        extra = {"past_key_values": cache} if cache is not None else {}
         with _model_generation_defaults(model, config), _rng_from(generator, device):
             sequences = model.generate(
                 input_ids=ids, attention_mask=mask, generation_config=config,
                 logits_processor=LogitsProcessorList([recorder]),
-                stopping_criteria=StoppingCriteriaList([_RowCaps(ids.shape[1], caps)]),
+                stopping_criteria=StoppingCriteriaList([_RowCaps(ids.shape[1], caps)]), **extra,
             )
     finally:
         model.train(was_training)

@@ -45,7 +45,8 @@ from areal.trainer.engine import PolicyEngine, ValueEngine, reference_logprobs
 from areal.trainer.failures import staged
 from areal.trainer.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
 from areal.trainer.loggers import RunLoggers, open_loggers
-from areal.trainer.metrics import masked_stats, window_mean
+from areal.trainer.logprobs import aligned_from_rollout
+from areal.trainer.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
 from areal.trainer.model import build_critic, build_policy, frozen_copy, special_ids
 from areal.trainer.plot import plot_curves
 from areal.trainer.ppo.actor import PPOActor
@@ -59,6 +60,7 @@ from areal.trainer.rollout import (
     export_turn_rows,
     groups_to_device,
 )
+from areal.trainer.preflight import check_before_launch
 from areal.trainer.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
 from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, reward_components, stage_batch_fields
 from areal.trainer.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
@@ -83,6 +85,7 @@ class RunResult:
     last10_reward: float | None
     checkpoint: Path | None = None  # the newest checkpoint this run wrote (None: none)
     resumed_from: Path | None = None
+    last_save_seconds: float = 0.0  # the checkpoint after the last row (earlier ones: the rows' time/save)
 
     def summary(self, name: str, total_steps: int) -> str:
         def fmt(x: float | None) -> str:
@@ -90,9 +93,10 @@ class RunResult:
 
         state = "interrupted" if self.interrupted else "done"
         plot = f" | plot {self.plot_path}" if self.plot_path else ""
+        saved = f" | last checkpoint {self.last_save_seconds:.1f}s" if self.checkpoint is not None else ""
         return (f"[areal] {name}: {state}, {self.steps_done}/{total_steps} steps in {self.seconds:.1f}s | "
                 f"reward first 5 steps {fmt(self.first5_reward)} -> last 10 steps {fmt(self.last10_reward)} | "
-                f"metrics {self.metrics_path}{plot}")
+                f"metrics {self.metrics_path}{plot}{saved}")
 
 
 @dataclass
@@ -148,7 +152,6 @@ class Trainer:
         # before anything is built: a taken run directory fails in a second (decided on rank 0, shared)
         self.plan = shared_plan(cfg, self.ctx)
         self.run_dir = self.plan.run_dir
-        self.num_threads = apply_num_threads(cfg.train.num_threads)
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
         # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1. `generate`
@@ -159,9 +162,14 @@ class Trainer:
         self.tokenizer = build_tokenizer(cfg.model, getattr(parts.task, "vocabulary", None),
                                          getattr(parts.task, "stop_words", ()) or ())
         self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+        # by the policy's size: one thread for a tiny model, the cores / local ranks otherwise (cpu_threads)
+        self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in self.policy.parameters()))
         self.task = build_runtime(cfg, parts, self.tokenizer, self.policy)
+        eval_rows = make_eval_rows(cfg, parts)
+        # what `areal validate` checks (context, reward columns): a run that cannot fit fails before step 0
+        agree(lambda: check_before_launch(cfg, parts, self.task, eval_rows), self.ctx)
         self.prompt_source = make_prompt_source(cfg, parts, self.rng)
-        self.evaluator = Evaluator(cfg.eval, make_eval_rows(cfg, parts), cfg.train.steps)
+        self.evaluator = Evaluator(cfg.eval, eval_rows, cfg.train.steps)
         broadcast_module(self.policy, self.ctx)
         parallel = cfg.train.parallel
         # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP
@@ -227,12 +235,13 @@ class Trainer:
     def prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Add the aligned model outputs the advantage pipeline reads."""
         ids, mask, temp = batch["input_ids"], batch["attention_mask"], self.cfg.sampling_temperature
+        wanted = aligned_from_rollout(batch["loss_mask"])  # the only positions the pipeline and the loss read
         if self.reference is not None:
-            batch["ref_logp"] = reference_logprobs(self.reference, ids, mask, temp)
+            batch["ref_logp"] = reference_logprobs(self.reference, ids, mask, temp, wanted=wanted)
         if self.critic is not None:
             batch["values"] = self.critic.compute_values(batch)
         if self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss:
-            batch["prox_logp"] = self.engine.compute_logprobs(ids, mask, temp)
+            batch["prox_logp"] = self.engine.compute_logprobs(ids, mask, temp, wanted=wanted)
         if "token_entropy" in stage_batch_fields(self.actor.resolved):  # the behaviour policy, before the update
             batch["token_entropy"] = behaviour_entropy(self.engine.model, ids, mask, temp)
         return batch
@@ -262,34 +271,54 @@ class Trainer:
 
         Evaluation runs before the update of every `eval.every`-th step and
         after the last update (`eval/updates` says which policy it measured);
-        rank 0 appends a few of the step's episodes to `samples.jsonl`.
+        rank 0 appends a few of the step's episodes to `samples.jsonl`. The
+        row carries this process's `time/<phase>` seconds (see `PhaseTimer`),
+        the throughputs of sampling and training and the peak memory so far.
         """
-        evaluation = self.evaluate(step) if self.evaluator.due(step, after_update=False) else {}
+        timer = PhaseTimer(self.device)
+        evaluation: dict[str, float] = {}
+        if self.evaluator.due(step, after_update=False):
+            with timer.phase("eval"):
+                evaluation = self.evaluate(step)
         start = time.perf_counter()
-        dicts, records = self.rollout()
-        batch, meta = concat_batch(dicts)
-        batch = self.prepare(batch)
-        data = self.compute_advantages(batch, meta)
-        stats = self.actor.ppo_update(data)
-        if self.critic is not None:
-            stats.update(self.critic.ppo_update(data))
-        self.engine.sync_rollout_model()  # FSDP: the sampling copy takes the new weights (no-op otherwise)
+        with timer.phase("rollout"):
+            dicts, records = self.rollout()
+            batch, meta = concat_batch(dicts)
+        with timer.phase("reference"):
+            batch = self.prepare(batch)
+        with timer.phase("advantages"):
+            data = self.compute_advantages(batch, meta)
+        with timer.phase("update"):
+            stats = self.actor.ppo_update(data)
+            if self.critic is not None:
+                stats.update(self.critic.ppo_update(data))
+            self.engine.sync_rollout_model()  # FSDP: the sampling copy takes the new weights (no-op otherwise)
+            self.engine.release_gradients()
+            if self.critic is not None:
+                self.critic.engine.release_gradients()
         seconds = time.perf_counter() - start
         row = self._metrics(step, records, data, stats, seconds)
+        counts = {"generated": float(sum(r.generated_tokens for r in records)),
+                  "trained": float(data["attention_mask"].sum())}
         if self.ctx.is_distributed:
-            row = self._reduce_metrics(row, records, data)
+            row, counts = self._reduce_metrics(row, records, data, counts)
         if self.evaluator.due(step, after_update=True):
-            evaluation = self.evaluate(step + 1)
+            with timer.phase("eval"):
+                evaluation = self.evaluate(step + 1)
         row.update(evaluation)
+        row.update(timer.metrics())
+        row["throughput/sample_tokens_per_s"] = rate(counts["generated"], timer.seconds["rollout"])
+        row["throughput/train_tokens_per_s"] = rate(counts["trained"], timer.seconds["update"])
+        row.update(peak_memory_metrics(self.device))
         if self.ctx.is_main and self.cfg.eval.samples_per_step:
             self.sample_log.write(sample_rows(records, self.cfg.eval.samples_per_step, self.cfg.rollout.n_samples,
                                               step, "train"))
         return StepOutput(row, batch, data, records)
 
     @staged("metrics")
-    def _reduce_metrics(self, row: dict[str, Any], records: list[EpisodeRecord],
-                        data: dict[str, Any]) -> dict[str, Any]:
-        """The step's metrics over all ranks (the same row on every rank).
+    def _reduce_metrics(self, row: dict[str, Any], records: list[EpisodeRecord], data: dict[str, Any],
+                        counts: dict[str, float]) -> tuple[dict[str, Any], dict[str, float]]:
+        """The step's metrics over all ranks (the same row on every rank), and `counts` summed over ranks.
 
         Episode means are weighted by each rank's episodes, token means by its
         active tokens; the update statistics are global already. `adv_std` is
@@ -299,7 +328,7 @@ class Trainer:
         n_episodes, n_tokens = float(len(records)), float(data["loss_mask"].sum())
         local = {k: float(v) for k, v in row.items() if k != "step" and v is not None and k != "tokens_per_s"}
         local["_adv_sq_mean"] = row["adv_std"] ** 2 + row["adv_mean"] ** 2
-        local["_generated"] = float(sum(r.generated_tokens for r in records))
+        local.update({f"_count_{k}": v for k, v in counts.items()})
         local.pop("adv_std")
         weights = {k: n_episodes if k in _EPISODE_KEYS or k.startswith("reward/") else n_tokens if k in _TOKEN_KEYS
                    else 1.0 for k in local}
@@ -310,9 +339,9 @@ class Trainer:
                 continue
             reduced[key] = out.get(key)
         reduced["adv_std"] = math.sqrt(max(out["_adv_sq_mean"] - out["adv_mean"] ** 2, 0.0))
-        generated = out["_generated"] * self.ctx.world_size
-        reduced["tokens_per_s"] = generated / out["seconds"] if out["seconds"] > 0 else None
-        return reduced
+        summed = {k: out[f"_count_{k}"] * self.ctx.world_size for k in counts}  # equal weights: mean x ranks
+        reduced["tokens_per_s"] = summed["generated"] / out["seconds"] if out["seconds"] > 0 else None
+        return reduced, summed
 
     def _metrics(self, step: int, records: list[EpisodeRecord], data: dict[str, Any],
                  stats: dict[str, float], seconds: float) -> dict[str, float]:
@@ -379,17 +408,24 @@ class Trainer:
                             enabled=cfg.output.progress_bar and main)
         elapsed_before = float((records[-1].get("elapsed") if records else None) or 0.0)
         begin, interrupted, done, saved = time.perf_counter(), False, start, None
+        mark, save_seconds = begin, 0.0
         try:
             for step in range(start, cfg.train.steps):
                 row = self.step(step).metrics
-                row["elapsed"] = elapsed_before + time.perf_counter() - begin
+                now = time.perf_counter()
+                # a checkpoint is written after its row is logged: its time goes into the next row
+                row["time/save"], save_seconds = save_seconds, 0.0
+                row["time/step"], mark = now - mark, now
+                row["elapsed"] = elapsed_before + now - begin
                 row = loggers.log(row)
                 if cfg.train.debug_param_checksum:
                     self._write_checksums(checksums, step)
                 done = step + 1
                 progress.update(done, row)
                 if cfg.train.save_every and (done % cfg.train.save_every == 0 or done == cfg.train.steps):
+                    save_start = time.perf_counter()
                     saved = self.save_checkpoint(done, loggers) or saved
+                    save_seconds = time.perf_counter() - save_start
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -399,6 +435,7 @@ class Trainer:
                 checksums.close()
         result = self._finish(loggers.records, done, interrupted, time.perf_counter() - begin)
         result.checkpoint, result.resumed_from = saved, self.plan.resume_from
+        result.last_save_seconds = save_seconds
         if not interrupted:
             barrier(self.ctx)  # ranks leave together, after rank 0 has written everything
         return result
@@ -413,7 +450,7 @@ class Trainer:
             raise RunDirectoryError(f"train.steps: got {self.cfg.train.steps}, but the checkpoint "
                                     f"{restored.folder} is at step {restored.step}; raise train.steps to continue")
         if self.ctx.is_main:
-            logger.info("resuming %s at step %d", restored.folder, restored.step)
+            print(f"[areal] resuming from {restored.folder} (step {restored.step})", flush=True)
         return restored.step, restored.records
 
     @staged(lambda self, step, loggers: f"step {step} > checkpoint")

@@ -86,6 +86,9 @@ def _check_reference_rewards(rewards: Any, n_logical: int) -> torch.Tensor | Non
                 f"{field}: got {rewards!r} ({type(rewards).__name__}), expected a float tensor or a "
                 f"sequence of {n_logical} numbers ({exc})"
             ) from None
+    if tensor.device.type == "meta":
+        raise ValueError(f"{field}: on device meta (a tensor without data), expected {n_logical} finite numbers "
+                         "with values (on the CPU or the batch's device)")
     if tensor.dtype == torch.bool or tensor.is_complex():
         raise ValueError(f"{field}: got dtype {tensor.dtype}, expected a real (float) tensor")
     if not tensor.dtype.is_floating_point:

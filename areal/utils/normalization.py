@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from areal.api.cli_args import NormConfig
 from areal.utils import norm_kernels
+from areal.utils.call_agreement import before_collective, one_exchange
 from areal.utils.indices import index_from_counts, int_tuple
 
 __all__ = ["Normalization"]
@@ -92,11 +93,12 @@ class Normalization:
             inactive = loss_mask.sum().item() == 0
         if inactive and not (_dist_active() and "batch" in (self.mean_level, self.std_level)):
             return x.to(torch.float32, copy=True)  # a copy: the caller may edit the result in place
-        if fused:
-            result = self._fused(x, loss_mask, layout, reduce_group, row_moments)
-        else:
-            _, denom, centered = self._compute(x, loss_mask, layout, reduce_group)
-            result = (centered / denom).float()
+        with one_exchange():  # mean and std reductions: one status exchange (areal.utils.call_agreement)
+            if fused:
+                result = self._fused(x, loss_mask, layout, reduce_group, row_moments)
+            else:
+                _, denom, centered = self._compute(x, loss_mask, layout, reduce_group)
+                result = (centered / denom).float()
         return x.to(torch.float32, copy=True) if inactive else result
 
     @torch.no_grad()
@@ -117,7 +119,8 @@ class Normalization:
         """
         _check_norm_inputs(x, loss_mask)
         layout = self._layout(x, group_sizes, logical_group_sizes)
-        mean, denom, _ = self._compute(x, loss_mask, layout, reduce_group)
+        with one_exchange():
+            mean, denom, _ = self._compute(x, loss_mask, layout, reduce_group)
         return (torch.broadcast_to(mean, x.shape).contiguous(),
                 torch.broadcast_to(denom, x.shape).contiguous())
 
@@ -247,6 +250,8 @@ class Normalization:
         if level == "batch":
             totals = torch.stack([r.sum() for r in rows])
             if _dist_active():
+                if reduce_group is None:
+                    before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
                 dist.all_reduce(totals, op=dist.ReduceOp.SUM, group=reduce_group)
             return list(totals.unbind(0))
         assert layout is not None

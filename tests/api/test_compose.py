@@ -70,7 +70,8 @@ def test_defaults_in_a_mapping_are_relative_to_the_working_directory(tmp_path: P
                                 r"top\.yaml -> loop\.yaml -> top\.yaml"),
     ("- a\n- b\n", r"top\.yaml'?: expected a mapping at the top level"),
     ("train: {steps: [1\n", r"top\.yaml'?: cannot parse YAML"),
-    ("train: {stepz: 3}\n", r"train\.stepz \(in .*top\.yaml\): Key 'stepz' not in 'TrainConfig'"),
+    ("train: {stepz: 3}\n", r"train\.stepz \(in .*top\.yaml\): unknown key 'stepz' in TrainConfig; did you mean "
+                            r"'steps'\?$"),
 ])
 def test_bad_defaults_name_the_key_and_file(tmp_path: Path, text: str, match: str) -> None:
     _write(tmp_path / "loop.yaml", "defaults: [top.yaml]\n")
@@ -171,3 +172,59 @@ def test_a_new_task_name_starts_from_empty_task_kwargs(tmp_path: Path) -> None:
     assert cfg.task.kwargs == {"num_range": 4}
     same = load_config(DEFAULT, ["task.name=arith", "task.kwargs.max_operand=3"])
     assert same.task.kwargs == {"min_operand": 0, "max_operand": 3, "op": "add"}
+
+
+SAVED_STYLE = "task: {implementation: arith, name: arith, kwargs: {max_operand: 3}}\n"
+
+
+@pytest.mark.parametrize("key", ["task.implementation", "task.name"])
+def test_a_later_task_wins_on_the_command_line_whichever_key_names_it(key: str, tmp_path: Path) -> None:
+    # grpo_arith.yaml says `task.name: arith`; a saved config.yaml says both names
+    for base in (DEFAULT, _write(tmp_path / "saved.yaml", SAVED_STYLE)):
+        cfg = load_config(base, [f"{key}=guess"])
+        assert (cfg.task.implementation, cfg.task.name, cfg.task.kwargs) == ("guess", "guess", {})
+        cfg = load_config(base, [f"{key}=guess", "task.kwargs.num_range=4"])
+        assert cfg.task.kwargs == {"num_range": 4}
+
+
+def test_a_defaults_child_naming_a_task_plugin_starts_from_empty_kwargs(tmp_path: Path) -> None:
+    _write(tmp_path / "base.yaml", "task: {name: guess, kwargs: {num_range: 4, max_turns: 2}}\n")
+    child = _write(tmp_path / "child.yaml", "defaults: [base.yaml]\n"
+                                            "task: {implementation: userpkg.tasks.make_adder}\n")
+    cfg = load_config(child)
+    assert (cfg.task.implementation, cfg.task.kwargs) == ("userpkg.tasks.make_adder", {})
+    cfg = load_config(child, ["task.kwargs.log=x"])
+    assert cfg.task.kwargs == {"log": "x"}
+    # the same name under the other key keeps the kwargs (only a new task starts afresh)
+    same = _write(tmp_path / "same.yaml", "defaults: [base.yaml]\ntask: {implementation: guess}\n")
+    assert load_config(same).task.kwargs == {"num_range": 4, "max_turns": 2}
+
+
+def test_one_layer_naming_two_different_tasks_is_still_refused() -> None:
+    with pytest.raises(ConfigError, match="task.name: got 'arith' but task.implementation is 'guess'"):
+        load_config(DEFAULT, ["task.implementation=guess", "task.name=arith"])
+
+
+def test_tuples_in_kwargs_run_as_the_lists_config_yaml_saves(tmp_path: Path) -> None:
+    from areal.api.cli_args import ExperimentConfig, PPOActorConfig
+    from areal.api.train_args import RewardFunctionConfig, TaskConfig
+
+    stage = {"implementation": "userpkg.stages.scale", "kwargs": {"w": (1, (2.5, "a")), "m": {"t": ()}}}
+    given = {"estimator": stage}
+    cfg = ExperimentConfig(
+        actor=PPOActorConfig(advantage=given, gae_lambda="userpkg.lam", gae_lambda_kwargs={"k": (1, 2)}),
+        task=TaskConfig(implementation="userpkg.tasks.make", kwargs={"sizes": (3, 4)}),
+        reward=[RewardFunctionConfig("userpkg.rewards.r", kwargs={"pair": ("x", "y")})],
+    )
+    assert cfg.actor.advantage.estimator.kwargs == {"w": [1, [2.5, "a"]], "m": {"t": []}}
+    assert (cfg.actor.gae_lambda_kwargs, cfg.task.kwargs, cfg.reward[0].kwargs) == (
+        {"k": [1, 2]}, {"sizes": [3, 4]}, {"pair": ["x", "y"]})
+    assert given["estimator"]["kwargs"]["w"] == (1, (2.5, "a"))  # the caller's mapping is left as it was
+    saved = _write(tmp_path / "config.yaml", config_to_yaml(cfg))
+    assert load_config(saved) == cfg
+
+
+def test_the_command_line_of_the_issue_runs_the_later_task(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--config", str(DEFAULT), "--print-config", "task.implementation=guess"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert (printed.task.implementation, printed.task.name, dict(printed.task.kwargs)) == ("guess", "guess", {})

@@ -27,7 +27,8 @@ from areal.api.train_args import ExperimentConfig, RolloutConfig, TrainConfig
     ("reward=[{implementation: a.b}, {implementation: c.d, weight: null}]",
      "reward[1].weight: got None (NoneType), expected a float"),
     ("reward=[a.b]", "reward[0]: got 'a.b' (str), expected a mapping of RewardFunctionConfig fields"),
-    ("reward=[{implementation: a.b, wieght: 2}]", "reward[0].wieght: got 2 (int)"),
+    ("reward=[{implementation: a.b, wieght: 2}]",
+     "reward[0].wieght: unknown key 'wieght' in RewardFunctionConfig; did you mean 'weight'?"),
     ("reward=3", "reward: got 3 (int), expected a list"),
     ("task.kwargs=[1]", "task.kwargs: got [1] (list), expected a mapping"),
     ("task=arith", "task: got 'arith' (str), expected a mapping of TaskConfig fields"),
@@ -42,6 +43,44 @@ def test_override_errors_name_the_key_and_the_override(override, needle):
         assert message.startswith(f"{key} (in override {override!r}): "), message
     assert detail in message, message
     assert "Traceback" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("evall.every=2", "evall: unknown key 'evall' in ExperimentConfig; did you mean 'eval'?"),
+    ("eval.evry=3", "eval.evry: unknown key 'evry' in EvalConfig; did you mean 'every'?"),
+    ("train.stepz=3", "train.stepz: unknown key 'stepz' in TrainConfig; did you mean 'steps'?"),
+    ("rollout.prm.advantage_shaping.mod=x",
+     "rollout.prm.advantage_shaping.mod: unknown key 'mod' in AdvantageShapingConfig; did you mean 'mode'?"),
+    ("actor.advantage.estimator.kwargz={}",
+     "actor.advantage.estimator.kwargz: unknown key 'kwargz' in StageSpec; did you mean 'kwargs'?"),
+    ("actor.adv_norm.mean_levl=group",  # below a node that is null until this override
+     "actor.adv_norm.mean_levl: unknown key 'mean_levl' in NormConfig; did you mean 'mean_level' or 'mean_leave1out'?"),
+    ("reward=[{implementation: a.b}, {implementation: c.d, nme: x}]",
+     "reward[1].nme: unknown key 'nme' in RewardFunctionConfig; did you mean 'name'?"),
+    ("xyz=1", "xyz: unknown key 'xyz' in ExperimentConfig (its keys: experiment_name, trial_name, seed, actor, "),
+])
+def test_unknown_keys_at_any_depth_get_our_own_did_you_mean(override, needle):
+    """Whatever OmegaConf is installed (2.3 has no suggestion, 2.4 has its own): one suggestion, ours."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    message = str(err.value)
+    key, _, detail = needle.partition(": ")
+    assert message.startswith(f"{key} (in override {override!r}): {detail}"), message
+    assert message.lower().count("did you mean") == (0 if override == "xyz=1" else 1), message
+
+
+def test_unknown_keys_in_a_file_and_in_checked_mappings_get_a_suggestion(tmp_path):
+    path = tmp_path / "my_run.yaml"
+    path.write_text("eval:\n  evry: 20\n")
+    with pytest.raises(ConfigError, match=r"^eval\.evry \(in .*my_run\.yaml\): unknown key 'evry' in EvalConfig; "
+                                          r"did you mean 'every'\?$"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"task\.kwargs: unknown keys \['max_operan'\] for task 'arith', .*; did you "
+                                          r"mean 'max_operand' for 'max_operan'\?$"):
+        load_config(None, ["task.kwargs.max_operan=3"])
+    with pytest.raises(ConfigError, match=r"unknown gvpo parameters \['negative_scal'\], .*; did you mean "
+                                          r"'negative_scale' for 'negative_scal'\?$"):
+        load_config(None, ["actor.advantage.process_adv_shaping={implementation: gvpo, kwargs: {negative_scal: 1}}"])
 
 
 def test_merge_errors_in_a_file_name_the_key_and_the_file(tmp_path):

@@ -1,8 +1,10 @@
-"""The benchmark scripts stay runnable: a tiny pipeline run, and the GPU check failing cleanly without a GPU."""
+"""The benchmark scripts stay runnable: a tiny pipeline run, the TRL comparison and the matmul rate on a tiny
+checkpoint, and the GPU check failing cleanly without a GPU."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +27,45 @@ def test_pipeline_bench_runs_and_checks_its_results():
     assert "16x64 1 thr: default token:" in proc.stdout
 
 
+def test_call_agreement_bench_runs_on_two_ranks():
+    proc = _run("bench/bench_call_agreement.py", "--sizes", "8x32", "--rounds", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| PPOActorConfig() | 8 x 32 | 1 |" in proc.stdout, proc.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU exit")
 def test_gpu_check_exits_cleanly_without_a_gpu():
     proc = _run("bench/bench_gae_cuda.py", "--quick", env={"TRITON_INTERPRET": ""})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "nothing to check" in proc.stdout
+
+
+def test_threads_bench_runs_both_modes() -> None:
+    proc = _run("bench/bench_threads.py", "--sizes", "32", "--steps", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "OMP_WAIT_POLICY=PASSIVE" in proc.stdout and "hidden    32  params " in proc.stdout
+    proc = _run("bench/bench_threads.py", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
+                "--steps", "2", "--scenes", "busy", "--busy", "1", "--variants", "one", "spincount")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "busy 1  spincount " in proc.stdout and "x1.00 of one" in proc.stdout
+
+
+def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "trainer"))
+    from checkpoint_factory import build_checkpoint
+
+    build_checkpoint(tmp_path / "tiny")
+    proc = _run("bench/bench_vs_trl.py", "--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "2",
+                "--threads", "1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for side in ("ours", "trl"):
+        assert f"round 1 {side}: " in proc.stdout
+        assert re.search(rf"{side}: [\d.]+ s/step \(median of 2\) .* x[\d.]+ plain floor", proc.stdout), proc.stdout
+    assert re.search(r"ratio ours / trl: [\d.]+ \(median of 2 adjacent pairs", proc.stdout)
+    assert re.search(r"matmul float32: [\d.]+ GFLOP/s before", proc.stdout)
+
+
+def test_matmul_bench_prints_rates_and_the_step_floor() -> None:
+    proc = _run("bench/bench_matmul.py", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"rate: +[\d.]+ GFLOP/s float32, 1 thread", proc.stdout)

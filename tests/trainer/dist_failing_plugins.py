@@ -25,3 +25,22 @@ def reward_failing_on_rank0(prompts, completions, **columns):
     if os.environ.get("RANK") == "0":
         raise ZeroDivisionError("simulated reward-function failure on rank 0")
     return [0.0 for _ in completions]
+
+
+_CALLS: list[int] = []
+
+
+def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: int = 1, **columns):
+    """A reward function that, on rank 1 at its `at_call`-th call (0-based: step 1), exits hard or hangs.
+
+    `how`: `exit` ends the process with os._exit(3) (no exception, no report, no error file);
+    `hang` sleeps for an hour (a rank whose main thread never returns); `raise` raises.
+    """
+    _CALLS.append(len(completions))
+    if os.environ.get("RANK") == "1" and len(_CALLS) - 1 == at_call:
+        if how == "exit":
+            os._exit(3)
+        if how == "hang":
+            time.sleep(3600)
+        raise RuntimeError("simulated reward-function failure on rank 1")
+    return [0.0 for _ in completions]

@@ -35,3 +35,31 @@ def needs_split_rollouts(inputs):
 def needs_process_rewards(inputs):
     assert inputs.token_rewards is not None, "expected process rewards"
     return inputs.advantages + inputs.token_rewards
+
+
+# reward functions that import and take their kwargs, but fail when called (validate --dry-run)
+
+def reward_raises(prompts, completions, **kwargs):
+    raise ZeroDivisionError("a bug in the reward function")
+
+
+def reward_one_value_short(prompts, completions, **kwargs):
+    return [1.0] * (len(completions) - 1)
+
+
+def reward_nan(prompts, completions, **kwargs):
+    return [float("nan")] * len(completions)
+
+
+def reward_needs_solution(prompts, completions, solution, **kwargs):
+    """Names a column `solution` that examples/custom_task/data/*.jsonl does not have (it has `answer`)."""
+    return [1.0 if c.strip() == s else 0.0 for c, s in zip(completions, solution)]
+
+
+def reward_answer_or_default(prompts, completions, answer, solution=None):
+    """`solution` has a default, so data without that column is fine."""
+    return [float(c.strip() == a) for c, a in zip(completions, answer)]
+
+
+def reward_multiline_error(prompts, completions, **kwargs):
+    raise ValueError("first line\n  second line")

@@ -30,15 +30,6 @@ TOL = 1e-6
 #: Reported in the test output (`pytest -s`): max |2-rank - 1-process| per case.
 MAX_ABS_DIFF: dict[str, float] = {}
 
-_KNOWN_BAD = {
-    "no_truncation_flags_batch_norms": (
-        "without `is_truncated` the pipeline infers truncation as seqlen == T, the padded width of the "
-        "batch; a rank's T is the width of its own groups, so rows that fill their own group are "
-        "'truncated' on a rank but not in the whole batch (fix: infer it from meta.traj_seqlens, the "
-        "row's own group width, in advantage._default_fields)"
-    ),
-}
-
 
 def _run_merged(cmds, envs, timeout) -> list[tuple[int, str]]:
     """run_bounded with each command's stdout and stderr as one log."""
@@ -79,11 +70,7 @@ def _max_diff(local: dict[str, torch.Tensor], whole: dict[str, torch.Tensor], ro
     return worst
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_KNOWN_BAD[n])) if n in _KNOWN_BAD else n
-     for n in CASES],
-)
+@pytest.mark.parametrize("name", list(CASES))
 def test_two_ranks_equal_one_process(rank_outputs, name):
     case = CASES[name]
     groups = case.make_groups()
@@ -101,7 +88,7 @@ def test_two_ranks_equal_one_process(rank_outputs, name):
     assert worst <= TOL, f"{name}: 2-rank result differs from 1 process by {worst}"
 
 
-@pytest.mark.parametrize("name", [n for n, c in CASES.items() if n not in _KNOWN_BAD and any(
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if any(
     norm is not None and "batch" in (norm.mean_level, norm.std_level)
     for norm in (c.make_config().reward_norm, c.make_config().adv_norm))])
 def test_batch_statistics_really_crossed_ranks(rank_outputs, name):

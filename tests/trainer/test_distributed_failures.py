@@ -4,13 +4,17 @@ Through the real launcher (`python -m torch.distributed.run --standalone --nproc
 CPU), with each rank's output in its own log file (`--log-dir ... --redirects 3`):
 
 * an advantage plugin that imports everywhere but raises when called on rank 1, while rank 0 waits
-  in the batch-level normalisation all-reduce (tests/trainer/dist_failing_plugins.py);
+  in the status exchange before the batch-level normalisation all-reduce (the call-time agreement
+  of `PPOActor.compute_advantages`; tests/trainer/dist_failing_plugins.py);
 * a reward-function plugin (`reward: [{implementation: ...}]`) raising on rank 0 only
-  (tests/trainer/dist_failing_plugins.py).
+  (tests/trainer/dist_failing_plugins.py);
+* a reward function on rank 1 at step 1 that raises, ends its process with `os._exit(3)`, or hangs,
+  each 5 times (where in a whole second the failure falls decided torchrun's root cause before).
 
 Checked: both ranks exit 1 soon after the failure; torchrun's summary names the failing rank as the
-root cause, with the stage, the plugin/function and the cause; rank 0's log names them too; the
-failing rank's log has the traceback. Every job runs under a subprocess timeout.
+root cause, with the stage, the plugin/function and the cause; every surviving rank's last line names
+them too, and the healthy rank never names itself; the failing rank's log has the traceback. Every job
+runs under a subprocess timeout.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from dist_launch import ROOT, clean_env, run_bounded
 
 JOB_TIMEOUT_S = 360  # shared CPUs: generous; a hang still fails the test
@@ -53,7 +58,7 @@ def _root_cause(summary: str) -> str:
 
 
 def _check(code: int, summary: str, logs: list[str], files: list[dict], after_s: float, failing: int,
-           cause: str) -> None:
+           cause: str, watcher: bool = True) -> None:
     healthy = 1 - failing
     assert code == 1, summary[-3000:]
     root = _root_cause(summary)
@@ -62,7 +67,8 @@ def _check(code: int, summary: str, logs: list[str], files: list[dict], after_s:
     for rank, log in enumerate(logs):
         assert f"error: {cause}" in log, (rank, log)
         assert f"Failure: {cause}" in files[rank]["message"]  # RankFailure, or PeerFailure at a stage boundary
-    assert f"[areal] rank {healthy}: stopping because {cause}" in logs[healthy]
+    if watcher:  # the healthy rank learnt it from its failure watcher (not from an agreed call)
+        assert f"[areal] rank {healthy}: stopping because {cause}" in logs[healthy]
     assert "Traceback (most recent call last)" in logs[failing]
     assert int(files[failing]["extraInfo"]["timestamp"]) < int(files[healthy]["extraInfo"]["timestamp"])
     print(f"\nrank {failing} failed; both ranks exited {after_s:.1f} s after its report (whole seconds); "
@@ -70,7 +76,7 @@ def _check(code: int, summary: str, logs: list[str], files: list[dict], after_s:
     assert after_s < FAILURE_TIMEOUT_S
 
 
-def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_a_collective(tmp_path: Path) -> None:
+def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_the_agreement(tmp_path: Path) -> None:
     code, summary, logs, files, after_s = _launch(
         tmp_path, ["-m", "areal.trainer.main"],
         "actor.advantage.outcome_reward_shaping={implementation: dist_failing_plugins.fail_on_rank1, "
@@ -78,11 +84,11 @@ def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_a_collect
     cause = ("rank 1 failed in step 0 > advantages: StageContractError: advantage stage 'outcome_reward_shaping' "
              "(dist_failing_plugins.fail_on_rank1): raised ValueError: simulated plugin failure on rank 1 (raised at "
              f"{ROOT / 'tests' / 'trainer' / 'dist_failing_plugins.py'}:")
-    _check(code, summary, logs, files, after_s, failing=1, cause=cause)
+    _check(code, summary, logs, files, after_s, failing=1, cause=cause, watcher=False)
     assert "in fail_on_rank1)" in logs[0]
-    # rank 0 was inside the batch-normalisation all-reduce when rank 1 gave up
-    assert "rank 0 stopped because of it, after its own error: RuntimeError:" in logs[0]
-    assert "Connection closed by peer" in logs[0]
+    # rank 0 waited in the status exchange before the batch-normalisation all-reduce; it names rank 1, not gloo
+    assert "rank 0 stopped because of it, when the ranks exchanged their status in that call" in logs[0]
+    assert "Connection closed by peer" not in logs[0] and "rank 0 failed" not in logs[0]
     metrics = tmp_path / "out" / "grpo_arith" / "metrics.jsonl"
     assert not metrics.exists() or not metrics.read_text().strip()  # no step completed
 
@@ -99,3 +105,57 @@ def test_reward_function_raising_on_rank_0_stops_rank_1(tmp_path: Path) -> None:
     assert raised_at in logs[0] and raised_at in logs[1]
     assert "in reward_failing_on_rank0)" in logs[1]
     assert "rank 1 stopped because of it" in logs[1]
+
+
+# ---------------------------------------------------------------------------
+# rank 1 raises, exits hard (os._exit(3)) or hangs in a reward function at step 1; rank 0 is blameless
+# ---------------------------------------------------------------------------
+
+HANG_TIMEOUT_S = 10  # train.dist_timeout_s: how long rank 0 waits for the hung rank in a collective
+FAULTS = {  # how rank 1 fails -> (its exit code, what every report says)
+    "raise": (1, "rank 1 failed in step 1 > rollout: RewardFunctionError: reward[0] (reward_dying_on_rank1) "
+                 "'dist_failing_plugins.reward_dying_on_rank1': raised RuntimeError: simulated reward-function "
+                 "failure on rank 1"),
+    "exit": (3, "rank 1 failed in step 1 > rollout: its process ended without reporting an error"),
+    "hang": (1, "rank 1 failed in step 1 > rollout: it stopped responding"),
+}
+
+
+def _launch_fault(tmp_path: Path, how: str) -> tuple[int, str, list[list[str]], list[dict | None]]:
+    """(exit code, torchrun's stderr, each rank's non-empty stderr lines, each rank's error file or None)."""
+    logs = tmp_path / "logs"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--log-dir",
+           str(logs), "--redirects", "3", "-m", "areal.trainer.main", "--config",
+           str(ROOT / "examples" / "grpo_arith.yaml"), *TINY, f"train.dist_timeout_s={HANG_TIMEOUT_S}",
+           f"output.dir={tmp_path / 'out'}",
+           f"reward=[{{implementation: dist_failing_plugins.reward_dying_on_rank1, kwargs: {{how: {how}}}}}]"]
+    [(code, _, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    [attempt] = list(logs.glob("*/attempt_0"))
+    lines = [[x for x in (attempt / str(r) / "stderr.log").read_text().splitlines() if x.strip()] for r in range(2)]
+    files = [json.loads(f.read_text())["message"] if (f := attempt / str(r) / "error.json").exists() else None
+             for r in range(2)]
+    return code, err, lines, files
+
+
+@pytest.mark.parametrize("attempt", range(5))  # the root cause used to depend on where in a second rank 1 died
+@pytest.mark.parametrize("how", list(FAULTS))
+def test_the_failing_rank_is_named_by_every_rank_and_by_torchrun(tmp_path: Path, how: str, attempt: int) -> None:
+    exit_code, cause = FAULTS[how]
+    code, summary, lines, files = _launch_fault(tmp_path, how)
+    assert code == 1, summary[-3000:]
+    root = _root_cause(summary)
+    assert "rank      : 1 (local_rank: 1)" in root and f"exitcode  : {exit_code} " in root, root
+    if how != "exit":  # a hard exit leaves no error file: torchrun shows its exit code
+        assert f"RankFailure: {cause}" in root, root
+    assert lines[0][-1].startswith(f"error: {cause}"), lines[0][-3:]
+    assert "rank 0 stopped because of it" in lines[0][-1] and "rank 0 failed" not in "\n".join(lines[0])
+    if how == "hang":
+        assert lines[1][-1].startswith(f"[areal] rank 1: error: {cause}"), lines[1][-3:]
+        assert "its main thread is at " in lines[1][-1] and "in reward_dying_on_rank1" in lines[1][-1]
+    elif how == "raise":
+        assert lines[1][-1].startswith(f"error: {cause}"), lines[1][-3:]
+    else:
+        assert lines[1] == [] and files[1] is None  # os._exit: nothing runs after it
+    assert files[0] is not None and files[0]["message"].startswith(f"RankFailure: {cause}")
+    if files[1] is not None:  # torchrun picks the smallest timestamp: the failing rank's
+        assert int(files[1]["extraInfo"]["timestamp"]) < int(files[0]["extraInfo"]["timestamp"])

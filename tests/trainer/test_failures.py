@@ -6,7 +6,11 @@ test_distributed_failures.py run the same protocol across processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -221,3 +225,220 @@ def test_watcher_stops_quietly_when_the_store_goes_away() -> None:
     thread.join(timeout=3)
     assert not thread.is_alive() and job.exits[0] == []
     threading.Thread(target=job.close).start()
+
+
+# ---------------------------------------------------------------------------
+# a collective that failed because of a gone or silent peer (areal.trainer.peer_progress)
+# ---------------------------------------------------------------------------
+
+GLOO_CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+               "[127.0.0.1]:2950. This is typically caused by a remote worker crashing.")
+GLOO_TIMEOUT = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+                "10000ms for recv operation to complete")
+
+
+def _raised_in(path: tuple[str, ...], exc: BaseException) -> BaseException:
+    """`exc` as it leaves the stages `path` (so it carries the stage path)."""
+    try:
+        with contextlib.ExitStack() as stack:
+            for name in path:
+                stack.enter_context(stage(name))
+            raise exc
+    except BaseException as caught:
+        return caught
+    raise AssertionError("unreachable")
+
+
+def test_collective_failures_are_told_from_user_errors_that_mention_timeouts() -> None:
+    from areal.trainer.peer_progress import GONE, SILENT, collective_failure
+
+    assert collective_failure(RuntimeError(GLOO_CLOSED)) == GONE
+    assert collective_failure(RuntimeError(GLOO_TIMEOUT)) == SILENT
+    assert collective_failure(RuntimeError("Application timeout caused pair closure")) == SILENT
+    assert collective_failure(dist.DistBackendError("NCCL communicator was aborted")) == SILENT
+    try:
+        try:
+            raise RuntimeError(GLOO_CLOSED)
+        except RuntimeError as inner:
+            raise ValueError("advantage stage 'estimator' failed") from inner
+    except ValueError as wrapped:
+        assert collective_failure(wrapped) == GONE
+    for user in (TimeoutError("the reward server timed out"), RuntimeError("HTTP request timed out"),
+                 ValueError("Connection closed by peer"), KeyError("beat")):
+        assert collective_failure(user) is None, user
+
+
+def test_suspects_are_peers_elsewhere_and_stalled_ones_have_a_still_beat() -> None:
+    from areal.trainer.peer_progress import Stamp, stalled, suspects
+
+    stamps = {0: Stamp("step 1 > policy update", 9), 1: Stamp("step 1 > rollout", 4), 2: Stamp(None, 0),
+              3: Stamp("step 1 > policy update", 7)}
+    assert suspects(stamps, "step 1 > policy update", rank=0) == [1, 2]
+    later = {**stamps, 1: Stamp("step 1 > rollout", 5), 3: Stamp("step 1 > policy update", 7)}
+    assert stalled(stamps, later, rank=0) == [2, 3]
+
+
+def test_stages_stamp_where_the_main_thread_is_and_keep_the_failing_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = Job(2)
+    try:
+        watch = job.watches[0]
+        monkeypatch.setattr(failures, "_ACTIVE", watch)
+        key = f"{watch.stamp_prefix}/0/stage"
+        with stage("step 1"):
+            with stage("rollout"):
+                assert job.server.get(key) == b"step 1 > rollout"
+            assert job.server.get(key) == b"step 1"
+        assert job.server.get(key) == b""
+        _raised_in(("step 2", "policy update"), RuntimeError(GLOO_CLOSED))
+        assert job.server.get(key) == b"step 2 > policy update"  # a failed collective freezes the stamp
+        with stage("metrics"):
+            pass
+        assert job.server.get(key) == b"step 2 > policy update"
+    finally:
+        job.close()
+
+
+def test_a_peer_gone_in_another_stage_is_the_root_cause_and_the_reporter_waits_for_sigterm(
+        error_files: Path) -> None:
+    job = Job(2)
+    job.watches[0]._thread.start()  # rank 1's process is gone: no watcher, no beat
+    try:
+        job.watches[1].mark("step 1 > rollout")
+        job.watches[0].mark("step 1 > policy update")
+        start = time.monotonic()
+        failure = job.watches[0].fail(_raised_in(("step 1", "policy update"), RuntimeError(GLOO_CLOSED)))
+        assert time.monotonic() - start < 0.5 * TIMEOUT_S  # a closed connection needs no beat check
+        report = failure.report
+        assert (report.ranks, report.reporter, report.stage, report.where) == ((1,), 0, "step 1 > rollout", "")
+        assert str(failure) == (
+            "rank 1 failed in step 1 > rollout: its process ended without reporting an error (a hard exit, a kill or "
+            "a crash; torchrun's summary has its exit code); rank 0 found it gone when its collective in "
+            f"step 1 > policy update failed; rank 0 stopped because of it, after its own error: RuntimeError: "
+            f"{GLOO_CLOSED}")
+        failures.write_error_file(failure)
+        assert int(json.loads(error_files.read_text())["message"]["extraInfo"]["timestamp"]) >= int(report.time) + 1
+        threading.Timer(0.2, setattr, (job.watches[0], "terminated", True)).start()  # torchrun's SIGTERM
+        start = time.monotonic()
+        job.watches[0].linger(failure)
+        assert 0.15 <= time.monotonic() - start < TIMEOUT_S and job.exits[0] == [1]
+    finally:
+        job.close()
+
+
+def test_a_silent_peer_claims_the_root_cause_says_where_it_is_stuck_and_ends(error_files: Path) -> None:
+    job = Job(2).start()
+    try:
+        job.watches[1].mark("step 1 > rollout")
+        failure = job.watches[0].fail(_raised_in(("step 1", "policy update"), RuntimeError(GLOO_TIMEOUT)))
+        report = failure.report
+        assert (report.ranks, report.reporter, report.stage) == ((1,), 0, "step 1 > rollout")
+        assert report.error.startswith("it stopped responding: its process was still running but did not reach the "
+                                       "collective that rank 0 waited in (step 1 > policy update)")
+        start = time.monotonic()
+        job.watches[0].linger(failure)  # returns on rank 1's acknowledgement, not after the timeout
+        assert time.monotonic() - start < TIMEOUT_S and job.exits == {0: [], 1: [1]}
+        [line] = job.logs[1]
+        assert line.startswith(f"[areal] rank 1: error: {report.describe()}; its main thread is at ")
+        root = json.loads(error_files.read_text())["message"]  # rank 1's: rank 0 has not written its own here
+        assert root["extraInfo"]["timestamp"] == str(int(report.time))
+    finally:
+        job.close()
+
+
+def test_a_timeout_with_a_still_beat_is_a_gone_peer() -> None:
+    job = Job(2)
+    job.watches[0]._thread.start()
+    try:
+        job.watches[1].mark("step 1 > policy update")  # in the same stage, but its watcher never beats
+        failure = job.watches[0].fail(_raised_in(("step 1", "policy update"), RuntimeError(GLOO_TIMEOUT)))
+        assert failure.report.ranks == (1,) and "found it gone" in failure.report.error
+    finally:
+        job.close()
+
+
+def test_no_peer_is_blamed_for_a_user_error_or_when_every_peer_is_alive_in_the_same_stage() -> None:
+    job = Job(2).start()
+    try:
+        job.watches[1].mark("step 1 > rollout")
+        own = job.watches[0].diagnose(_raised_in(("step 1", "policy update"), ValueError("bad reward")))
+        assert own is None  # not a collective: this rank's own failure
+        job.watches[1].mark("step 1 > policy update")
+        time.sleep(0.1)
+        assert job.watches[0].diagnose(_raised_in(("step 1", "policy update"), RuntimeError(GLOO_TIMEOUT))) is None
+        assert job.exits == {0: [], 1: []}
+    finally:
+        job.close()
+
+
+_GRACE_SCRIPT = """
+import os, signal, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+sys.path.insert(0, {here!r})
+from dist_launch import free_port
+from areal.trainer.failures import FailureWatch
+port = free_port()
+server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+clients = [dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]
+watch = FailureWatch(*clients, 0, 2, timeout_s=5.0).start()
+watch.sigterm_grace_s = 1.0
+start = time.monotonic()
+os.kill(os.getpid(), signal.SIGTERM)
+print("running after SIGTERM", flush=True)
+if {starts_reporting}:
+    time.sleep(0.3)  # the collective's error reaches the stage boundary
+    watch._failing = True
+    time.sleep(2.0)
+    print("still reporting after the grace", flush=True)
+    sys.exit(7)
+time.sleep(5)
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.parametrize("starts_reporting", [False, True])
+def test_sigterm_before_a_failure_is_known_gives_the_main_thread_a_grace(tmp_path: Path,
+                                                                       starts_reporting: bool) -> None:
+    """torchrun's SIGTERM can beat the main thread to its failed collective: a rank that then starts
+    reporting finishes; one that does not ends after the grace (128 + SIGTERM), not after its work."""
+    script = tmp_path / "grace.py"
+    script.write_text(_GRACE_SCRIPT.format(here=str(Path(__file__).resolve().parent), starts_reporting=starts_reporting))
+    begin = time.monotonic()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    if starts_reporting:
+        assert proc.stdout == "running after SIGTERM\nstill reporting after the grace\n", proc.stderr
+        assert proc.returncode == 7
+    else:
+        assert proc.stdout == "running after SIGTERM\n", proc.stderr
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert time.monotonic() - begin < 60
+
+
+def test_sigterm_lets_a_reporting_rank_finish_and_ends_a_rank_knowing_the_failure_at_once(tmp_path: Path) -> None:
+    script = tmp_path / "term.py"
+    script.write_text(f"""
+import os, signal, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from dist_launch import free_port
+from areal.trainer.failures import FailureReport, FailureWatch
+port = free_port()
+server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+clients = [dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]
+watch = FailureWatch(*clients, 0, 2, timeout_s=5.0).start()
+watch._failing = True
+os.kill(os.getpid(), signal.SIGTERM)
+print("reporting rank still running, terminated =", watch.terminated, flush=True)
+watch._failing = False
+watch.peer_report = FailureReport((1,), 1, "step 1 > rollout", "ValueError: x", "f.py:1 in f")
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)
+print("not reached", flush=True)
+""")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.stdout == "reporting rank still running, terminated = True\n", proc.stderr
+    assert proc.returncode == -signal.SIGTERM
+    assert proc.stderr.strip().endswith("[areal] rank 0: error: rank 1 failed in step 1 > rollout: ValueError: x "
+                                        "(raised at f.py:1 in f); rank 0 stopped because of it, ended by its "
+                                        "launcher (SIGTERM)")

@@ -1,4 +1,4 @@
-"""The curves PNG: EMA over a faint raw line, labelled y axes, KL and entropy on their own axes."""
+"""The curves PNG: EMA over a faint raw line, labelled y axes, KL and entropy apart, nothing hidden or flat."""
 
 from __future__ import annotations
 
@@ -42,8 +42,9 @@ def _records(n: int, *, critic: bool) -> list[dict]:
     rows = []
     for step in range(n):
         row = {"step": step, "reward_mean": step / n + 0.1 * rng.standard_normal(), "success_rate": step / n,
-               "adv_mean": 0.0, "adv_std": 1.0, "kl": 1e-3 * step, "entropy": 2.0 - step / n, "policy_loss": 0.1,
-               "value_loss": 0.5 if critic else None, "response_tokens": 3.0}
+               "adv_mean": 0.01 * rng.standard_normal(), "adv_std": 1.0, "kl": 1e-3 * step, "entropy": 2.0 - step / n,
+               "policy_loss": 0.1 * rng.standard_normal(), "value_loss": 0.5 / (1 + step) if critic else None,
+               "response_tokens": 3.0 + step % 2}
         rows.append(row)
     return rows
 
@@ -72,3 +73,48 @@ def test_value_loss_appears_with_a_critic_and_smoothing_zero_draws_raw_only(tmp_
     assert "value loss" in axes and len(axes["reward"].get_lines()) == 2  # reward_mean and success_rate, raw
     path = plot_curves(_records(10, critic=True), tmp_path / "sub" / "c.png", title="t")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _legend(ax) -> list[str]:
+    return [line.get_label() for line in ax.get_legend().get_lines()]
+
+
+def test_reward_and_success_are_told_apart_or_drawn_once_when_equal() -> None:
+    rows = _records(20, critic=False)
+    reward = _axes(build_figure(rows))["reward"]
+    assert _legend(reward) == ["reward_mean", "success_rate"]
+    styles = [line.get_linestyle() for line in reward.get_legend().get_lines()]
+    assert styles[0] != styles[1]  # not only the colour differs
+    for row in rows:  # a 0/1 reward: the mean reward is the success rate at every step
+        row["reward_mean"] = row["success_rate"]
+    reward = _axes(build_figure(rows))["reward"]
+    assert _legend(reward) == ["reward_mean (= success_rate)"]
+    assert len(reward.get_lines()) == 2  # one faint raw line and its EMA, not two of each on top of each other
+
+
+def test_panels_with_only_constant_metrics_are_left_out_and_named_below() -> None:
+    rows = _records(20, critic=False)
+    for row in rows:  # a single-token task: every response is one token
+        row["response_tokens"] = 1.0
+        row["adv_mean"], row["adv_std"] = 0.0, 1.0
+    fig = build_figure(rows)
+    axes = _axes(fig)
+    assert "response length" not in axes and "advantage" not in axes
+    assert {"reward", "KL to the reference", "entropy", "policy loss"} <= set(axes)
+    [note] = [t.get_text() for t in fig.texts]
+    assert note == "flat over the run, not drawn: adv_mean = 0, adv_std = 1, response_tokens = 1"
+    for row in rows:  # a constant reward still gets its panel: it is what the run is about
+        row["reward_mean"] = row["success_rate"] = 0.0
+    assert "reward" in _axes(build_figure(rows))
+
+
+def test_flat_is_relative_to_the_panel_scale() -> None:
+    from areal.trainer.plot import constant_value
+
+    assert constant_value([1.0, None, 1.0, float("nan")]) == 1.0
+    assert constant_value([2.0, 2.0 + 1e-15]) == pytest.approx(2.0)
+    assert constant_value([2.0, 2.001]) is None
+    assert constant_value([None, None]) is None
+    assert constant_value([0.0, 1e-5]) is None  # a small metric that moves (KL early on) is drawn
+    assert constant_value([-1.2e-8, 1.5e-9], scale=0.9994) == 0.0  # whitened advantages: mean 0 up to rounding
+    assert constant_value([0.99936, 0.99941], scale=0.99941) == pytest.approx(0.999385)

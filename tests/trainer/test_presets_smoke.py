@@ -43,9 +43,13 @@ def test_remax_preset_trains_two_steps(tmp_path):
     train(tmp_path, "remax")
 
 
-def test_remax_without_greedy_baseline_names_the_missing_field(tmp_path):
-    with pytest.raises(ValueError, match="reward_baselines"):
-        train(tmp_path, "remax", "rollout.greedy_baseline=false")
+def test_remax_without_greedy_baseline_names_the_missing_field(tmp_path, capsys):
+    """The run ends with one line naming the stage and the missing field (the traceback in error.log)."""
+    argv = ["--config", str(PRESETS / "remax.yaml"), *TINY, f"output.dir={tmp_path}", "rollout.greedy_baseline=false"]
+    assert main(argv) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error in step 0 > advantages: ValueError: outcome_reward_shaping 'remax': "), last
+    assert "no 'reward_baselines'" in last and "error.log" in last
 
 
 def test_remax_trains_once_the_rollout_adds_baselines(tmp_path, monkeypatch):

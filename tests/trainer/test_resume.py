@@ -25,7 +25,7 @@ from dist_launch import clean_env
 from areal.api.cli_args import load_config
 from areal.trainer.checkpoint import latest_checkpoint
 from areal.trainer.main import main
-from areal.trainer.metrics import read_metrics
+from areal.trainer.metrics import is_wall_clock, read_metrics
 from areal.trainer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,12 +36,11 @@ TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "
         "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}",
         "actor.advantage.outcome_reward_shaping={implementation: stateful_stage.running_baseline, "
         "kwargs: {decay: 0.5}}"]
-WALL_CLOCK = ("seconds", "elapsed", "tokens_per_s")
 JOB_TIMEOUT_S = 240
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in read_metrics(run_dir / "metrics.jsonl")]
+    return [{k: v for k, v in r.items() if not is_wall_clock(k)} for r in read_metrics(run_dir / "metrics.jsonl")]
 
 
 def _tensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -128,6 +127,7 @@ def test_sigkill_and_resume_gives_the_uninterrupted_run(tmp_path: Path, referenc
     last = latest_checkpoint(run_dir / "checkpoints")
     assert last is not None and last.name != f"step_{STEPS}"  # killed mid-run, after at least one checkpoint
     out = _resume(tmp_path, capsys)
+    assert f"[areal] resuming from {last} (step {last.name.removeprefix('step_')})\n" in out
     assert f"[areal] run: done, {STEPS}/{STEPS} steps" in out
     assert_same_run(run_dir, reference)
     _check_tensorboard(run_dir, reference)
@@ -174,7 +174,8 @@ def test_a_kill_during_a_save_resumes_from_the_previous_checkpoint(tmp_path: Pat
     assert_same_run(run_dir, reference)
 
 
-def test_resume_from_an_older_checkpoint_replaces_the_later_history(tmp_path: Path, reference: Path) -> None:
+def test_resume_from_an_older_checkpoint_replaces_the_later_history(tmp_path: Path, reference: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
     """In process: continue from step 2 of a run that got to 6; rows, checkpoints and events after 2 are redone."""
     from stateful_stage import running_baseline
 
@@ -184,8 +185,10 @@ def test_resume_from_an_older_checkpoint_replaces_the_later_history(tmp_path: Pa
     assert sorted(p.name for p in (first.run_dir / "checkpoints").iterdir()) == ["step_2", "step_4", "step_6"]
     running_baseline.reset()  # a fresh process would start with a fresh stage: the checkpoint restores it
     older = first.run_dir / "checkpoints" / "step_2"
+    capsys.readouterr()
     result = Trainer(load_config(CONFIG, [*common, f"train.resume={older}"])).run()
     assert result.resumed_from == older and result.steps_done == STEPS
+    assert f"[areal] resuming from {older} (step 2)\n" in capsys.readouterr().out
     assert sorted(p.name for p in (first.run_dir / "checkpoints").iterdir()) == [
         "step_10", "step_2", "step_4", "step_6", "step_8"]
     assert_same_run(first.run_dir, reference)

@@ -19,14 +19,13 @@ import torch
 from dist_launch import clean_env, descendants, run_bounded
 
 from areal.trainer.checkpoint import latest_checkpoint
-from areal.trainer.metrics import read_metrics
+from areal.trainer.metrics import is_wall_clock, read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 6
 TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
         "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
         "train.dist_timeout_s=60", "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}"]
-WALL_CLOCK = ("seconds", "elapsed", "tokens_per_s")
 JOB_TIMEOUT_S = 360  # shared CPUs; FSDP jobs are slower; a hang still fails
 
 
@@ -77,7 +76,7 @@ def _final_tensors(run_dir: Path) -> dict[str, torch.Tensor]:
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in read_metrics(run_dir / "metrics.jsonl")]
+    return [{k: v for k, v in r.items() if not is_wall_clock(k)} for r in read_metrics(run_dir / "metrics.jsonl")]
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from areal.api.cli_args import load_config
-from areal.trainer.metrics import read_metrics
+from areal.trainer.metrics import is_wall_clock, read_metrics
 from areal.trainer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,11 +25,10 @@ TINY = ["rollout.batch_size=3", "rollout.n_samples=3", "model.hidden_size=32", "
         "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
         "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}",
         "task.kwargs={min_operand: 0, max_operand: 1, op: add}"]  # 4 prompts: every step revisits some
-WALL_CLOCK = ("seconds", "elapsed", "tokens_per_s")
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in read_metrics(run_dir / "metrics.jsonl")]
+    return [{k: v for k, v in r.items() if not is_wall_clock(k)} for r in read_metrics(run_dir / "metrics.jsonl")]
 
 
 def _policy(run_dir: Path) -> dict[str, torch.Tensor]:

@@ -115,3 +115,44 @@ def test_truncate_keeps_the_rows_before_the_step_and_drops_a_torn_line(tmp_path:
     path.write_text('{"step": 0}\n{"step": 1}\n{"step": 2}\n{"step": 3, "x"')
     assert truncate_jsonl(path, 2) == [{"step": 0}, {"step": 1}]
     assert path.read_text() == '{"step": 0}\n{"step": 1}\n'
+
+
+def test_a_run_that_died_before_its_first_step_does_not_block_the_next(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    run_dir = tmp_path / "grpo_arith" / "trial0"
+    crash = "reward=[{implementation: plugins.bad_plugins.reward_raises}]"  # tests/trainer is on sys.path
+    assert main(["--config", str(DEFAULT), *TINY, f"output.dir={tmp_path}", crash]) == 1
+    assert {"config.yaml", "metrics.jsonl", "error.log"} <= {p.name for p in run_dir.iterdir()}
+    assert not (run_dir / "metrics.jsonl").read_text().strip()
+    with caplog.at_level("WARNING", logger="areal.run_dir"):
+        assert main(["--config", str(DEFAULT), *TINY, f"output.dir={tmp_path}"]) == 0
+    assert f"run directory {run_dir}: the run there stopped before its first step" in caplog.text
+    assert not (run_dir / "error.log").exists()  # the crashed run's leftovers went with it
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("files, reused", [
+    ({"metrics.jsonl": "", "config.yaml": "x"}, True),
+    ({"metrics.jsonl": '{"step": 0, "reward_mean"', "tensorboard/events": ""}, True),  # only a torn row
+    ({"metrics.jsonl": '{"step": 0}\n'}, False),  # a completed step
+    ({"tensorboard/events": "", "config.yaml": "x"}, False),  # no metrics.jsonl: nothing tells, so protected
+])
+def test_only_a_directory_without_a_step_or_a_checkpoint_is_reused(tmp_path: Path, files: dict, reused: bool) -> None:
+    run_dir = tmp_path / "grpo_arith" / "trial0"
+    for name, text in files.items():
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text(text)
+    if reused:
+        plan = plan_run(_cfg(tmp_path))
+        assert plan.clear and plan.resume_from is None
+        return
+    with pytest.raises(RunDirectoryError) as info:
+        plan_run(_cfg(tmp_path))
+    assert "train.resume=auto" in str(info.value) and "output.overwrite=true" in str(info.value)
+
+
+def test_a_checkpoint_protects_a_run_whose_metrics_were_lost(tmp_path: Path) -> None:
+    result = Trainer(_cfg(tmp_path)).run()
+    (result.run_dir / "metrics.jsonl").write_text("")
+    with pytest.raises(RunDirectoryError, match="already holds a run"):
+        plan_run(_cfg(tmp_path))

@@ -5,11 +5,13 @@
 * the sampled distribution is exactly softmax(logits / T), even when the checkpoint's
   `generation_config.json` asks for top-k/top-p/min-p, penalties, suppressed tokens or another EOS;
 * behaviour log-probs equal a recomputed forward pass at the sampling temperature;
-* randomness: a `generator` makes samples reproducible and leaves the global RNG alone.
+* randomness: a `generator` makes samples reproducible and leaves the global RNG alone;
+* rows sharing a context are prefilled once and sample as without sharing.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 
@@ -239,3 +241,42 @@ def test_no_contexts_and_zero_caps_generate_nothing() -> None:
     assert sample_continuations(_MODEL, [], [], STOP, temperature=1.0, pad_id=0) == []
     outs = sample_continuations(_MODEL, [[1, 4], [1]], [0, 0], STOP, temperature=1.0, pad_id=0)
     assert outs == [Continuation([], [], False), Continuation([], [], False)]
+
+
+def _groups(n_prompts: int, size: int, seed: int) -> list[list[int]]:
+    """GRPO-style contexts: each prompt repeated `size` times in a row (prompts of different lengths)."""
+    return [c for c in contexts(n_prompts, seed=seed) for _ in range(size)]
+
+
+@pytest.mark.parametrize("arch,attn", [("llama", "sdpa"), ("llama", "eager"), ("qwen2", "sdpa")])
+def test_a_shared_prompt_is_prefilled_once_and_samples_as_before(monkeypatch, arch: str, attn: str) -> None:
+    model = tiny(arch, attn, seed=11)
+    ctx, caps = _groups(4, 4, seed=12), [5] * 16
+    calls = []
+    forward = model.forward
+
+    @functools.wraps(forward)  # keeps the signature that generate inspects
+    def recording(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", recording)
+
+    def draw(mode: str, greedy: bool) -> list[Continuation]:
+        monkeypatch.setenv("AREAL_SHARED_PREFIX", mode)
+        calls.clear()
+        return sample_continuations(model, ctx, caps, STOP, temperature=0.9, pad_id=0, greedy=greedy,
+                                    generator=torch.Generator().manual_seed(3))
+
+    shared = draw("auto", greedy=False)
+    width = max(len(c) for c in ctx)
+    assert calls[0] == (4, width - 1) and calls[1] == (16, 1)  # 4 distinct prompts once, then decoding
+    plain = draw("off", greedy=False)
+    assert calls[0] == (16, width)
+    assert [o.token_ids for o in shared] == [o.token_ids for o in plain]
+    for c, a, b in zip(ctx, shared, plain):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=2e-5)
+        assert a.logprobs == pytest.approx(recomputed_logprobs(model, c, a, 0.9), abs=2e-5)
+    for c, out in zip(ctx, draw("auto", greedy=True)):
+        ref = reference_greedy(model, c, 5, 0.9)
+        assert out.token_ids == ref.token_ids and out.stopped == ref.stopped

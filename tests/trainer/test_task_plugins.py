@@ -93,8 +93,9 @@ def test_task_plugin_path_is_only_shape_checked_at_load_time() -> None:
     ("make_int_prompt_task", r"prompt\(row\), row 0 .*expected a string or a list"),
 ])
 def test_bad_task_results_name_the_task_method_and_row(tmp_path: Path, factory: str, message: str) -> None:
-    trainer = _trainer(tmp_path, None, f"task.implementation={BAD}.{factory}", "actor.max_new_tokens=2")
+    """At the first step, or (a prompt, encoded by the context check before launch) at start-up."""
     with pytest.raises(TaskError, match=message):
+        trainer = _trainer(tmp_path, None, f"task.implementation={BAD}.{factory}", "actor.max_new_tokens=2")
         trainer.step(0)
 
 

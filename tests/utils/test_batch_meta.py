@@ -55,6 +55,8 @@ def test_rollout_group_is_frozen():
         ((1, 1), torch.tensor([float("inf"), 0.0]), "RolloutGroup.rewards[0]", "finite"),
         ((1, 1), torch.tensor([True, False]), "RolloutGroup.rewards", "float"),
         ((1, 1), ["a", "b"], "RolloutGroup.rewards", "expected"),
+        ((1, 1), torch.zeros(2, device="meta"), "RolloutGroup.rewards", "on device meta"),
+        ((1, 1), torch.zeros(2, device="meta", dtype=torch.long), "RolloutGroup.rewards", "on device meta"),
     ],
 )
 def test_rollout_group_rejects_malformed(row_counts, rewards, field, detail):

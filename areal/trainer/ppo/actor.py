@@ -11,8 +11,10 @@ from areal.api.cli_args import ConfigError, PPOActorConfig
 from areal.trainer.failures import staged
 from areal.trainer.ppo.advantage import CallOptions, ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
 from areal.trainer.ppo.batch_checks import BatchError
-from areal.trainer.ppo.contracts import differences
-from areal.trainer.ppo.stage_state import StageState
+from areal.trainer.ppo.contracts import StageContractError, differences
+from areal.trainer.ppo.output_guard import NonFiniteOutputError
+from areal.trainer.ppo.stage_state import StageState, StageStateError
+from areal.utils.call_agreement import agreement
 from areal.utils.data import TrajBatchMeta, concat_batch
 
 logger = logging.getLogger("areal.actor")
@@ -55,6 +57,17 @@ def _resolve_on_every_rank(config: PPOActorConfig) -> ResolvedAdvantage:
         raise WorkerInitError("actor worker initialisation failed: " + "; ".join(failures),
                               [i for i, r in enumerate(reports) if r]) from error
     return resolved
+
+
+def pipeline_stage(exc: BaseException) -> str:
+    """Where in `compute_advantages` an error arose, for the call-time agreement's message."""
+    if isinstance(exc, StageContractError):
+        return f"advantage stage {exc.stage!r}"
+    for kind, where in ((BatchError, "the batch checks"), (NonFiniteOutputError, "the output guard"),
+                        (StageStateError, "a stage's state"), (ConfigError, "the config check")):
+        if isinstance(exc, kind):
+            return where
+    return "the advantage pipeline"
 
 
 class PPOActor:
@@ -108,7 +121,24 @@ class PPOActor:
         field the pipeline emits is a new tensor (editing it never edits the
         caller's batch); the batch's other fields are the caller's tensors.
         Without `use_decoupled_loss`, `prox_logp` is the same tensor as `logprobs`.
+
+        Under a process group of two or more ranks the ranks agree on failures
+        (`areal.utils.call_agreement`): an error on one rank raises one
+        `CallFailure` naming that rank, the stage and the cause on every rank,
+        before any rank waits in a collective the failing rank never reaches.
         """
+        states = self.stage_states
+        snapshots = {name: state.snapshot() for name, state in states.items()}
+        options = CallOptions(advantage_shaping_mode, gvpo_negative_scale, gvpo_zero_penalty, gvpo_zero_eps)
+        try:
+            with agreement("PPOActor.compute_advantages", pipeline_stage):
+                return self._compute_advantages(data, meta, options)
+        except BaseException:
+            for name, state in states.items():  # a failed call leaves every stage's state as it was, on every rank
+                state.restore(snapshots[name])
+            raise
+
+    def _compute_advantages(self, data: Any, meta: TrajBatchMeta | None, options: CallOptions) -> dict[str, Any]:
         self._check_config_unchanged()
         if not isinstance(data, Mapping):
             if data is None or isinstance(data, (str, bytes)) or not isinstance(data, Sequence):
@@ -119,15 +149,7 @@ class PPOActor:
             if meta is not None:
                 raise ValueError("compute_advantages: pass meta only with a single batch dict, not with a list of groups")
             data, meta = concat_batch(list(data))
-        options = CallOptions(advantage_shaping_mode, gvpo_negative_scale, gvpo_zero_penalty, gvpo_zero_eps)
-        states = self.stage_states
-        snapshots = {name: state.snapshot() for name, state in states.items()}
-        try:
-            return run_advantage_pipeline(data, meta, self.config, self.resolved, options)
-        except BaseException:
-            for name, state in states.items():  # a failed call leaves every stage's state as it was
-                state.restore(snapshots[name])
-            raise
+        return run_advantage_pipeline(data, meta, self.config, self.resolved, options)
 
     @property
     def stage_states(self) -> dict[str, StageState]:

@@ -3,8 +3,8 @@
 The tensor steps (`placement`, the estimator stage, `Normalization`) stay the
 definition; this module only decides when the fused kernels of
 `kernels.fused_cpu` may replace them and maps their outputs back onto the
-pipeline's fields. The results are the same, bit for bit with the k1 and k2 KL
-estimators (tests/trainer/ppo/test_fused_pipeline.py). `AREAL_FUSED_ADVANTAGE`
+pipeline's fields. The results are the same, bit for bit with every KL
+estimator and on every finite input (tests/trainer/ppo/test_fused_pipeline.py). `AREAL_FUSED_ADVANTAGE`
 selects the path: `auto` (default) uses the fused kernels whenever
 `fused_blockers` finds nothing in the way, `off` never does, and `on` makes a
 blocker an error, so a benchmark cannot silently measure the tensor path.
@@ -24,7 +24,7 @@ from areal.trainer.ppo.batch_checks import check_batch_values
 from areal.trainer.ppo.gae import compute_gae_lambda
 from areal.trainer.ppo.kernels import NUMBA_AVAILABLE, select_backend
 from areal.trainer.ppo.kernels.fused_cpu import ROW_ERRORS, FusedInputs, FusedOptions, run_fused
-from areal.trainer.ppo.placement import StepFields
+from areal.trainer.ppo.placement import StepFields, truncation_width
 from areal.trainer.ppo.stage_resolution import ResolvedAdvantage, default_estimator
 from areal.trainer.ppo.stage_types import TemporalResult
 from areal.utils.data import Normalization, TrajBatchMeta
@@ -92,8 +92,7 @@ def run_fused_steps(
                              timestep_unit=unit, source=resolved.gae_lambda_source)
     inputs = FusedInputs(
         data["attention_mask"], data["loss_mask"], data["logprobs"], data.get("ref_logp"), data.get("values"),
-        data.get("prox_logp"), data.get("turn_ids"), score.to(torch.float32),
-        None if data.get("is_truncated") is None else data["is_truncated"].to(torch.bool),
+        data.get("prox_logp"), data.get("turn_ids"), score.to(torch.float32), _truncation(data),
     )
     options = FusedOptions(unit, use_prox, config.mask_no_eos_with_zero, config.kl_estimator, config.kl_ctl,
                            config.discount, config.discount * lam, row_moments=config.adv_norm is not None)
@@ -118,6 +117,16 @@ def run_fused_steps(
         token_adv=None,
         input_magnitudes=_magnitudes(data, out.values_max_abs),
     )
+
+
+def _truncation(data: Mapping[str, Any]) -> torch.Tensor | None:
+    """The given flags; None lets the kernels infer seqlen == T, unless a wider rank makes every row untruncated."""
+    if data.get("is_truncated") is not None:
+        return data["is_truncated"].to(torch.bool)
+    n_rows, n_pos = data["attention_mask"].shape
+    if truncation_width(n_pos, data["attention_mask"].device) > n_pos:
+        return torch.zeros(n_rows, dtype=torch.bool)  # no row fills the whole batch's width
+    return None
 
 
 def _magnitudes(data: Mapping[str, Any], values_max_abs: torch.Tensor) -> dict[str, float]:

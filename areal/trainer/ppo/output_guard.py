@@ -39,6 +39,7 @@ import torch.distributed as dist
 from areal.api.cli_args import NormConfig, PPOActorConfig
 from areal.trainer.ppo.batch_checks import BatchStats, all_finite
 from areal.trainer.ppo.stage_resolution import CallOptions, ResolvedAdvantage, select_process
+from areal.utils.call_agreement import before_collective
 from areal.utils.data import TrajBatchMeta
 
 __all__ = ["GuardContext", "NonFiniteOutputError", "SAFE_MAGNITUDE", "guard_outputs", "magnitudes", "output_bounds"]
@@ -48,7 +49,10 @@ INF = math.inf
 #: squares (1e30) and their sums over up to 1e12 elements (1e42) fit in float64, and it is far
 #: below float32's 3.4e38, so the float32 rounding of a bounded computation cannot reach inf.
 SAFE_MAGNITUDE = 1e15
-#: KLEstimator clamps every per-token estimate to [-10, 10] (and never returns NaN for finite inputs).
+#: KLEstimator clamps every per-token estimate to [-10, 10] (and never returns NaN for finite inputs), and so
+#: do the fused kernels, which compute its bits: the guard trusts this bound and never reads kl_rewards
+#: (issue 21: the kernels' k3 once gave exp(inf) - inf = NaN, unseen; tests/trainer/ppo/test_fused_pipeline.py
+#: now checks both paths on extreme finite log-probs).
 KL_CLAMP = 10.0
 #: [B, T] outputs computed by the pipeline's arithmetic (the others are masked copies of finite inputs).
 GUARDED_FIELDS = ("kl_rewards", "tot_rewards", "returns", "advantages")
@@ -174,6 +178,7 @@ def magnitudes(rewards: torch.Tensor, ctx: GuardContext) -> dict[str, float]:
     if not _crosses_ranks(ctx.config):
         return local
     both = torch.tensor(list(local.values()), dtype=torch.float64, device=rewards.device)
+    before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
     dist.all_reduce(both, op=dist.ReduceOp.MAX)
     return dict(zip(local, both.tolist()))
 

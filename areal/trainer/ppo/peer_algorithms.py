@@ -32,6 +32,7 @@ import torch.distributed as dist
 from areal.trainer.ppo import gae as gae_kernels
 from areal.trainer.ppo.rewards import logical_layout
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs, TemporalInputs, TemporalResult
+from areal.utils.call_agreement import before_collective
 
 __all__ = [
     "GPG_ALPHA_MODES",
@@ -157,6 +158,7 @@ def _all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     """Sum over data-parallel ranks when torch.distributed runs (batch-level statistics)."""
     if dist.is_available() and dist.is_initialized():
         values = values.clone()
+        before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
     return values
 

@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from areal.api.cli_args import PPOActorConfig
 from areal.trainer.ppo.batch_checks import BatchError
 from areal.trainer.ppo.stage_types import TemporalResult
 from areal.utils.data import KLEstimator
 
-__all__ = ["AlignedBatch", "StepFields", "align_batch", "kl_rewards", "place_outcome", "process_rewards", "reward_kl"]
+__all__ = ["AlignedBatch", "StepFields", "align_batch", "kl_rewards", "place_outcome", "process_rewards", "reward_kl",
+           "truncation_width"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,6 +66,22 @@ def roll_left(x: torch.Tensor) -> torch.Tensor:
     return torch.roll(x, shifts=-1, dims=-1)
 
 
+def truncation_width(n_pos: int, device: torch.device) -> int:
+    """The padded width T at which a row without `is_truncated` counts as truncated (seqlen == T).
+
+    T is the whole batch's width. Under torch.distributed each rank pads only to
+    its own groups, so the ranks agree on the widest (a MAX all-reduce of one
+    number) and 2 ranks infer what one process infers on the whole batch. Only
+    batches without `is_truncated` reach this, on every rank alike (the rollout
+    decides the batch's fields).
+    """
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return n_pos
+    width = torch.tensor([n_pos], dtype=torch.int64, device=device)
+    dist.all_reduce(width, op=dist.ReduceOp.MAX)
+    return int(width.item())
+
+
 def align_batch(data: Mapping[str, Any], config: PPOActorConfig) -> AlignedBatch:
     """Align masks, log-probs and turn ids; infer lengths and truncation."""
     n_rows, n_pos = data["input_ids"].shape
@@ -82,7 +100,10 @@ def align_batch(data: Mapping[str, Any], config: PPOActorConfig) -> AlignedBatch
     prox_logp = data.get("prox_logp") if config.use_decoupled_loss else old_logp
     seqlens = data["attention_mask"].long().sum(-1)
     truncated = data.get("is_truncated")
-    truncated = seqlens == n_pos if truncated is None else truncated.to(torch.bool)
+    if truncated is None:
+        truncated = seqlens == truncation_width(n_pos, seqlens.device)
+    else:
+        truncated = truncated.to(torch.bool)
     values = data.get("values")
     if values is None:  # a view, no memory
         values = torch.zeros((), dtype=torch.float32, device=loss_mask.device).expand(n_rows, n_pos)

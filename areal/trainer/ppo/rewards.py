@@ -96,9 +96,12 @@ def normalize_rollout_rewards(
     an error. `shaped_references` (from a custom outcome stage) replace all
     references.
     """
-    scores = scale_scores(row_rewards, bias=bias, scaling=scaling, clip=clip)
     if norm.mean_level is None and norm.std_level is None:
-        return scores.float()
+        return scale_scores(row_rewards, bias=bias, scaling=scaling, clip=clip).float()
+    # In float64, as the references: a row without an explicit reference is its rollout's reference, and a
+    # float32 rounding of one against the other would be divided by the group's std (issue 21: 1.6e-4 for a
+    # group of two rewards 7e-4 apart).
+    scores = scale_scores(row_rewards.to(torch.float64), bias=bias, scaling=scaling, clip=clip)
     device = row_rewards.device
     starts, member, reference, supplied = logical_layout(meta, device)
     if shaped_references is not None:
@@ -125,7 +128,7 @@ def normalize_rollout_rewards(
     scale = scale.expand_as(reference)
     if norm.std_level is not None:
         scale = torch.where(scale <= 2 * norm.eps, torch.ones_like(scale), scale)
-    return ((scores.to(torch.float64) - mean[member]) / scale[member]).float()
+    return ((scores - mean[member]) / scale[member]).float()
 
 
 class AdvantageWarning(UserWarning):

@@ -34,6 +34,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from areal.utils.call_agreement import before_collective
+
 __all__ = ["STATE_PARAMETER", "StageState", "StageStateError", "distributed_world", "gather_rows"]
 
 #: The keyword a stage function declares to receive its state object.
@@ -187,6 +189,7 @@ def gather_rows(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tensors
     device = tensors[0].device
     sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]
+    before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
     dist.all_gather(sizes, torch.tensor([n], dtype=torch.long, device=device))
     counts = [int(s.item()) for s in sizes]
     width = max(counts)

@@ -32,6 +32,7 @@ from areal.trainer.ppo.peer_algorithms import LogicalRollouts, logical_rollouts
 from areal.trainer.ppo.prompt_table import group_prompt_keys, table_lookup, table_merge
 from areal.trainer.ppo.stage_state import StageState, distributed_world, gather_rows
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
+from areal.utils.call_agreement import before_collective
 
 __all__ = ["SPO_RHO_MODES", "kalman_pass", "krpo", "spo", "OUTCOME"]
 
@@ -273,6 +274,7 @@ def _batch_whiten(rows: torch.Tensor, rollouts: torch.Tensor, eps: float) -> tup
     stats = torch.stack([torch.tensor(float(rollouts.numel()), dtype=torch.float64, device=rollouts.device),
                          rollouts.sum(), (rollouts * rollouts).sum()])
     if distributed_world() > 1:
+        before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
         dist.all_reduce(stats, op=dist.ReduceOp.SUM)
     n, total, squares = stats.unbind(0)
     mean = total / n

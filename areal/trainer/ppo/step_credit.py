@@ -14,7 +14,11 @@ taken once, from the rollout's last row.
   A = A_episode + step_weight * A_step. A_episode normalises each rollout's total
   reward within its prompt group; A_step normalises each step's discounted return
   G_t = r_t + gamma G_{t+1} among the steps of the same prompt group that act in
-  the same anchor state (`anchor_ids`, one key per turn from the rollout).
+  the same anchor state (`anchor_ids`, one key per turn from the rollout). The
+  group's episode-level mean and std are taken over its steps by default, as
+  verl-agent's `episode_norm_reward` does (`compute_mean_std_cross_steps=True`:
+  each step row carries its episode's total reward, so an episode of k turns
+  counts k times); `episode_stats: episodes` counts every episode once.
 * `mt_grpo` (arXiv 2505.11821, the authors' `MTGRPOEnvTrainer`): the outcome is
   normalised within the group, each turn's reward within the group's rollouts at
   the same turn index, and turn k's tokens get A_outcome + turn_weight * (the sum
@@ -38,9 +42,12 @@ import torch
 
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
-__all__ = ["GIGPO_MODES", "MT_GRPO_CREDIT", "StepLayout", "gigpo", "mt_grpo", "step_layout", "ESTIMATORS"]
+__all__ = ["GIGPO_EPISODE_STATS", "GIGPO_MODES", "MT_GRPO_CREDIT", "StepLayout", "gigpo", "mt_grpo", "step_layout",
+           "ESTIMATORS"]
 
 GIGPO_MODES = ("mean_norm", "mean_std_norm")
+#: What the episode-level group statistics run over: every step (verl-agent's default) or every episode once.
+GIGPO_EPISODE_STATS = ("steps", "episodes")
 MT_GRPO_CREDIT = ("to_go", "own")
 
 
@@ -218,19 +225,26 @@ def gigpo(
     step_weight: float = 1.0,
     step_discount: float | None = None,
     mode: str = "mean_norm",
+    episode_stats: str = "steps",
     eps: float = 1e-6,
     allow_singletons: bool = False,
 ) -> TemporalResult:
     """GiGPO: episode-level group advantage + step_weight x anchor-state step advantage.
 
     `mode`: `mean_norm` subtracts the group means (the authors' default),
-    `mean_std_norm` also divides by the unbiased std + eps. `step_discount`
-    (gamma of the step returns) defaults to `actor.discount`. A step whose anchor
-    state no other step of its group shares gets step advantage 0.
+    `mean_std_norm` also divides by the unbiased std + eps. `episode_stats`:
+    `steps` (the authors' default) forms the episode-level mean and std over
+    the group's steps, each carrying its episode's total reward, so a longer
+    episode weighs more; `episodes` over the group's episodes, once each (the
+    authors' `compute_mean_std_cross_steps=False`). `step_discount` (gamma of
+    the step returns) defaults to `actor.discount`. A step whose anchor state
+    no other step of its group shares gets step advantage 0.
     """
     where = "estimator 'gigpo'"
     if mode not in GIGPO_MODES:
         raise ValueError(f"{where}: mode must be one of {list(GIGPO_MODES)}, got {mode!r}")
+    if episode_stats not in GIGPO_EPISODE_STATS:
+        raise ValueError(f"{where}: episode_stats must be one of {list(GIGPO_EPISODE_STATS)}, got {episode_stats!r}")
     weight = _check_number(where, "step_weight", step_weight, 0.0)
     gamma = _check_number(where, "step_discount", inputs.discount if step_discount is None else step_discount, 0.0, 1.0)
     eps = _check_number(where, "eps", eps, 0.0)
@@ -241,14 +255,27 @@ def gigpo(
     rewards = process + torch.where(steps.last, outcome[steps.rollout], torch.zeros_like(process))
     episode = outcome + segment_sum(process, steps.rollout, steps.n_rollouts)
     by_std = mode == "mean_std_norm"
-    episode_adv = normalise_within(episode, steps.rollout_group, steps.group_sizes.shape[0], by_std=by_std, eps=eps)
+    episode_adv = _episode_advantages(episode, steps, episode_stats, by_std=by_std, eps=eps)
     returns = discounted_to_go(rewards, steps, gamma)
     anchor_group, n_anchor = _anchor_groups(steps, anchors)
     step_adv = normalise_within(returns, anchor_group, n_anchor, by_std=by_std, eps=eps)
-    advantages = _to_tokens(episode_adv[steps.rollout] + weight * step_adv, steps)
+    advantages = _to_tokens(episode_adv + weight * step_adv, steps)
     total = inputs.outcome_rewards + inputs.process_rewards + inputs.kl_rewards
     return TemporalResult(advantages=advantages + inputs.kl_rewards, returns=_to_tokens(returns, steps),
                           total_rewards=total)
+
+
+def _episode_advantages(episode: torch.Tensor, steps: StepLayout, stats: str, *, by_std: bool,
+                        eps: float) -> torch.Tensor:
+    """[S]: each step's episode-level advantage, its episode's total reward against the prompt group.
+
+    `steps`: the group's statistics over its steps (one copy of the episode's
+    reward per step); `episodes`: over its episodes, one copy each.
+    """
+    n_groups = steps.group_sizes.shape[0]
+    if stats == "steps":
+        return normalise_within(episode[steps.rollout], steps.group, n_groups, by_std=by_std, eps=eps)
+    return normalise_within(episode, steps.rollout_group, n_groups, by_std=by_std, eps=eps)[steps.rollout]
 
 
 def mt_grpo(

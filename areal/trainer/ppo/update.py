@@ -21,6 +21,7 @@ is). Returned statistics are global on every rank.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -36,10 +37,16 @@ _REQUIRED = ("input_ids", "attention_mask", "loss_mask", "logprobs", "advantages
 
 
 class PolicyEngineLike(Protocol):
-    """What the update needs from an engine (see `areal.trainer.engine.PolicyEngine`)."""
+    """What the update needs from an engine (see `areal.trainer.engine.PolicyEngine`).
+
+    An engine whose `forward_logprobs` takes `wanted` gets the aligned loss
+    mask there and may compute only those positions (the loss reads no other);
+    one without it is called as before.
+    """
 
     def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, *,
-                         with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+                         with_entropy: bool = False,
+                         wanted: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
     def optimizer_step(self, loss: torch.Tensor) -> float: ...
 
@@ -106,6 +113,14 @@ def _proximal(config: PPOActorConfig, data: Mapping[str, Any]) -> torch.Tensor:
     return data["logprobs"]
 
 
+def _takes_wanted(engine: Any) -> bool:
+    """Whether the engine can compute only the loss-mask positions (`PolicyEngine` can; older engines may not)."""
+    try:
+        return "wanted" in inspect.signature(engine.forward_logprobs).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _check_batch(data: Mapping[str, Any]) -> None:
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
@@ -123,12 +138,14 @@ def ppo_update(config: PPOActorConfig, engine: PolicyEngineLike, data: Mapping[s
     totals: dict[str, float] = {}
     plan = plan_minibatches(data, config.ppo_n_minibatches, engine)
     slices = plan.slices
+    sparse = _takes_wanted(engine)
     for i, sl in enumerate(slices):
         width = int(data["attention_mask"][sl].sum(-1).max().item())
         cut = (sl, slice(0, max(width, 1)))
         mask = data["loss_mask"][cut]
         logp, entropy = engine.forward_logprobs(
-            data["input_ids"][cut], data["attention_mask"][cut], config.temperature, with_entropy=True
+            data["input_ids"][cut], data["attention_mask"][cut], config.temperature, with_entropy=True,
+            **({"wanted": mask} if sparse else {}),
         )
         loss, stats = ppo_policy_loss(
             logp, proximal[cut].detach(), data["logprobs"][cut].detach(), data["advantages"][cut].detach(), mask,

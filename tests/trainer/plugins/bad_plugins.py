@@ -107,3 +107,35 @@ def make_no_prompt_source() -> Any:
 
 def step_result_ok() -> StepResult:
     return StepResult(done=True)
+
+
+def outcome_raises(inputs: Any) -> Any:
+    """An advantage stage (outcome_reward_shaping) with a bug."""
+    raise RuntimeError("stage boom")
+
+
+class RaisingScoreTask(_Rows):
+    def prompt(self, row: dict[str, Any]) -> str:
+        return "a"
+
+    def score(self, row: dict[str, Any], completion: str) -> float:
+        raise KeyError("score boom")
+
+
+def make_raising_score_task() -> RaisingScoreTask:
+    return RaisingScoreTask()
+
+
+class RaisingSampleTask(_Rows):
+    def sample(self, rng: random.Random, split: str) -> dict[str, Any]:
+        raise ValueError("sample boom")
+
+    def prompt(self, row: dict[str, Any]) -> str:
+        return "a"
+
+    def score(self, row: dict[str, Any], completion: str) -> float:
+        return 0.0
+
+
+def make_raising_sample_task() -> RaisingSampleTask:
+    return RaisingSampleTask()

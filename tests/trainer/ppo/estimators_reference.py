@@ -10,7 +10,8 @@ samples, steps and tokens in float64, on plain Python lists, following:
 * SPO - the authors' verl recipe (`spo_ray_trainer.py`: p_hat = alpha/(alpha+beta),
   batch-normalised r - p_hat, alpha = rho alpha + r, beta = rho beta + (1 - r));
 * GiGPO - verl-agent `core_gigpo.py` (`compute_step_discounted_returns`,
-  `episode_norm_reward`, `build_step_group`, `step_norm_reward`);
+  `episode_norm_reward` with and without `compute_mean_std_cross_steps`,
+  `build_step_group`, `step_norm_reward`), on the authors' one-row-per-step layout;
 * MT-GRPO - the authors' `MTGRPOEnvTrainer._assign_advantages` (two turns), and
   its K-turn generalisation as documented;
 * entropy shaping - arXiv 2506.14758's psi(H) = min(alpha H, |A| / kappa).
@@ -171,43 +172,91 @@ def spo_rho_from_drift(drift: float, d_half: float = 0.06, low: float = 0.875, h
 # ---------------------------------------------------------------------------
 
 
+def _row_stats(values: list[float]) -> tuple[float, float]:
+    """(mean, std) of one statistics group: torch.mean / torch.std, and a lone member is its own mean."""
+    if len(values) == 1:
+        return values[0], 1.0
+    return mean(values), std(values)
+
+
+def _normalised(value: float, stats: tuple[float, float], by_std: bool, eps: float) -> float:
+    m, s = stats
+    return (value - m) / (s + eps) if by_std else value - m
+
+
+def gigpo_step_rows(groups: list[list[dict]]) -> list[dict]:
+    """verl-agent's batch layout: one row per step, tagged with its prompt group (`index`), its episode
+    (`traj_index`), its turn, its step reward, its anchor state and its episode's total reward (the
+    row's `token_level_rewards` sum, the same on every row of the episode)."""
+    rows = []
+    for g, episodes in enumerate(groups):
+        for e, ep in enumerate(episodes):
+            total = sum(ep["rewards"])
+            for k, (reward, anchor) in enumerate(zip(ep["rewards"], ep["anchors"])):
+                rows.append({"index": g, "traj_index": (g, e), "turn": k, "reward": reward, "anchor": anchor,
+                             "score": total})
+    return rows
+
+
+def gigpo_step_returns(rows: list[dict], gamma: float) -> list[float]:
+    """`compute_step_discounted_returns`: per episode, from its last step back, G = r + gamma G."""
+    by_traj: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        by_traj[row["traj_index"]].append(i)
+    out = [0.0] * len(rows)
+    for members in by_traj.values():
+        running = 0.0
+        for i in reversed(members):
+            running = rows[i]["reward"] + gamma * running
+            out[i] = running
+    return out
+
+
+def gigpo_episode_norm(rows: list[dict], by_std: bool, eps: float, cross_steps: bool) -> list[float]:
+    """`episode_norm_reward`: each row's episode score against its prompt group's statistics.
+
+    `cross_steps` (`compute_mean_std_cross_steps`, the authors' default True) collects one score
+    per row; False only the first row of every episode.
+    """
+    scores: dict[int, list[float]] = defaultdict(list)
+    seen: set[tuple[int, int]] = set()
+    for row in rows:
+        if row["traj_index"] in seen:
+            continue
+        scores[row["index"]].append(row["score"])
+        if not cross_steps:
+            seen.add(row["traj_index"])
+    stats = {g: _row_stats(v) for g, v in scores.items()}
+    return [_normalised(row["score"], stats[row["index"]], by_std, eps) for row in rows]
+
+
+def gigpo_step_norm(rows: list[dict], returns: list[float], by_std: bool, eps: float) -> list[float]:
+    """`build_step_group` (exact anchors, per prompt group) then `step_norm_reward` on the returns."""
+    members: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for row, ret in zip(rows, returns):
+        members[(row["index"], row["anchor"])].append(ret)
+    stats = {key: _row_stats(v) for key, v in members.items()}
+    return [_normalised(ret, stats[(row["index"], row["anchor"])], by_std, eps) for row, ret in zip(rows, returns)]
+
+
 def gigpo(groups: list[list[dict]], gamma: float, step_weight: float = 1.0, mode: str = "mean_norm",
-          eps: float = 1e-6) -> list[list[list[float]]]:
+          eps: float = 1e-6, cross_steps: bool = True) -> list[list[list[float]]]:
     """[group][episode][turn] advantages. Each episode: {"rewards": per-turn step rewards, "anchors": per turn}.
 
     Step rewards already include the outcome on the last turn; the episode score is their sum.
+    The authors' flow on their one-row-per-step layout: returns, episode-level and step-level
+    normalisation, A = A_episode + step_weight * A_step (their `mean_norm` subtracts the means,
+    `mean_std_norm` also divides by std + eps).
     """
     by_std = mode == "mean_std_norm"
-    out = []
-    step_groups: dict[tuple[int, int], list[float]] = defaultdict(list)
-    returns = []
-    for g, episodes in enumerate(groups):
-        per_group = []
-        for ep in episodes:
-            acc, rev = 0.0, []
-            for r in reversed(ep["rewards"]):
-                acc = r + gamma * acc
-                rev.append(acc)
-            per_group.append(rev[::-1])
-            for a, ret in zip(ep["anchors"], rev[::-1]):
-                step_groups[(g, a)].append(ret)
-        returns.append(per_group)
-    for g, episodes in enumerate(groups):
-        scores = [sum(ep["rewards"]) for ep in episodes]
-        m = mean(scores)
-        s = std(scores) if len(scores) > 1 else 1.0
-        per_group = []
-        for ep, score, rets in zip(episodes, scores, returns[g]):
-            episode_adv = (score - m) / (s + eps) if by_std else score - m
-            turns = []
-            for a, ret in zip(ep["anchors"], rets):
-                members = step_groups[(g, a)]
-                sm = mean(members)
-                ss = std(members) if len(members) > 1 else 1.0
-                step_adv = (ret - sm) / (ss + eps) if by_std else ret - sm
-                turns.append(episode_adv + step_weight * step_adv)
-            per_group.append(turns)
-        out.append(per_group)
+    rows = gigpo_step_rows(groups)
+    returns = gigpo_step_returns(rows, gamma)
+    episode_adv = gigpo_episode_norm(rows, by_std, eps, cross_steps)
+    step_adv = gigpo_step_norm(rows, returns, by_std, eps)
+    out = [[[0.0] * len(ep["rewards"]) for ep in episodes] for episodes in groups]
+    for row, a_episode, a_step in zip(rows, episode_adv, step_adv):
+        g, e = row["traj_index"]
+        out[g][e][row["turn"]] = a_episode + step_weight * a_step
     return out
 
 

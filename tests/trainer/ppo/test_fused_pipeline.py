@@ -2,10 +2,10 @@
 
 Every batch here is fused-eligible (no process rewards, int64 masks, float32
 fields); `AREAL_FUSED_ADVANTAGE=on` makes a silent fallback to the tensor
-path an error, and `off` forces the tensor path for the comparison. With the
-k1 and k2 estimators the outputs must be bit for bit equal; k3 calls `exp`,
-whose last bit may differ from torch's. Both are also checked against the
-plain-loop reference of the spec (advantage_reference.py).
+path an error, and `off` forces the tensor path for the comparison. With
+every KL estimator the outputs must be bit for bit equal, on extreme finite
+inputs too (or both paths raise the same NonFiniteOutputError). Both are also
+checked against the plain-loop reference of the spec (advantage_reference.py).
 """
 
 from __future__ import annotations
@@ -14,20 +14,24 @@ import dataclasses
 import os
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 import torch
 from advantage_reference import ref_pipeline
 from batch_factory import make_batch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_advantage_bad_inputs import LEGACY_CASES as CASES
-from test_advantage_default import OUT_KEYS, assert_same, configs
+from test_advantage_default import OUT_KEYS, assert_same, configs, split_counterexample_config
 
 from areal.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec
 from areal.trainer.ppo import fused
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.kernels import fused_cpu
 from areal.trainer.ppo.kernels.numba_cpu import NUMBA_AVAILABLE, PARALLEL_MIN_ELEMENTS
+from areal.trainer.ppo.output_guard import NonFiniteOutputError
+from areal.utils import kl as kl_module
+from areal.utils.kl import KLEstimator
 
 
 def numba_threads() -> int:
@@ -99,7 +103,7 @@ def test_fused_equals_tensor_path_and_reference(cfg, seed, integer, drop):
     batch, meta = make_batch(seed, integer_rewards=integer, drop=("token_rewards", *drop))
     before = snapshot(batch)
     fast, plain = both_paths(cfg, batch, meta)
-    assert_identical(fast, plain, exact=cfg.kl_estimator != "k3")
+    assert_identical(fast, plain, exact=True)
     assert_same(fast, ref_pipeline(batch, meta, cfg))
     for key, value in before.items():  # the caller's batch is untouched
         assert not torch.is_tensor(value) or torch.equal(batch[key], value), key
@@ -107,13 +111,114 @@ def test_fused_equals_tensor_path_and_reference(cfg, seed, integer, drop):
 
 @SETTINGS
 @given(cfg=configs(), seed=st.integers(0, 10_000), explicit=st.booleans())
+@example(cfg=split_counterexample_config(), seed=376, explicit=False)
 def test_fused_split_rollouts(cfg, seed, explicit):
     batch, meta = make_batch(seed, split=True, explicit_refs=explicit, drop=("token_rewards",))
     if cfg.overlong_reward_penalty and not explicit:
         cfg.overlong_reward_penalty = False
     fast, plain = both_paths(cfg, batch, meta)
-    assert_identical(fast, plain, exact=cfg.kl_estimator != "k3")
+    assert_identical(fast, plain, exact=True)
     assert_same(fast, ref_pipeline(batch, meta, cfg))
+
+
+#: Finite float32 values at and near the ends of the range, where an unguarded exp or difference overflows.
+EXTREMES = (3e38, -3e38, 1e30, -1e30, 88.7, -88.7, 25.0, -25.0, 1e-38, 0.0)
+
+
+def outcome(actor: PPOActor, batch, meta, mode: str):
+    """The outputs, or the NonFiniteOutputError raised instead."""
+    with fused_mode(mode):
+        try:
+            return actor.compute_advantages(batch, meta)
+        except NonFiniteOutputError as err:
+            return err
+
+
+def assert_same_outcome(fast, plain):
+    """Both paths raise the same NonFiniteOutputError, or both return finite outputs, bit for bit equal."""
+    if isinstance(fast, Exception) or isinstance(plain, Exception):
+        assert isinstance(fast, NonFiniteOutputError) and isinstance(plain, NonFiniteOutputError), (fast, plain)
+        assert str(fast) == str(plain)
+        return
+    assert_identical(fast, plain, exact=True)
+    for key, value in fast.items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            assert bool(torch.isfinite(value).all()), key
+
+
+#: (every generated token's log-prob, every ref_logp): None keeps the batch's; opposite ends overflow the log-ratio.
+WHOLE_FIELDS = [(None, None), (-3e38, 3e38), (3e38, -3e38), (-3e38, None), (None, 3e38), (3e38, 3e38)]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=configs(), seed=st.integers(0, 10_000), kl_estimator=st.sampled_from(["k1", "k2", "k3"]),
+       kl_ctl=st.sampled_from([0.0, 0.1, 3.0, 1e37]), whole=st.sampled_from(WHOLE_FIELDS),
+       pokes=st.lists(st.tuples(st.sampled_from(["logprobs", "ref_logp", "values", "prox_logp"]), st.floats(0, 1),
+                                st.floats(0, 1), st.sampled_from(EXTREMES)), max_size=6))
+@example(cfg=PPOActorConfig(), seed=3, kl_estimator="k3", kl_ctl=0.1, whole=(-3e38, 3e38), pokes=[])  # issue 21
+def test_fused_equals_tensor_on_extreme_finite_inputs(cfg, seed, kl_estimator, kl_ctl, whole, pokes):
+    """Every finite input, every KL estimator: the same bits, or the same NonFiniteOutputError (issue 21)."""
+    cfg.kl_estimator, cfg.kl_ctl = kl_estimator, kl_ctl
+    batch, meta = make_batch(seed, drop=("token_rewards",))
+    batch["prox_logp"] = -torch.rand_like(batch["logprobs"])
+    generated, ref = whole
+    if generated is not None:
+        mask = batch["loss_mask"].bool()
+        batch["logprobs"] = torch.where(mask, torch.full_like(batch["logprobs"], generated), batch["logprobs"])
+    if ref is not None:
+        batch["ref_logp"] = torch.full_like(batch["ref_logp"], ref)
+    for field, row, col, value in pokes:
+        n_rows, n_pos = batch[field].shape
+        _poke(batch, field, min(int(row * n_rows), n_rows - 1), min(int(col * n_pos), n_pos - 1), value)
+    actor = PPOActor(cfg)
+    assert_same_outcome(outcome(actor, batch, meta, "on"), outcome(actor, batch, meta, "off"))
+
+
+@pytest.mark.parametrize("unit", ["token", "turn"])
+@pytest.mark.parametrize("kl_estimator", ["k1", "k2", "k3"])
+def test_extreme_log_probs_give_finite_clamped_kl_on_both_paths(unit, kl_estimator):
+    """Issue 21: logprobs -3e38 on generated tokens, ref_logp 3e38, kl_ctl 0.1: k3 gave NaN advantages on the
+    fused path, silently. The log-ratio overflows to -inf; every estimator clamps it to +-10 first."""
+    batch, meta = make_batch(3, drop=("token_rewards",))
+    generated = batch["loss_mask"].bool()
+    batch["logprobs"] = torch.where(generated, torch.full_like(batch["logprobs"], -3e38), batch["logprobs"])
+    batch["ref_logp"] = torch.full_like(batch["ref_logp"], 3e38)
+    cfg = PPOActorConfig(kl_estimator=kl_estimator, kl_ctl=0.1, gae_timestep_unit=unit)
+    fast, plain = both_paths(cfg, batch, meta)
+    assert_identical(fast, plain, exact=True)
+    assert bool(torch.isfinite(fast["advantages"]).all())
+    kl = fast["kl_rewards"][fast["loss_mask"].bool()]
+    assert bool((kl.abs() <= 1.0).all()) and bool((kl != 0).any())
+
+
+def test_kernel_k3_is_the_tensor_paths_bits_on_a_dense_float32_grid():
+    """Every 997th float32 bit pattern of |log-ratio| <= 25 (both signs): the kernels' KL rewards = KLEstimator's,
+    in its torch operations (other devices) and its compiled loop (CPU tensors)."""
+    top = int(np.array([25.0], dtype=np.float32).view(np.int32)[0])
+    bits = np.arange(0, top + 1, 997, dtype=np.int32)
+    ratios = torch.from_numpy(np.concatenate([bits.view(np.float32), -bits.view(np.float32)])).view(2, -1)
+    n_rows, n_pos = ratios.shape
+    ones = torch.ones(n_rows, n_pos, dtype=torch.long)
+    ones[:, 0] = 0  # no generated token at position 0
+    logprobs = torch.roll(ratios, 1, dims=1)  # raw token t+1 lands on aligned position t
+    inputs = fused_cpu.FusedInputs(torch.ones_like(ones), ones, logprobs, None, None, None, None,
+                                   torch.zeros(n_rows), torch.ones(n_rows, dtype=torch.bool))
+    options = fused_cpu.FusedOptions("token", False, False, "k3", 1.0, 1.0, torch.ones(n_rows), False)
+    kernel = -fused_cpu.run_fused(inputs, options).kl_rewards[:, :-1]
+    for k3 in (KLEstimator("k3"), lambda r, _: kl_module.k3_bounded_torch(r).clamp_(-10, 10)):
+        want = k3(ratios[:, :-1], torch.zeros_like(ratios[:, :-1]))
+        assert torch.equal(kernel.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("unit", ["token", "turn"])
+def test_a_non_finite_result_raises_on_the_fused_path_too(unit):
+    """kl_ctl 1e38 times the clamped KL leaves float32: the output guard reports it on both paths."""
+    batch, meta = make_batch(3, drop=("token_rewards",))
+    batch["ref_logp"] = batch["logprobs"] - 5.0
+    cfg = PPOActorConfig(kl_estimator="k3", kl_ctl=1e38, gae_timestep_unit=unit)
+    for mode in ("on", "off"):
+        with fused_mode(mode), pytest.raises(NonFiniteOutputError, match=r"actor\.kl_ctl=1e\+38"):
+            PPOActor(cfg).compute_advantages(batch, meta)
 
 
 @pytest.mark.parametrize("decoupled,recompute", [(False, False), (False, True), (True, False), (True, True)])
@@ -171,11 +276,13 @@ def test_one_numba_thread_takes_the_serial_drivers_with_the_same_bits(monkeypatc
     n_rows, n_pos = batch["attention_mask"].shape
     cfg = PPOActorConfig(gae_timestep_unit="turn", reward_norm=NormConfig(mean_level="group", std_level="group"),
                          adv_norm=NormConfig(), discount=0.99, gae_lambda=0.95)
-    with fused_mode("on"):
-        parallel = PPOActor(cfg).compute_advantages(batch, meta)
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
+    old = numba.get_num_threads()  # an in-process trainer run earlier in the session may have set 1 thread
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     try:
+        assert numba_cpu.use_parallel(n_rows, n_rows * n_pos)
+        with fused_mode("on"):
+            parallel = PPOActor(cfg).compute_advantages(batch, meta)
+        numba.set_num_threads(1)
         assert not numba_cpu.use_parallel(n_rows, n_rows * n_pos)
         calls = []
         for table in (norm_kernels._PASSES, fused_cpu._KERNELS):  # no parallel driver may run
@@ -185,7 +292,7 @@ def test_one_numba_thread_takes_the_serial_drivers_with_the_same_bits(monkeypatc
             serial = PPOActor(cfg).compute_advantages(batch, meta)
     finally:
         numba.set_num_threads(old)
-    assert numba_cpu.use_parallel(n_rows, n_rows * n_pos) and calls == []
+    assert calls == []
     assert_identical(serial, parallel, exact=True)
 
 

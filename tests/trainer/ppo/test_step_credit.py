@@ -30,7 +30,7 @@ def actor(estimator: str, **kwargs) -> PPOActor:
     ))
 
 
-def check_turns(adv: torch.Tensor, groups, expected, *, split: bool) -> float:
+def check_turns(adv: torch.Tensor, groups, expected, *, split: bool, atol: float = 1e-5, rtol: float = 1e-5) -> float:
     """Every token of every turn carries the expected value; returns the largest difference."""
     worst = 0.0
     positions = token_positions(groups, split=split)
@@ -40,7 +40,7 @@ def check_turns(adv: torch.Tensor, groups, expected, *, split: bool) -> float:
                 for row, col in tokens:
                     diff = abs(float(adv[row, col]) - expected[g][e][k])
                     worst = max(worst, diff)
-                    assert diff <= 1e-5 + 1e-5 * abs(expected[g][e][k]), (g, e, k, row, col, float(adv[row, col]),
+                    assert diff <= atol + rtol * abs(expected[g][e][k]), (g, e, k, row, col, float(adv[row, col]),
                                                                            expected[g][e][k])
     return worst
 
@@ -55,17 +55,42 @@ def mt_inputs(groups) -> list[list[dict]]:
             for episodes in groups]
 
 
-@SETTINGS
+@pytest.mark.parametrize("episode_stats", ["steps", "episodes"])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sizes=sizes_st, seed=st.integers(0, 100_000), binary=st.booleans(), split=st.booleans(),
        gamma=st.sampled_from([1.0, 0.95, 0.5]), weight=st.sampled_from([1.0, 0.5]),
        mode=st.sampled_from(["mean_norm", "mean_std_norm"]))
-def test_gigpo_equals_verl_agent(sizes, seed, binary, split, gamma, weight, mode):
-    groups = make_episode_groups(seed, sizes, binary=binary)
+def test_gigpo_equals_verl_agent(episode_stats, sizes, seed, binary, split, gamma, weight, mode):
+    """Both episode statistics (the authors' compute_mean_std_cross_steps True / False), 50 batches each."""
+    groups = make_episode_groups(seed, sizes, binary=binary, max_turns=4)
     batch, meta = batch_of(groups, split=split)
-    out = actor("gigpo", step_discount=gamma, step_weight=weight, mode=mode).compute_advantages(batch, meta)
-    expected = eref.gigpo(gigpo_inputs(groups), gamma, weight, mode)
-    check_turns(out["advantages"], groups, expected, split=split)
+    out = actor("gigpo", step_discount=gamma, step_weight=weight, mode=mode,
+                episode_stats=episode_stats).compute_advantages(batch, meta)
+    expected = eref.gigpo(gigpo_inputs(groups), gamma, weight, mode, cross_steps=episode_stats == "steps")
+    check_turns(out["advantages"], groups, expected, split=split, atol=1e-6, rtol=0.0)
     assert float(out["advantages"][out["loss_mask"] == 0].abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_gigpo_default_is_the_authors_statistics_over_steps(split):
+    """Issue 21's group of guess_gigpo.yaml: A has 1 turn (outcome 1), B 2 turns (outcome 0), first turns share
+    a state. Over steps (the authors' default) the group mean is 1/3: A 2/3 + 1/2, B -1/3 - 1/2 and -1/3 + 0;
+    over episodes it is 1/2: A 1/2 + 1/2, B -1/2 - 1/2 and -1/2."""
+    turn = type(make_episode_groups(0, [1])[0][0].turns[0])
+    episode = type(make_episode_groups(0, [1])[0][0])
+    groups = [[episode(1000, [turn(2, 0.0, 7, 0)], 1.0),
+               episode(1000, [turn(2, 0.0, 7, 1), turn(2, 0.0, 38, 0)], 0.0)]]
+    batch, meta = batch_of(groups, split=split)
+    kwargs = {"step_weight": 1.0, "step_discount": 0.95, "mode": "mean_norm", "eps": 1e-6}  # guess_gigpo.yaml
+    authors = [[[7 / 6], [-5 / 6, -1 / 3]]]
+    check_turns(actor("gigpo", **kwargs).compute_advantages(batch, meta)["advantages"], groups, authors,
+                split=split, atol=1e-6, rtol=0.0)
+    check_turns(actor("gigpo", episode_stats="steps", **kwargs).compute_advantages(batch, meta)["advantages"], groups,
+                authors, split=split, atol=1e-6, rtol=0.0)
+    by_episode = actor("gigpo", episode_stats="episodes", **kwargs).compute_advantages(batch, meta)["advantages"]
+    check_turns(by_episode, groups, [[[1.0], [-1.0, -0.5]]], split=split, atol=1e-6, rtol=0.0)
+    reference = eref.gigpo(gigpo_inputs(groups), 0.95)[0]  # the plain loop agrees with the hand computation
+    assert reference[0] + reference[1] == pytest.approx([7 / 6, -5 / 6, -1 / 3], abs=1e-12)
 
 
 @SETTINGS
@@ -145,6 +170,7 @@ def test_step_credit_errors_name_the_estimator():
         out = actor(estimator, allow_singletons=True).compute_advantages(sb, sm)
         assert torch.isfinite(out["advantages"]).all()
     for kwargs, message in (({"mode": "x"}, "mode must be one of"), ({"step_discount": 2.0}, r"step_discount must"),
+                            ({"episode_stats": "rows"}, r"episode_stats must be one of \['steps', 'episodes'\]"),
                             ({"step_weight": -1.0}, "step_weight must")):
         with pytest.raises(ValueError, match=message):
             actor("gigpo", **kwargs).compute_advantages(batch, meta)

@@ -9,9 +9,10 @@ advantages and returns, plus each row's largest |values| (the output guard's
 bound, `batch_checks.BatchStats`) and the per-row moments that advantage normalisation
 needs (computed by `areal.utils.norm_kernels.masked_row_moments`, the helper the
 tensor path's normalisation uses, so both give the same bits). The arithmetic
-is float32 in the order of the tensor path and the reference loops; with the
-k1 and k2 estimators the outputs are bit for bit those of the tensor path (k3
-calls `exp`, whose last bit may differ from torch's).
+is float32 in the order of the tensor path and the reference loops, and the
+outputs are bit for bit those of the tensor path with every KL estimator (k3
+is `areal.utils.kl.k3_bounded`, the function the tensor path's `KLEstimator`
+evaluates: the same float64 operations, on the log-ratio bounded as there).
 
 Checks: a row never raises; it reports error bits (`ROW_*`), and the caller
 re-runs the descriptive batch checks (`batch_checks.check_batch_values`), which
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from areal.utils.buffers import empty_cpu
+from areal.utils.kl import k3_bounded
 from areal.utils.norm_kernels import RowMoments, masked_row_moments
 
 from .numba_cpu import NUMBA_AVAILABLE, _gae_row, use_parallel
@@ -116,8 +118,7 @@ def _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square
         a_raw, m_raw = attn[i], lmask[i]
         x, p, r, v = lp[i], prox[i], ref[i], val[i]
         m, old, log_ratio = _prelude(m_raw, x, p, r, use_prox)
-        neg = -log_ratio
-        kl = np.exp(neg) - np.float32(1.0) - neg
+        kl = k3_bounded(log_ratio)
         kl = min(max(kl, np.float32(-10.0)), np.float32(10.0)) * neg_kl_ctl
         m_out[i], lp_out[i], kl_out[i], tot_out[i], adv_out[i] = m, old, kl, kl + zero, kl
         seq += a_raw

@@ -1,0 +1,824 @@
+"""Every fenced block of README.md and docs/*.md is run, or checked, by this test.
+
+`CHECKS` maps each block — keyed by its file and first line (spaces collapsed,
+60 characters), `[2]`, `[3]` for a label repeated in the same file — to the
+check that covers it. A block
+without an entry, or an entry whose block is gone, fails
+`test_every_snippet_has_a_check`, so a new or edited snippet needs its check
+before it lands. The kinds of check:
+
+* executed: Python blocks run (plugins through `areal validate --dry-run` or a
+  short training run), YAML blocks are loaded with `load_config` on top of what
+  they extend and run through `areal validate --dry-run`, `areal validate` and
+  `--print-config` commands run as written, training commands run in a
+  shortened form (`train.steps=2/3`, a temporary `output.dir`). A block that
+  needs the user's files (`my_run.yaml`, `my_package/`, `data/train.jsonl`, a
+  checkpoint) gets them made here, in a temporary folder; the checkpoint is a
+  tiny Llama plus a tokenizer built with `tokenizers` (nothing is downloaded).
+* validated: commands too long to run here (the 500-step runs, benchmarks,
+  torchrun, verl, the whole test suite) are parsed: scripts and files exist,
+  `--config` and every dotted override load with `load_config`, benchmark flags
+  are arguments of the script, pytest paths exist, pip extras are in
+  pyproject.toml; code that needs a model or a cluster (the TRL and the
+  distributed sketches) has its imports resolved and its names checked.
+* output: blocks that show what a command prints (not code); a transcript's
+  `$ command` lines are run and must fail with the error shown.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import inspect
+import io
+import json
+import os
+import re
+import shlex
+import sys
+import textwrap
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from areal.api.cli_args import config_to_yaml, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+DEFAULT_RUN = ROOT / "examples/grpo_arith.yaml"
+#: The rest of a user's run for a block that configures only the task (GRPO, a short budget).
+USER_RUN = ("rollout: {batch_size: 4, n_samples: 4}\n"
+            "actor: {max_new_tokens: 8, kl_ctl: 0.0, reward_norm: {mean_level: group, std_level: group}}\n")
+DATASET_RUN = ROOT / "examples/custom_task/dataset.yaml"
+LABEL_CHARS = 60
+#: One thread: a shortened run on a tiny model gains nothing from more, and loses much on a busy machine.
+SHORT = ["train.num_threads=1", "output.progress_bar=false"]
+#: The tiny architecture and batch the shortened runs of the default config use (as the trainer tests do).
+TINY = ["rollout.batch_size=2", "rollout.n_samples=2", "model.hidden_size=32", "model.num_heads=2",
+        "model.intermediate_size=64", "eval.every=null", *SHORT]
+
+
+# --- the blocks ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snippet:
+    path: str
+    line: int
+    lang: str
+    text: str
+
+    @property
+    def first_line(self) -> str:
+        return next((ln.strip() for ln in self.text.splitlines() if ln.strip()), "")
+
+    @property
+    def label(self) -> str:
+        """The first line, spaces collapsed, cut at `LABEL_CHARS`: what keys the block in CHECKS."""
+        return " ".join(self.first_line.split())[:LABEL_CHARS]
+
+
+def _blocks(path: str) -> Iterator[Snippet]:
+    lines = (ROOT / path).read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"^(\s*)```(\S*)\s*$", lines[i])
+        if not fence:
+            i += 1
+            continue
+        indent, lang, start = len(fence.group(1)), fence.group(2), i
+        i += 1
+        body = []
+        while not re.match(r"^\s*```\s*$", lines[i]):
+            body.append(lines[i][indent:] if lines[i][:indent].isspace() else lines[i])
+            i += 1
+        i += 1
+        yield Snippet(path, start + 1, lang, "\n".join(body) + "\n")
+
+
+def find_block(path: str, first_line: str) -> Snippet:
+    """The block of `path` whose first line starts with `first_line` (for checks that use two blocks)."""
+    found = [s for s in _blocks(path) if s.first_line.startswith(first_line)]
+    assert len(found) == 1, f"{path}: {len(found)} blocks start with {first_line!r}"
+    return found[0]
+
+
+def all_snippets() -> dict[str, Snippet]:
+    out: dict[str, Snippet] = {}
+    for path in DOCS:
+        seen: dict[str, int] = {}
+        for snippet in _blocks(path):
+            key = f"{path}: {snippet.label}"
+            seen[key] = seen.get(key, 0) + 1
+            out[key if seen[key] == 1 else f"{key} [{seen[key]}]"] = snippet
+    return out
+
+
+# --- running areal in this process -------------------------------------------------------------------
+
+
+@dataclass
+class Project:
+    """A user's folder: the current directory and on sys.path while a check runs."""
+
+    dir: Path
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        importlib.invalidate_caches()
+        return path
+
+    def package(self, name: str, modules: dict[str, str]) -> None:
+        self.write(f"{name}/__init__.py", "")
+        for module, text in modules.items():
+            self.write(f"{name}/{module}.py", text)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
+    before = set(sys.modules)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield Project(tmp_path)
+    for name in set(sys.modules) - before:  # the user's packages of this check (my_package, ...)
+        path = getattr(sys.modules[name], "__file__", None) or ""
+        if path.startswith(str(tmp_path)):
+            del sys.modules[name]
+
+
+def _call(fn: Callable[[list[str]], int], argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = fn(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def validate(*args: str, dry_run: bool = True) -> str:
+    """`areal validate ARGS [--dry-run]`; returns its output (it must pass)."""
+    from areal.cli import main
+
+    rc, out, err = _call(main, ["validate", *args, *(["--dry-run"] if dry_run else [])])
+    assert rc == 0, f"areal validate {' '.join(args)}: {err}"
+    return out
+
+
+def train(*args: str) -> str:
+    """`python -m areal.trainer.main ARGS` in this process; returns its output (it must succeed)."""
+    from areal.trainer.main import main
+
+    rc, out, err = _call(main, list(args))
+    assert rc == 0, f"python -m areal.trainer.main {' '.join(args)}: {err}"
+    return out
+
+
+def on_default_run(project: Project, fragment: str, base: Path = DEFAULT_RUN, name: str = "fragment.yaml") -> Path:
+    """A YAML fragment as the user would use it: in a file on top of `base` (`defaults:`)."""
+    return project.write(name, f"defaults: [{base}]\n{fragment}")
+
+
+# --- validating commands that are too long to run here -------------------------------------------------
+
+PLACEHOLDERS = {"...", "[key=value", "...]"}
+EXTERNAL = {"pip", "unzip"}  # tools of the set-up around a command, not ours
+
+
+def _commands(text: str) -> Iterator[list[str]]:
+    """Each command of a shell block, comments and line continuations removed, split at `&&`."""
+    for line in text.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        command: list[str] = []
+        for word in [*words, "&&"]:
+            if word == "&&":
+                if command:
+                    yield command
+                command = []
+            else:
+                command.append(word)
+
+
+def _existing(path: str) -> Path:
+    """A path of the command: relative to the current folder (the user's), else to the clone (`<clone>/...`)."""
+    path = path.removeprefix("<clone>/")
+    for base in (Path.cwd(), ROOT):
+        if (base / path).exists():
+            return base / path
+    raise AssertionError(f"{path!r} does not exist (neither in the user's folder nor in the clone)")
+
+
+def _extras() -> set[str]:
+    return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+
+
+def check_trainer_args(args: list[str]) -> None:
+    """`--config X`, `--print-config` and dotted overrides, as `areal.trainer.main` parses them; X loads."""
+    config, overrides, it = str(DEFAULT_RUN), [], iter(args)
+    for word in it:
+        if word == "--config":
+            config = str(_existing(next(it)))
+        elif word == "--print-config":
+            continue
+        elif word not in PLACEHOLDERS:
+            assert "=" in word and not word.startswith("-"), f"trainer argument {word!r} is not key=value"
+            overrides.append(word)
+    load_config(config, overrides)
+
+
+def check_script_flags(script: Path, args: list[str]) -> None:
+    """Every `--flag` is an `add_argument` of the script; `--config` and overrides load (bench_sampling)."""
+    source = script.read_text()
+    for word in args:
+        flag = word.split("=", 1)[0]
+        if flag.startswith("--"):
+            assert f'"{flag}"' in source, f"{script.name} has no argument {flag}"
+    if '"overrides"' in source:
+        config = args[args.index("--config") + 1] if "--config" in args else str(DEFAULT_RUN)
+        load_config(str(_existing(config)), [w for w in args if "=" in w and not w.startswith("-")])
+
+
+def _check_python(args: list[str], env: dict[str, str]) -> None:
+    if args[0] != "-m":
+        check_script_flags(_existing(args[0]), args[1:])
+        return
+    module, rest = args[1], args[2:]
+    if module in ("areal.trainer.main", "areal.trainer"):
+        check_trainer_args(rest)
+    elif module == "areal.cli":
+        assert rest[0] == "validate", rest
+        config, *overrides = [w for w in rest[1:] if w != "--dry-run"]
+        validate(str(_existing(config)), *overrides, dry_run="--dry-run" in rest)
+    elif module == "pytest":
+        for pattern in rest:
+            assert list(ROOT.glob(pattern)), f"pytest path {pattern!r} matches no file"
+    elif module == "torch.distributed.run":
+        check_torchrun(rest, env)
+    elif module == "verl.trainer.main_ppo":
+        check_verl_command(rest)
+    else:
+        raise AssertionError(f"no check for python -m {module}")
+
+
+def check_torchrun(args: list[str], env: dict[str, str]) -> None:
+    """torchrun's own options, then `-m areal.trainer.main` and its arguments."""
+    assert "-m" in args and args[args.index("-m") + 1] == "areal.trainer.main", args
+    for folder in filter(None, env.get("PYTHONPATH", "").split(":")):
+        _existing(folder)
+    check_trainer_args(args[args.index("-m") + 2:])
+
+
+def check_verl_command(args: list[str]) -> None:
+    """`adv_estimator=areal` is registered in verl; `+algorithm.areal_config` loads with its overrides."""
+    from verl.trainer.ppo import core_algos
+
+    import areal.integrations.verl as areal_verl
+
+    settings = dict(w.split("=", 1) for w in args if "=" in w)
+    assert settings["algorithm.adv_estimator"] == "areal"
+    assert core_algos.get_adv_estimator_fn("areal") is areal_verl.areal_advantage
+    path = settings["+algorithm.areal_config"].replace("/path/to/", "")
+    overrides = yaml.safe_load(settings.get("+algorithm.areal_overrides", "[]"))  # Hydra's list syntax is YAML's
+    load_config(str(_existing(path)), overrides)
+
+
+def check_commands(snippet: Snippet) -> None:
+    """Every command of a shell block, validated (see the module docstring)."""
+    for words in _commands(snippet.text):
+        env = {}
+        while re.match(r"^[A-Z_]+=", words[0]):
+            key, value = words.pop(0).split("=", 1)
+            env[key] = value
+        program, args = words[0], words[1:]
+        if program in EXTERNAL:
+            continue
+        if program in (".venv/bin/python", "python"):
+            _check_python(args, env)
+        elif program in ("areal", ".venv/bin/areal"):  # the console script of pyproject.toml
+            _check_python(["-m", "areal.cli", *args], env)
+        elif program == ".venv/bin/torchrun":
+            check_torchrun(args, env)
+        elif program == ".venv/bin/pip":
+            assert args[:3] == ["install", "-c", "constraints.txt"], args
+            extras = re.fullmatch(r"\.\[(.+)\]", args[-1]).group(1).split(",")
+            assert set(extras) <= _extras(), extras
+        elif program.endswith(".sh"):
+            _check_script(program, args)
+        else:
+            raise AssertionError(f"{snippet.path}:{snippet.line}: no check for the program {program!r}")
+
+
+def _check_script(program: str, args: list[str]) -> None:
+    script = _existing(program)
+    assert os.access(script, os.X_OK), f"{program} is not executable"
+    if script.name == "setup.sh":
+        assert set(args) <= _extras(), f"setup.sh {args}: not extras of pyproject.toml"
+    elif script.name == "train.sh":
+        check_trainer_args(args)
+    else:
+        assert not args, f"{program} takes no arguments here"
+
+
+# --- the checks ------------------------------------------------------------------------------------------
+
+
+def check_output(snippet: Snippet, project: Project) -> None:
+    """What a command prints: not code. Its block has no language."""
+    assert snippet.lang == "", f"{snippet.path}:{snippet.line} is a {snippet.lang} block, not an output"
+
+
+def check_transcript(snippet: Snippet, project: Project) -> None:
+    """`$ command` lines run; each fails with one line, the error kind and field shown under it."""
+    lines = snippet.text.strip().splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("$ "):
+            continue
+        words = shlex.split(line[2:])
+        args = words[3:] if words[:3] == ["python", "-m", "areal.trainer.main"] else words[1:]
+        assert words[0] in ("python", "./scripts/train.sh"), line
+        from areal.trainer.main import main
+
+        if words[0] == "./scripts/train.sh":  # the run-directory refusal: a run must be there first
+            train(*TINY, "train.steps=1")
+        rc, _, err = _call(main, args)
+        shown = lines[i + 1]
+        head = re.match(r"^([a-z ]+ error: [\w.]+)", shown).group(1)
+        assert rc == 1 and err.strip().splitlines()[-1].startswith(head), (line, err)
+
+
+def check_file_tree(snippet: Snippet, project: Project) -> None:
+    """A listing of the package: every module and folder it names exists."""
+    paths = re.findall(r"\b(areal/[\w/]+?(?:\.py|/))(?=\s|$)", snippet.text)
+    assert len(paths) >= 10, paths
+    for path in paths:
+        assert (ROOT / path).exists(), f"{path} is listed but does not exist"
+
+
+def check_command_then_output(snippet: Snippet, project: Project) -> None:
+    """A command (validated) followed by the first lines it printed."""
+    first = Snippet(snippet.path, snippet.line, "bash", snippet.text.splitlines()[0] + "\n")
+    check_commands(first)
+
+
+def check_shell(snippet: Snippet, project: Project) -> None:
+    """Commands of the clone, validated from its root (where the docs run them)."""
+    os.chdir(ROOT)
+    check_commands(snippet)
+
+
+def check_readme_commands(snippet: Snippet, project: Project) -> None:
+    """`./scripts/train.sh` runs (2 steps of the default run); `./scripts/test.sh` is this suite."""
+    import subprocess
+
+    commands = list(_commands(snippet.text))
+    assert commands == [["./scripts/train.sh"], ["./scripts/test.sh"]], commands
+    assert os.access(ROOT / "scripts/test.sh", os.X_OK) and "pytest" in (ROOT / "scripts/test.sh").read_text()
+    proc = subprocess.run([str(ROOT / "scripts/train.sh"), *TINY, "train.steps=2", f"output.dir={project.dir}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (project.dir / "grpo_arith/trial0/metrics.jsonl").read_text().count("\n") == 2
+
+
+def _user_files(project: Project, chat: bool) -> None:
+    """data/train.jsonl, data/test.jsonl and my_package/rewards.py, as the README's my_run.yaml expects."""
+    def prompt(a: int) -> Any:
+        return [{"role": "user", "content": f"{a} + 1 ="}] if chat else f"{a} + 1 ="
+
+    for name in ("train", "test"):
+        project.write(f"data/{name}.jsonl", "".join(json.dumps({"prompt": prompt(a), "answer": str(a + 1)}) + "\n"
+                                                   for a in range(8)))
+    project.package("my_package", {"rewards": textwrap.dedent('''
+        def exact_answer(prompts, completions, answer, **kwargs):
+            texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+            return [1.0 if t.strip() == a else 0.0 for t, a in zip(texts, answer)]
+        ''')})
+
+
+def check_readme_my_run(snippet: Snippet, project: Project) -> None:
+    """The README's my_run.yaml, as written, with the user's files: validates and trains 3 steps."""
+    assert "/models/my-instruct-model" in snippet.text
+    _user_files(project, chat=True)
+    project.write("my_run.yaml", snippet.text)
+    model = f"model.path={_checkpoint(project)}"
+    out = validate("my_run.yaml", model)
+    assert "rewards OK: exact_answer scored 2 rows of data.train" in out
+    train("--config", "my_run.yaml", model, "train.steps=3", *SHORT)
+    rows = [json.loads(r) for r in (project.dir / "runs/default/trial0/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and "eval/accuracy" in rows[0]
+
+
+def _checkpoint(project: Project) -> Path:
+    """A tiny local checkpoint (tests/trainer/checkpoint_factory.py: random Llama, BPE tokenizer, chat template)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("checkpoint_factory", ROOT / "tests/trainer/checkpoint_factory.py")
+    factory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(factory)
+    path = project.dir / "models/my-instruct-model"
+    if not path.is_dir():
+        factory.build_checkpoint(path)
+    return path
+
+
+def check_readme_my_run_commands(snippet: Snippet, project: Project) -> None:
+    """`setup.sh data`, `train.sh --config my_run.yaml` and `validate my_run.yaml`, on the user's files."""
+    readme = find_block("README.md", "# my_run.yaml")
+    _user_files(project, chat=True)
+    project.write("my_run.yaml", readme.text.replace("/models/my-instruct-model", str(_checkpoint(project))))
+    commands = list(_commands(snippet.text))
+    assert [c[0] for c in commands] == ["./scripts/setup.sh", "./scripts/train.sh", ".venv/bin/python"]
+    check_commands(snippet)  # setup.sh's extra exists, train.sh's config loads, validate runs as written
+
+
+def check_scale_outcome_pair(snippet: Snippet, project: Project) -> None:
+    """README's plugin and the YAML that names it: `validate --dry-run` runs the plugin on a batch."""
+    module = find_block("README.md", "# my_package/my_module.py").text
+    yaml = find_block("README.md", "actor:").text
+    project.package("my_package", {"my_module": module})
+    out = validate(str(on_default_run(project, yaml)))
+    assert re.search(r"outcome_reward_shaping\s+my_package\.my_module\.scale_outcome\s+\{'factor': 0\.5\}", out)
+    assert "dry run OK" in out
+
+
+def check_readme_in_code(snippet: Snippet, project: Project) -> None:
+    """The README's "In code" block runs as written from the clone's root."""
+    os.chdir(ROOT)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(snippet.text, "README.md", "exec"), {})
+    assert out.getvalue().strip() == "torch.Size([8, 6])"
+
+
+def _call_keywords(source: str, name: str) -> dict[str, Any]:
+    """The keyword arguments of the call to `name` in `source` (literals evaluated, the rest as None)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == name:
+            out = {}
+            for kw in node.keywords:
+                try:
+                    out[kw.arg] = ast.literal_eval(kw.value)
+                except ValueError:
+                    out[kw.arg] = None
+            return out
+    raise AssertionError(f"no call to {name}")
+
+
+def _check_imports(source: str) -> None:
+    """Every `import` / `from X import names` of the block resolves."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                assert hasattr(module, alias.name), f"{node.module} has no {alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                importlib.import_module(alias.name)
+
+
+def check_trl_sketch(snippet: Snippet, project: Project) -> None:
+    """TRL's trainer needs a model and data: imports resolve, every keyword is accepted, the pipeline loads."""
+    from trl import GRPOTrainer
+
+    from areal.integrations.config import load_pipeline
+    from areal.integrations.trl import AReaLGRPOTrainer
+
+    _check_imports(snippet.text)
+    keywords = _call_keywords(snippet.text, "AReaLGRPOTrainer")
+    accepted = set(inspect.signature(AReaLGRPOTrainer.__init__).parameters)
+    accepted |= set(inspect.signature(GRPOTrainer.__init__).parameters)
+    assert set(keywords) <= accepted, set(keywords) - accepted
+    os.chdir(ROOT)
+    load_pipeline(keywords["areal_config"], keywords.get("areal_overrides") or [], where="snippet")
+    if "trainer.train()" in snippet.text:
+        assert callable(AReaLGRPOTrainer.train)
+
+
+def check_distributed_sketch(snippet: Snippet, project: Project) -> None:
+    """The per-rank loop needs torchrun and a rollout: imports resolve and the methods it calls exist."""
+    from areal.trainer.distributed import DistContext
+    from areal.trainer.ppo.actor import PPOActor
+
+    _check_imports(snippet.text)
+    for method in ("compute_advantages", "ppo_update"):
+        assert callable(getattr(PPOActor, method))
+    fields = set(DistContext.__dataclass_fields__)
+    assert {"rank", "world_size", "local_rank", "is_main", "device"} <= fields | set(dir(DistContext))
+
+
+def check_verl_patch(snippet: Snippet, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs as written; verl's trainer module is restored afterwards."""
+    from areal.integrations.verl import compute_advantage
+
+    modules = []
+    for name in ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils"):  # what the patch replaces
+        with contextlib.suppress(ImportError):
+            module = importlib.import_module(name)
+            monkeypatch.setattr(module, "compute_advantage", module.compute_advantage)
+            modules.append(module)
+    exec(compile(snippet.text, "integrations.md", "exec"), {})
+    assert modules and all(m.compute_advantage is compute_advantage for m in modules)
+
+
+def check_ray_task_runner(snippet: Snippet, project: Project) -> None:
+    """The TaskRunner subclass needs Ray and verl's config: imports resolve, the base is the plain class, run_ppo takes it."""
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
+    _check_imports(snippet.text)
+    assert "TaskRunnerV1.__ray_actor_class__" in snippet.text
+    assert isinstance(TaskRunnerV1.__ray_actor_class__, type)
+    assert callable(getattr(TaskRunnerV1.__ray_actor_class__, "run"))
+    assert "task_runner_class" in inspect.signature(run_ppo).parameters
+
+
+def check_default_pipeline_yaml(snippet: Snippet, project: Project) -> None:
+    """The block spells out the defaults: loading it changes nothing."""
+    assert config_to_yaml(load_config(str(project.write("a.yaml", snippet.text)))) == config_to_yaml(load_config(None))
+
+
+def check_turn_gae_gvpo_yaml(snippet: Snippet, project: Project) -> None:
+    """The seed's second snippet on the guessing task with its process scorer, dry-run."""
+    path = on_default_run(project, snippet.text, base=ROOT / "examples/ppo_turn_gae_guess.yaml")
+    out = validate(str(path), "rollout.prm.enabled=true", "task.kwargs.process_reward=signed")
+    assert re.search(r"process_adv_shaping\s+gvpo\s", out) and "process rewards" in out
+
+
+def check_stage_plugin(snippet: Snippet, project: Project) -> None:
+    """An outcome stage plugin: written to a module, named in YAML, run by `validate --dry-run`."""
+    project.package("snippet_plugins", {"stage": snippet.text})
+    name = next(n.name for n in ast.parse(snippet.text).body if isinstance(n, ast.FunctionDef))
+    kwargs = "{factor: 0.5}" if "factor" in snippet.text else "{}"
+    fragment = (f"actor:\n  advantage:\n    outcome_reward_shaping:\n      implementation: snippet_plugins.stage.{name}\n"
+                f"      kwargs: {kwargs}\n")
+    assert "dry run OK" in validate(str(on_default_run(project, fragment)))
+
+
+def check_my_experiment_yaml(snippet: Snippet, project: Project) -> None:
+    """docs/training.md's my_experiment.yaml, saved in the clone's root as its `defaults:` path expects."""
+    _my_experiment(project, snippet)
+    assert "dry run OK" in validate("my_experiment.yaml")
+
+
+def _my_experiment(project: Project, block: Snippet | None = None) -> None:
+    """my_experiment.yaml in a folder that, like the clone's root, holds `examples/`."""
+    block = block or find_block("docs/training.md", "# my_experiment.yaml")
+    (project.dir / "examples").symlink_to(ROOT / "examples")
+    project.write("my_experiment.yaml", block.text)
+
+
+def check_my_experiment_commands(snippet: Snippet, project: Project) -> None:
+    """`--print-config` as written; the training command shortened to 2 steps."""
+    _my_experiment(project)
+    first, second = [c[3:] for c in _commands(snippet.text)]
+    printed = train(*first)
+    assert "experiment_name: my_experiment" in printed and "scale_outcome" in printed
+    train(*second, *TINY, "train.steps=2", f"output.dir={project.dir / 'runs'}")
+    assert (project.dir / "runs/my_experiment/trial0/metrics.jsonl").read_text().count("\n") == 2
+
+
+def check_resume_commands(snippet: Snippet, project: Project) -> None:
+    """The resume commands load; the checkpoint path they name is made here (a folder with a manifest)."""
+    from areal.trainer.checkpoint import MANIFEST
+
+    for words in _commands(snippet.text):
+        for word in words:
+            if word.startswith("train.resume=") and word != "train.resume=auto":
+                project.write(os.path.join(word.split("=", 1)[1], MANIFEST), "{}")
+    check_commands(snippet)
+
+
+def check_distributed_user_config(snippet: Snippet, project: Project) -> None:
+    """Multi-node torchrun with the user's my_experiment.yaml (made here)."""
+    _my_experiment(project)
+    check_commands(snippet)
+
+
+def check_custom_advantage_validate(snippet: Snippet, project: Project) -> None:
+    """`validate` of the example and of a user's my.yaml (made here: the turn-GAE guessing run), as written."""
+    project.write("my.yaml", f"defaults: [{ROOT / 'examples/ppo_turn_gae_guess.yaml'}]\n")
+    os.chdir(project.dir)
+    check_commands(snippet)
+
+
+def check_reasoning_gym_yaml(snippet: Snippet, project: Project) -> None:
+    long_prompts = "model: {max_position_embeddings: 512}\n"  # reasoning-gym's system prompt: ~490 byte tokens
+    out = validate(str(project.write("my_run.yaml", USER_RUN + long_prompts + snippet.text)))
+    assert re.search(r"task \(single-turn\)\s+reasoning_gym\s+\{'dataset': 'basic_arithmetic', 'size': 1000", out)
+    assert "rewards OK: reasoning_gym scored 2 problems generated by task 'reasoning_gym'" in out
+
+
+def check_max_task(snippet: Snippet, project: Project) -> None:
+    """The task plugin of docs/training.md: validated, dry-run and trained for 2 steps."""
+    project.package("my_tasks", {"max_task": snippet.text})
+    fragment = "task: {implementation: my_tasks.max_task.make_max_task}\n"
+    path = project.write("my_run.yaml", USER_RUN + fragment)
+    assert "rewards OK: make_max_task scored 2 problems" in validate(str(path))
+    train("--config", str(path), *TINY, "train.steps=2", f"output.dir={project.dir / 'runs'}")
+
+
+def check_reach_environment(snippet: Snippet, project: Project) -> None:
+    """The environment sketch (its step body elided): the class is an Environment, reset and step run."""
+    from areal.trainer.tasks import Environment, StepResult
+
+    namespace: dict[str, Any] = {}
+    exec(compile(snippet.text, "training.md", "exec"), namespace)
+    reach = namespace["Reach"]
+    assert issubclass(reach, Environment)
+    env = object.__new__(reach)
+    env.target, env.position = 3, 1
+    assert env.reset() == "reach 3"
+    assert env.step("up") == StepResult(observation=" at 1", reward=0.0, done=False, process_score=1.0)
+
+
+def _rewards_module() -> str:
+    """my_package/rewards.py: the docs' exact_answer and a brevity function for the second entry."""
+    exact = find_block("docs/training.md", "def exact_answer(")
+    brevity = ("def brevity(prompts, completions, *, max_chars, **kwargs):\n"
+               "    return [-max(len(c) - max_chars, 0) / max_chars for c in completions]\n")
+    return exact.text + "\n\n" + brevity
+
+
+def check_reward_yaml(snippet: Snippet, project: Project) -> None:
+    """Two reward functions of the user's package on the user's data: both run on two rows."""
+    _user_files(project, chat=False)
+    project.package("my_package", {"rewards": _rewards_module()})
+    data = "data: {train: data/train.jsonl, eval: data/test.jsonl}\n"
+    out = validate(str(on_default_run(project, snippet.text + data, base=DATASET_RUN)))
+    assert "rewards OK: exact_answer, short scored 2 rows of data.train" in out
+
+
+def check_exact_answer(snippet: Snippet, project: Project) -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile(snippet.text, "training.md", "exec"), namespace)
+    assert namespace["exact_answer"](prompts=["1 + 1 =", "2 + 2 ="], completions=["2", " 5"], answer=["2", "4"]) \
+        == [1.0, 0.0]
+
+
+def check_data_yaml(snippet: Snippet, project: Project) -> None:
+    """The prompt files the block names, made here (JSONL and Parquet), behind the dataset example."""
+    import datasets
+
+    _user_files(project, chat=False)
+    datasets.Dataset.from_json("data/test.jsonl").to_parquet("data/test.parquet")
+    out = validate(str(on_default_run(project, snippet.text, base=DATASET_RUN)))
+    assert re.search(r"data\.eval\s+data/test\.parquet\s+8 rows", out)
+
+
+def check_eval_yaml(snippet: Snippet, project: Project) -> None:
+    cfg = load_config(str(on_default_run(project, snippet.text)))
+    assert (cfg.eval.every, cfg.eval.n_prompts) == (50, 64)
+    assert "dry run OK" in validate("fragment.yaml")
+
+
+def check_entry_point(snippet: Snippet, project: Project) -> None:
+    """The toml block is pyproject.toml's own entry point."""
+    assert tomllib.loads(snippet.text)["project"]["entry-points"] == \
+        {"verl.plugins": tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["verl.plugins"]}
+
+
+def check_your_folder(snippet: Snippet, project: Project) -> None:
+    """`cd` into the user's folder, then the clone's train.sh there (~/areal: the clone): the files it names, made
+    here, load from that folder. tests/test_train_script.py runs the same command for real."""
+    (cd, folder), (script, *args) = list(_commands(snippet.text))
+    assert (cd, folder, script) == ("cd", "~/my_project", "~/areal/scripts/train.sh"), snippet.text
+    _user_files(project, chat=False)
+    project.package("mypkg", {"rewards": _rewards_module()})
+    project.write("my_run.yaml", f"defaults: [{DATASET_RUN}]\ndata: {{train: data/train.jsonl, eval: data/test.jsonl}}\n"
+                  "reward: [{implementation: mypkg.rewards.exact_answer}]\n")
+    _check_script(str(ROOT / "scripts/train.sh"), args)
+    assert "mypkg.rewards.exact_answer" in validate("my_run.yaml")
+
+
+def check_checksum_line(snippet: Snippet, project: Project) -> None:
+    """The line has the keys and value types a 1-step run with `train.debug_param_checksum=true` writes."""
+    shown = json.loads(snippet.text)
+    train(*TINY, "train.steps=1", "train.debug_param_checksum=true", f"output.dir={project.dir}")
+    written = json.loads((project.dir / "grpo_arith/trial0/param_checksums.jsonl").read_text().splitlines()[0])
+    assert set(shown) == set(written)
+    for key in set(written) - {"step"}:
+        assert all(isinstance(c, str) for c in [*shown[key], *written[key]]), key
+
+
+#: Every block, by file and first line, and the check that covers it.
+CHECKS: dict[str, Callable[..., None]] = {
+    'README.md: ./scripts/train.sh # the main job: GRPO on single-turn arith': check_readme_commands,
+    'README.md: # my_run.yaml': check_readme_my_run,
+    'README.md: ./scripts/setup.sh data # prompt files need Hugging Face dat': check_readme_my_run_commands,
+    'README.md: # my_package/my_module.py': check_scale_outcome_pair,
+    'README.md: actor:': check_scale_outcome_pair,
+    'README.md: .venv/bin/python -m areal.cli validate examples/custom_advan': check_shell,
+    'README.md: import torch': check_readme_in_code,
+    'README.md: # verl 0.9.x: the `areal` estimator is registered through ve': check_shell,
+    'README.md: # TRL 1.16: a GRPOTrainer whose advantages come from the pip': check_trl_sketch,
+    'docs/algorithms.md: python -m areal.trainer.main --config examples/presets/rloo.': check_shell,
+    'docs/algorithms.md: .venv/bin/python -m pytest tests/trainer/ppo/test_presets_eq': check_shell,
+    'docs/algorithms.md: python -m areal.trainer.main --config examples/presets/gdpo.': check_shell,
+    'docs/custom-advantage.md: actor:': check_default_pipeline_yaml,
+    'docs/custom-advantage.md: actor: [2]': check_turn_gae_gvpo_yaml,
+    'docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco': check_stage_plugin,
+    'docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco [2]': check_stage_plugin,
+    'docs/custom-advantage.md: .venv/bin/python -m areal.cli validate examples/custom_advan':
+        check_custom_advantage_validate,
+    'docs/distributed.md: .venv/bin/torchrun --nproc_per_node=N -m areal.trainer.main ': check_shell,
+    'docs/distributed.md: # the default GRPO run on 2 ranks, 500 steps, replica checks': check_shell,
+    'docs/distributed.md: # on every node (node0 is any host the others reach; 29500 a': check_distributed_user_config,
+    'docs/distributed.md: {"step": 1, "policy": ["0493f7...", "0493f7..."], "reference': check_checksum_line,
+    'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python ': check_shell,
+    'docs/distributed.md: Root Cause (first observed failure):': check_output,
+    'docs/distributed.md: [areal] rank 1: stopping because rank 0 failed in step 0 > r': check_output,
+    'docs/distributed.md: from areal.trainer.distributed import init_distributed, shar': check_distributed_sketch,
+    'docs/distributed.md: areal.trainer.ppo.actor.WorkerInitError: actor worker initia': check_output,
+    'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python  [2]': check_shell,
+    'docs/distributed.md: error while building the trainer: actor worker initialisatio': check_output,
+    'docs/distributed.md: .venv/bin/python -m pytest tests/trainer/test_distributed_di': check_shell,
+    'docs/distributed.md: CallFailure: PPOActor.compute_advantages: rank 1 failed in a': check_output,
+    'docs/distributed.md: error: rank 1 failed in step 0 > advantages: StageContractEr': check_output,
+    'docs/integrations.md: .venv/bin/pip install -c constraints.txt -e ".[verl]" # verl': check_shell,
+    'docs/integrations.md: [project.entry-points."verl.plugins"]': check_entry_point,
+    'docs/integrations.md: python -m verl.trainer.main_ppo \\': check_shell,
+    'docs/integrations.md: from areal.integrations.verl import patch_compute_advantage': check_verl_patch,
+    'docs/integrations.md: import ray': check_ray_task_runner,
+    'docs/integrations.md: .venv/bin/python examples/integrations/verl_advantage.py': check_shell,
+    'docs/integrations.md: from areal.integrations.trl import AReaLGRPOTrainer': check_trl_sketch,
+    'docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --reps 15 --tensor-': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --table --reps 5 --': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --sizes 256x8192 --': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_call_agreement.py --sizes 64x51': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_advantage.py --threads 1': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_guard.py --rounds 25 # 256 x 81': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_gae_cuda.py # on a CUDA machine': check_shell,
+    'docs/performance.md: pip download --no-deps triton==3.9.0 -d /tmp/triton-wheel &&': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_sampling.py train.num_threads=1': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 # no busy l': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_pipeline.py # whole pipeline vs': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --scenes': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_threads.py --sizes 64 128 256 3': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --rounds': check_shell,
+    'docs/performance.md: .venv/bin/python bench/bench_estimators.py --prompts 128 --s': check_command_then_output,
+    'docs/training.md: ./scripts/train.sh # set up .venv, then train the default co': check_shell,
+    'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp': check_shell,
+    'docs/training.md: $ python -m areal.trainer.main task.name=chess': check_transcript,
+    'docs/training.md: [areal] grpo_arith step 480/500 (96%) | reward 1.000 | succe': check_output,
+    'docs/training.md: [areal] grpo_arith: done, 500/500 steps in 28.2s | reward fi': check_output,
+    'docs/training.md: $ ./scripts/train.sh train.steps=3': check_transcript,
+    'docs/training.md: cd ~/my_project # my_run.yaml, mypkg/, data/train.jsonl': check_your_folder,
+    'docs/training.md: error in step 0 > rollout: RewardFunctionError: reward[0] (e': check_output,
+    'docs/training.md: ./scripts/train.sh train.resume=auto # continue runs/grpo_ar': check_resume_commands,
+    "docs/training.md: # my_experiment.yaml: the seed's snippet on top of the defau": check_my_experiment_yaml,
+    'docs/training.md: .venv/bin/python -m areal.trainer.main --config my_experimen': check_my_experiment_commands,
+    'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp [2]': check_shell,
+    'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/ppo': check_shell,
+    'docs/training.md: examples/real_model/install.sh # gguf + reasoning extras, ll': check_shell,
+    'docs/training.md: areal/api/train_args.py ExperimentConfig: model, critic, tas': check_file_tree,
+    'docs/training.md: task:': check_reasoning_gym_yaml,
+    'docs/training.md: import random': check_max_task,
+    'docs/training.md: from areal.trainer.tasks import Environment, StepResult': check_reach_environment,
+    'docs/training.md: reward:': check_reward_yaml,
+    'docs/training.md: def exact_answer(prompts, completions, answer, **kwargs) -> ': check_exact_answer,
+    'docs/training.md: data: {train: data/train.jsonl, eval: data/test.parquet, pro': check_data_yaml,
+    'docs/training.md: eval: {every: 50, n_prompts: 64}': check_eval_yaml,
+    'docs/training.md: .venv/bin/torchrun --standalone --nproc_per_node=2 -m areal.': check_shell,
+    'docs/training.md: .venv/bin/python -m pytest tests/trainer/test_train_*.py tes': check_shell,
+}
+
+
+def coverage_gaps() -> tuple[list[str], list[str]]:
+    """(blocks without a check, checks without a block)."""
+    found = set(all_snippets())
+    return sorted(found - CHECKS.keys()), sorted(CHECKS.keys() - found)
+
+
+def test_every_snippet_has_a_check():
+    """A new or edited block (a new first line) needs an entry in CHECKS; an entry needs its block."""
+    missing, stale = coverage_gaps()
+    assert not missing, "snippets without a check (add them to CHECKS): " + "; ".join(missing)
+    assert not stale, "checks without a snippet (remove them): " + "; ".join(stale)
+
+
+def test_a_new_block_is_a_gap(tmp_path, monkeypatch):
+    """Blocks in list items (indented fences) count, a repeated first line gets `[2]`, and both are gaps."""
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "DOCS", ["x.md"])
+    (tmp_path / "x.md").write_text("- item\n\n  ```yaml\n  a: 1\n  ```\n\n```yaml\na: 1\n```\n")
+    snippets = all_snippets()
+    assert list(snippets) == ["x.md: a: 1", "x.md: a: 1 [2]"] and snippets["x.md: a: 1"].text == "a: 1\n"
+    missing, stale = coverage_gaps()
+    assert missing == ["x.md: a: 1", "x.md: a: 1 [2]"] and len(stale) == len(CHECKS)
+
+
+@pytest.mark.parametrize("key", sorted(CHECKS))
+def test_snippet(key: str, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    block = all_snippets().get(key)
+    if block is None:
+        pytest.fail(f"no snippet {key!r} any more: remove its entry from CHECKS")
+    check = CHECKS[key]
+    if "monkeypatch" in inspect.signature(check).parameters:
+        check(block, project, monkeypatch)
+    else:
+        check(block, project)
