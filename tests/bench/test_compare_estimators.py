@@ -116,9 +116,9 @@ def test_a_stopped_part_resumes_from_its_checkpoint_and_equals_the_run_in_one_pi
 
 
 def _untimed(row: dict) -> dict:
-    """A metrics row without its wall-clock fields, and without the evaluations (a chunk adds one)."""
+    """A metrics row without its wall-clock and memory fields, and without the evaluations (a chunk adds one)."""
     return {k: v for k, v in row.items() if k not in ("seconds", "elapsed", "tokens_per_s")
-            and not k.startswith(("eval/", "time/"))}
+            and not k.startswith(("eval/", "time/", "throughput/", "memory/"))}
 
 
 def test_bad_arguments_name_the_option(tmp_path: Path):
