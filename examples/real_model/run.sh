@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GRPO on SmolLM2-135M-Instruct with a reasoning-gym task on 2 CPU cores (see README.md here).
+# GRPO on SmolLM2-135M-Instruct, one-digit sums, on 2 CPU cores (see README.md here, docs/benchmarks.md).
 #   examples/real_model/install.sh        # once
 #   examples/real_model/run.sh [key=value ...]
 # Uses the converted folder when install.sh made it, else the GGUF file directly (model.gguf_file).
