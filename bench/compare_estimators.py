@@ -305,7 +305,11 @@ def train_all(runs: list[Run], opts: argparse.Namespace, extra: list[str]) -> in
     started, ran = time.perf_counter(), 0
     for target in targets(opts.steps, opts.chunk_steps):
         for run in runs:
-            if finished(read_jsonl(opts.results), run, opts.steps) or steps_done(run) >= target:
+            if finished(read_jsonl(opts.results), run, opts.steps):
+                continue
+            if steps_done(run) >= target:  # a chunk the script was stopped after, before its row was written
+                if target == opts.steps:
+                    record(run, opts)
                 continue
             if ran and opts.stop_after_hours is not None and \
                     time.perf_counter() - started > opts.stop_after_hours * 3600:
