@@ -507,7 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.chunk_steps == 1 or opts.chunk_steps < 0:
         # a 1-update first chunk would be its own last step: the trainer then skips the evaluation before it
         raise SystemExit(f"--chunk-steps: got {opts.chunk_steps}, expected 0 (whole runs) or at least 2")
-    runs = [Run(opts.tag, name, seed, opts.runs_dir) for name in opts.estimators for seed in opts.seeds]
+    # seed by seed, every estimator in turn: a slow hour of the shared machine falls on all estimators alike
+    runs = [Run(opts.tag, name, seed, opts.runs_dir) for seed in opts.seeds for name in opts.estimators]
     for run in runs:
         write_config(run, opts.config)
     status = train_all(runs, opts, extra)
