@@ -470,7 +470,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), help="presets in examples/presets/")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     p.add_argument("--steps", type=int, default=None, help="updates per run (default: the run config's train.steps)")
-    p.add_argument("--chunk-steps", type=int, default=50, help="updates per round-robin chunk (0: whole runs)")
+    p.add_argument("--chunk-steps", type=int, default=25, help="updates per round-robin chunk (0: whole runs)")
     p.add_argument("--config", type=Path, default=RUN_CONFIG, help="the run every estimator is put on")
     p.add_argument("--model", type=Path, default=MODEL, help="model.path (examples/real_model/install.sh makes it)")
     p.add_argument("--tiny", action="store_true", help="tiny random-init model, a few tokens (the CI check)")
