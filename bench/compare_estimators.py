@@ -305,7 +305,11 @@ def train_all(runs: list[Run], opts: argparse.Namespace, extra: list[str]) -> in
     started, ran = time.perf_counter(), 0
     for target in targets(opts.steps, opts.chunk_steps):
         for run in runs:
-            if finished(read_jsonl(opts.results), run, opts.steps) or steps_done(run) >= target:
+            if finished(read_jsonl(opts.results), run, opts.steps):
+                continue
+            if steps_done(run) >= target:  # a chunk the script was stopped after, before its row was written
+                if target == opts.steps:
+                    record(run, opts)
                 continue
             if ran and opts.stop_after_hours is not None and \
                     time.perf_counter() - started > opts.stop_after_hours * 3600:
@@ -466,7 +470,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), help="presets in examples/presets/")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     p.add_argument("--steps", type=int, default=None, help="updates per run (default: the run config's train.steps)")
-    p.add_argument("--chunk-steps", type=int, default=50, help="updates per round-robin chunk (0: whole runs)")
+    p.add_argument("--chunk-steps", type=int, default=25, help="updates per round-robin chunk (0: whole runs)")
     p.add_argument("--config", type=Path, default=RUN_CONFIG, help="the run every estimator is put on")
     p.add_argument("--model", type=Path, default=MODEL, help="model.path (examples/real_model/install.sh makes it)")
     p.add_argument("--tiny", action="store_true", help="tiny random-init model, a few tokens (the CI check)")
@@ -503,7 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.chunk_steps == 1 or opts.chunk_steps < 0:
         # a 1-update first chunk would be its own last step: the trainer then skips the evaluation before it
         raise SystemExit(f"--chunk-steps: got {opts.chunk_steps}, expected 0 (whole runs) or at least 2")
-    runs = [Run(opts.tag, name, seed, opts.runs_dir) for name in opts.estimators for seed in opts.seeds]
+    # seed by seed, every estimator in turn: a slow hour of the shared machine falls on all estimators alike
+    runs = [Run(opts.tag, name, seed, opts.runs_dir) for seed in opts.seeds for name in opts.estimators]
     for run in runs:
         write_config(run, opts.config)
     status = train_all(runs, opts, extra)

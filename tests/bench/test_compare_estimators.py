@@ -126,3 +126,17 @@ def test_bad_arguments_name_the_option(tmp_path: Path):
     assert proc.returncode != 0 and "--estimators: no preset" in proc.stderr
     proc = _run(tmp_path, "--chunk-steps", "1", "--steps", "2")
     assert proc.returncode != 0 and "--chunk-steps: got 1" in proc.stderr
+
+
+def test_a_run_stopped_after_its_last_chunk_gets_its_row_without_training(tmp_path: Path):
+    args = ("--estimators", "rloo", "--seeds", "3", "--steps", "2", "--chunk-steps", "0", "--tag", "late")
+    first = _run(tmp_path, *args, "--keep-checkpoints")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (written,) = _rows(tmp_path)
+    (tmp_path / "results.jsonl").unlink()  # as if the script had been stopped between the chunk and its row
+    again = _run(tmp_path, *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "python -m areal.trainer.main" not in again.stdout  # the checkpoint holds every update: no training
+    (row,) = _rows(tmp_path)
+    assert row["curve"] == written["curve"] and row["step_seconds"] == written["step_seconds"]
+    assert not list((tmp_path / "runs" / "late" / "rloo" / "seed3" / "checkpoints").glob("step_*"))
