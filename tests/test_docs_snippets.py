@@ -502,7 +502,7 @@ def check_trl_sketch(snippet: Snippet, project: Project) -> None:
 
 def check_distributed_sketch(snippet: Snippet, project: Project) -> None:
     """The per-rank loop needs torchrun and a rollout: imports resolve and the methods it calls exist."""
-    from areal.trainer.distributed import DistContext
+    from areal.trainer.parallel.distributed import DistContext
     from areal.trainer.ppo.actor import PPOActor
 
     _check_imports(snippet.text)
@@ -584,7 +584,7 @@ def check_my_experiment_commands(snippet: Snippet, project: Project) -> None:
 
 def check_resume_commands(snippet: Snippet, project: Project) -> None:
     """The resume commands load; the checkpoint path they name is made here (a folder with a manifest)."""
-    from areal.trainer.checkpoint import MANIFEST
+    from areal.utils.checkpoint_folders import MANIFEST
 
     for words in _commands(snippet.text):
         for word in words:
@@ -624,7 +624,7 @@ def check_max_task(snippet: Snippet, project: Project) -> None:
 
 def check_reach_environment(snippet: Snippet, project: Project) -> None:
     """The environment sketch (its step body elided): the class is an Environment, reset and step run."""
-    from areal.trainer.tasks import Environment, StepResult
+    from areal.trainer.rollout.tasks import Environment, StepResult
 
     namespace: dict[str, Any] = {}
     exec(compile(snippet.text, "training.md", "exec"), namespace)
@@ -741,7 +741,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python ': check_shell,
     'docs/distributed.md: Root Cause (first observed failure):': check_output,
     'docs/distributed.md: [areal] rank 1: stopping because rank 0 failed in step 0 > r': check_output,
-    'docs/distributed.md: from areal.trainer.distributed import init_distributed, shar': check_distributed_sketch,
+    'docs/distributed.md: from areal.trainer.parallel.distributed import init_distributed, shar': check_distributed_sketch,
     'docs/distributed.md: areal.trainer.ppo.actor.WorkerInitError: actor worker initia': check_output,
     'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python  [2]': check_shell,
     'docs/distributed.md: error while building the trainer: actor worker initialisatio': check_output,
@@ -790,7 +790,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/training.md: areal/api/train_args.py ExperimentConfig: model, critic, tas': check_file_tree,
     'docs/training.md: task:': check_reasoning_gym_yaml,
     'docs/training.md: import random': check_max_task,
-    'docs/training.md: from areal.trainer.tasks import Environment, StepResult': check_reach_environment,
+    'docs/training.md: from areal.trainer.rollout.tasks import Environment, StepResult': check_reach_environment,
     'docs/training.md: reward:': check_reward_yaml,
     'docs/training.md: def exact_answer(prompts, completions, answer, **kwargs) -> ': check_exact_answer,
     'docs/training.md: data: {train: data/train.jsonl, eval: data/test.parquet, pro': check_data_yaml,

@@ -9,8 +9,8 @@ import pytest
 
 from areal.api.cli_args import load_config
 from areal.api.config_checks import ConfigError
-from areal.trainer.codec import ChatCodec
-from areal.trainer.trainer import Trainer
+from areal.trainer.lm.codec import ChatCodec
+from areal.trainer.run.loop import Trainer
 from checkpoint_factory import build_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from areal.trainer.cpu_threads import (
+from areal.trainer.parallel.cpu_threads import (
     SMALL_MODEL_PARAMS,
     CpuSample,
     apply_num_threads,
@@ -20,7 +20,7 @@ from areal.trainer.cpu_threads import (
     local_world_size,
     usable_cores,
 )
-from areal.trainer.launch_env import prefer_passive_waiting
+from areal.trainer.parallel.launch_env import prefer_passive_waiting
 
 
 @pytest.mark.parametrize("cores,ranks,expected", [(2, 1, 2), (2, 2, 1), (16, 3, 5), (1, 4, 1), (8, 8, 1)])
@@ -54,7 +54,7 @@ def test_a_fresh_process_keeps_torch_at_the_applied_count() -> None:
     import subprocess
     import sys
 
-    code = ("import torch; from areal.trainer.cpu_threads import apply_num_threads; "
+    code = ("import torch; from areal.trainer.parallel.cpu_threads import apply_num_threads; "
             "torch.get_num_threads(); apply_num_threads(1); print(torch.get_num_threads())")  # torch in use first
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -71,7 +71,7 @@ def test_a_small_model_gets_one_thread_a_larger_one_the_cores_per_rank(cores, ra
 
 def test_the_trainer_picks_by_the_policy_size_and_train_num_threads_still_wins(tmp_path) -> None:
     from areal.api.cli_args import load_config
-    from areal.trainer.trainer import Trainer
+    from areal.trainer.run.loop import Trainer
 
     before = torch.get_num_threads()
     tiny = ["model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64", f"output.dir={tmp_path}"]
@@ -101,7 +101,7 @@ def test_the_entry_point_sets_it_before_torch_loads(entry: str) -> None:
     import subprocess
     import sys
 
-    code = ("import sys, areal.trainer.launch_env as le; real = le.prefer_passive_waiting\n"
+    code = ("import sys, areal.trainer.parallel.launch_env as le; real = le.prefer_passive_waiting\n"
             "def spy(*a):\n    print('torch already loaded:', 'torch' in sys.modules); return real(*a)\n"
             "le.prefer_passive_waiting = spy\n"
             f"import {entry}, os; print(os.environ.get('OMP_WAIT_POLICY'))")

@@ -14,7 +14,7 @@ if str(HERE) not in sys.path:
 from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
 
 from areal.api.cli_args import load_config  # noqa: E402
-from areal.trainer.trainer import Trainer  # noqa: E402
+from areal.trainer.run.loop import Trainer  # noqa: E402
 
 CONFIG = ROOT / "examples" / "custom_task" / "single_turn.yaml"
 TINY = ["train.steps=2", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",

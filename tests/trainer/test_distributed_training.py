@@ -32,14 +32,14 @@ from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
 
 from areal.api.cli_args import PPOActorConfig  # noqa: E402
 from areal.api.train_args import CriticConfig, ModelConfig  # noqa: E402
-from areal.trainer.distributed import DistContext, assign_prompts_to_ranks  # noqa: E402
+from areal.trainer.parallel.distributed import DistContext, assign_prompts_to_ranks  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 
-from areal.trainer.engine import NonFiniteLossError, PolicyEngine, ValueEngine, full_state_dict  # noqa: E402
-from areal.trainer.model import build_critic, build_policy  # noqa: E402
+from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, full_state_dict  # noqa: E402
+from areal.trainer.lm.model import build_critic, build_policy  # noqa: E402
 from areal.trainer.ppo.critic import PPOCritic  # noqa: E402
 from areal.trainer.ppo.update import ppo_update  # noqa: E402
-from areal.trainer.checksum import module_checksum  # noqa: E402
+from areal.trainer.parallel.checksum import module_checksum  # noqa: E402
 
 JOB_TIMEOUT_S = 360  # generous: the 2 CPU cores are shared (a 30 s job took > 240 s under load 11); a hang still fails
 TINY = ["train.steps=2", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
@@ -232,7 +232,7 @@ def _state_round_trip(result: dict[str, object], ctx: DistContext, parallel: str
 
 def _update_worker(out_dir: str, modes: list[str]) -> None:
     """Each mode's updates in turn, in one process group, into `out_dir/<mode>/`."""
-    from areal.trainer.distributed import destroy, init_distributed
+    from areal.trainer.parallel.distributed import destroy, init_distributed
 
     torch.set_num_threads(1)
     ctx = init_distributed(timeout=60)

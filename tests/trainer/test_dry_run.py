@@ -9,7 +9,7 @@ import torch
 
 from areal.api.cli_args import load_config
 from areal.cli import main
-from areal.trainer.dry_run import synthetic_batch
+from areal.trainer.run.dry_run import synthetic_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.yaml"))
@@ -141,9 +141,9 @@ def test_the_reward_dry_run_reports_what_it_scored(capsys):
 
 def test_the_dry_run_scores_as_a_training_step_does():
     """The same components, values and row order as `RewardSet.score` inside a rollout."""
-    from areal.trainer.dry_run import DUMMY_COMPLETIONS, dry_run_rewards, reward_rows
-    from areal.trainer.preflight import preflight_runtime
-    from areal.trainer.task_setup import resolve_task_parts
+    from areal.trainer.run.dry_run import DUMMY_COMPLETIONS, dry_run_rewards, reward_rows
+    from areal.trainer.run.preflight import preflight_runtime
+    from areal.trainer.run.task_setup import resolve_task_parts
 
     cfg = load_config(DATASET, ["reward=[{implementation: dry_run_plugins.reward_answer_or_default}, "
                                 "{implementation: examples.custom_task.rewards.brevity, kwargs: {max_chars: 1}}]"])

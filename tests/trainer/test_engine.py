@@ -1,4 +1,4 @@
-"""Engines in one process (areal.trainer.engine); the DDP / FSDP2 paths run in test_distributed_training.py."""
+"""Engines in one process (areal.trainer.parallel.engine); the DDP / FSDP2 paths run in test_distributed_training.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 
 from areal.api.cli_args import ConfigError, load_config
 from areal.api.train_args import ModelConfig
-from areal.trainer.engine import NonFiniteLossError, PolicyEngine, ValueEngine, _block_class_names, full_state_dict
+from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, _block_class_names, full_state_dict
 from areal.trainer.main import DEFAULT_CONFIG
-from areal.trainer.model import build_critic, build_policy
+from areal.trainer.lm.model import build_critic, build_policy
 
 SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 MODEL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)

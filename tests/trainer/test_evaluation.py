@@ -10,9 +10,9 @@ import torch
 
 from areal.api.cli_args import load_config
 from areal.api.train_args import EvalConfig
-from areal.trainer.evaluation import Evaluator, eval_rows_from_task
-from areal.trainer.metrics import read_metrics
-from areal.trainer.trainer import Trainer
+from areal.trainer.run.evaluation import Evaluator, eval_rows_from_task
+from areal.trainer.run.metrics import read_metrics
+from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",

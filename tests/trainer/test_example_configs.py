@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from areal.api.cli_args import config_to_dict, load_config
-from areal.trainer.trainer import Trainer
+from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = sorted((ROOT / "examples").rglob("*.yaml"))

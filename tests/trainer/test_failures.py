@@ -1,4 +1,4 @@
-"""The cross-rank failure protocol (`areal.trainer.failures`), in one process on a real TCPStore.
+"""The cross-rank failure protocol (`areal.trainer.parallel.failures`), in one process on a real TCPStore.
 
 Each "rank" is a `FailureWatch` with its own store clients; the torchrun tests in
 test_distributed_failures.py run the same protocol across processes.
@@ -20,8 +20,8 @@ import pytest
 import torch.distributed as dist
 from dist_launch import free_port
 
-from areal.trainer import failures
-from areal.trainer.failures import FailureReport, FailureWatch, PeerFailure, RankFailure, report_for, stage, staged
+from areal.trainer.parallel import failures
+from areal.trainer.parallel.failures import FailureReport, FailureWatch, PeerFailure, RankFailure, report_for, stage, staged
 
 TIMEOUT_S = 1.0
 
@@ -228,7 +228,7 @@ def test_watcher_stops_quietly_when_the_store_goes_away() -> None:
 
 
 # ---------------------------------------------------------------------------
-# a collective that failed because of a gone or silent peer (areal.trainer.peer_progress)
+# a collective that failed because of a gone or silent peer (areal.trainer.parallel.peer_progress)
 # ---------------------------------------------------------------------------
 
 GLOO_CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
@@ -250,7 +250,7 @@ def _raised_in(path: tuple[str, ...], exc: BaseException) -> BaseException:
 
 
 def test_collective_failures_are_told_from_user_errors_that_mention_timeouts() -> None:
-    from areal.trainer.peer_progress import GONE, SILENT, collective_failure
+    from areal.trainer.parallel.peer_progress import GONE, SILENT, collective_failure
 
     assert collective_failure(RuntimeError(GLOO_CLOSED)) == GONE
     assert collective_failure(RuntimeError(GLOO_TIMEOUT)) == SILENT
@@ -269,7 +269,7 @@ def test_collective_failures_are_told_from_user_errors_that_mention_timeouts() -
 
 
 def test_suspects_are_peers_elsewhere_and_stalled_ones_have_a_still_beat() -> None:
-    from areal.trainer.peer_progress import Stamp, stalled, suspects
+    from areal.trainer.parallel.peer_progress import Stamp, stalled, suspects
 
     stamps = {0: Stamp("step 1 > policy update", 9), 1: Stamp("step 1 > rollout", 4), 2: Stamp(None, 0),
               3: Stamp("step 1 > policy update", 7)}
@@ -376,7 +376,7 @@ from datetime import timedelta
 import torch.distributed as dist
 sys.path.insert(0, {here!r})
 from dist_launch import free_port
-from areal.trainer.failures import FailureWatch
+from areal.trainer.parallel.failures import FailureWatch
 port = free_port()
 server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
 clients = [dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]
@@ -423,7 +423,7 @@ from datetime import timedelta
 import torch.distributed as dist
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 from dist_launch import free_port
-from areal.trainer.failures import FailureReport, FailureWatch
+from areal.trainer.parallel.failures import FailureReport, FailureWatch
 port = free_port()
 server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
 clients = [dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from areal.api.cli_args import load_config
-from areal.trainer.loggers import open_loggers
-from areal.trainer.metrics import read_metrics
-from areal.trainer.trainer import Trainer
+from areal.trainer.run.loggers import open_loggers
+from areal.trainer.run.metrics import read_metrics
+from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"

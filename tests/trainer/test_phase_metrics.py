@@ -1,4 +1,4 @@
-"""Per-phase timings, throughputs and peak memory in every metrics row (areal.trainer.metrics.PhaseTimer).
+"""Per-phase timings, throughputs and peak memory in every metrics row (areal.trainer.run.metrics.PhaseTimer).
 
 * every row carries `time/<phase>` for each phase, `time/step`, the sampling and training throughputs
   and `memory/peak_rss_gib`, in metrics.jsonl and TensorBoard, and the progress line shows them;
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from areal.api.cli_args import load_config
-from areal.trainer.metrics import PHASES, PhaseTimer, is_wall_clock, peak_memory_metrics, read_metrics
-from areal.trainer.progress import Progress, progress_line
-from areal.trainer.trainer import Trainer
+from areal.trainer.run.metrics import PHASES, PhaseTimer, is_wall_clock, peak_memory_metrics, read_metrics
+from areal.trainer.run.progress import Progress, progress_line
+from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"

@@ -54,7 +54,7 @@ def test_remax_without_greedy_baseline_names_the_missing_field(tmp_path, capsys)
 
 def test_remax_trains_once_the_rollout_adds_baselines(tmp_path, monkeypatch):
     """The rest of the path works: a stand-in baseline (the group's mean reward) instead of the greedy one."""
-    from areal.trainer.trainer import Trainer
+    from areal.trainer.run.loop import Trainer
 
     rollout = Trainer.rollout
 

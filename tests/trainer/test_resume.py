@@ -23,10 +23,10 @@ import torch
 from dist_launch import clean_env
 
 from areal.api.cli_args import load_config
-from areal.trainer.checkpoint import latest_checkpoint
+from areal.utils.checkpoint_folders import latest_checkpoint
 from areal.trainer.main import main
-from areal.trainer.metrics import is_wall_clock, read_metrics
-from areal.trainer.trainer import Trainer
+from areal.trainer.run.metrics import is_wall_clock, read_metrics
+from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "ppo_token_gae.yaml"
@@ -149,7 +149,7 @@ def _check_tensorboard(run_dir: Path, reference: Path) -> None:
 
 _KILL_IN_SAVE = """
 import os, signal, sys
-from areal.trainer import checkpoint
+from areal.utils import checkpoint_folders as checkpoint
 real = checkpoint._fsync_tree
 def fsync_tree(folder):
     if folder.name.startswith(".tmp-step_4-"):  # every file of step 4 written, nothing published yet

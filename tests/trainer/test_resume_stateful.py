@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from areal.api.cli_args import load_config
-from areal.trainer.metrics import is_wall_clock, read_metrics
-from areal.trainer.trainer import Trainer
+from areal.trainer.run.metrics import is_wall_clock, read_metrics
+from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "examples" / "presets"

@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from areal.api.cli_args import load_config
-from areal.trainer.rollout import export_episodes, export_turn_rows
-from areal.trainer.stage_fields import anchor_key
-from areal.trainer.tasks.guess import GuessEnvironment
-from areal.trainer.tasks.runtime import TaskError
-from areal.trainer.trainer import Trainer
+from areal.trainer.rollout.episodes import export_episodes, export_turn_rows
+from areal.trainer.rollout.stage_fields import anchor_key
+from areal.trainer.rollout.tasks.guess import GuessEnvironment
+from areal.trainer.rollout.tasks.runtime import TaskError
+from areal.trainer.run.loop import Trainer
 from runtime_helpers import make_runtime, run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Sampling through transformers `generate` (`areal.trainer.sampling`).
+"""Sampling through transformers `generate` (`areal.trainer.lm.sampling`).
 
 * greedy decoding equals a plain reference loop (one full forward per token, each row unpadded) for
   several architectures and attention kernels, with per-row caps, stop tokens and left padding;
@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig
 
 from areal.api.train_args import ModelConfig
-from areal.trainer.model import build_policy
-from areal.trainer.sampling import Continuation, neutral_generation_config, sample_continuations
-from areal.trainer.tokenizer import build_word_tokenizer
+from areal.trainer.lm.model import build_policy
+from areal.trainer.lm.sampling import Continuation, neutral_generation_config, sample_continuations
+from areal.trainer.lm.tokenizer import build_word_tokenizer
 
 torch.set_num_threads(2)
 

@@ -23,8 +23,8 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from areal.api.cli_args import load_config
-from areal.trainer.rollout import EpisodeRecord, collect_episodes
-from areal.trainer.trainer import Trainer
+from areal.trainer.rollout.episodes import EpisodeRecord, collect_episodes
+from areal.trainer.run.loop import Trainer
 from checkpoint_factory import build_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]

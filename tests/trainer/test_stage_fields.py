@@ -19,8 +19,8 @@ import torch
 
 from areal.api.cli_args import load_config
 from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.stage_fields import add_prompt_keys, behaviour_entropy, prompt_key, stage_batch_fields
-from areal.trainer.trainer import Trainer
+from areal.trainer.rollout.stage_fields import add_prompt_keys, behaviour_entropy, prompt_key, stage_batch_fields
+from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "examples" / "presets"
@@ -39,7 +39,7 @@ def test_prompt_keys_are_stable_and_distinguish_prompts():
     keys = {prompt_key(Problem(a, b)) for a in range(5) for b in range(5)}
     assert len(keys) == 25
     assert prompt_key({"question": "1+1", "answer": 2}) == prompt_key({"answer": 2, "question": "1+1"})
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from areal.trainer.stage_fields import prompt_key;"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from areal.trainer.rollout.stage_fields import prompt_key;"
             "print(prompt_key({'question': 'x', 'n': [1, 2]}))")
     other = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, check=True)
     assert int(other.stdout) == prompt_key({"question": "x", "n": [1, 2]})  # not Python's salted hash

@@ -40,8 +40,8 @@ def test_two_ranks_agree_on_the_stage_state(tmp_path: Path, preset: str) -> None
 
 
 def test_a_checkpoint_refuses_ranks_whose_stage_states_differ(monkeypatch: pytest.MonkeyPatch) -> None:
-    from areal.trainer import trainer_state
-    from areal.trainer.checkpoint import CheckpointError
+    from areal.trainer.run import trainer_state
+    from areal.utils.checkpoint_folders import CheckpointError
 
     class Actor:
         def state_fingerprints(self):

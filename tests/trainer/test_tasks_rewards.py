@@ -9,9 +9,9 @@ import pytest
 from areal.api.config_checks import ConfigError
 from areal.api.task_specs import build_task_spec
 from areal.api.train_args import TaskConfig
-from areal.trainer.tasks import make_task
-from areal.trainer.tasks.arith import arith_answer, arith_reward
-from areal.trainer.tasks.guess import feedback_word, is_consistent, parse_guess
+from areal.trainer.rollout.tasks import make_task
+from areal.trainer.rollout.tasks.arith import arith_answer, arith_reward
+from areal.trainer.rollout.tasks.guess import feedback_word, is_consistent, parse_guess
 from runtime_helpers import make_runtime
 
 

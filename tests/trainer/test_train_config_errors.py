@@ -43,7 +43,7 @@ def test_bad_override_names_the_field(override: str, field: str) -> None:
 
 def test_process_shaping_without_process_rewards_loads_but_warns(tmp_path: Path,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    from areal.trainer.trainer import Trainer
+    from areal.trainer.run.loop import Trainer
 
     cfg = load_config(ROOT / "examples" / "guess_gvpo.yaml", ["rollout.prm.enabled=false", f"output.dir={tmp_path}"])
     with caplog.at_level("WARNING", logger="areal.trainer"):

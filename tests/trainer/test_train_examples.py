@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from areal.api.cli_args import load_config
-from areal.trainer.trainer import Trainer
+from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from areal.api.cli_args import PPOActorConfig, load_config
 from areal.api.train_args import ModelConfig
-from areal.trainer.checkpoint import CheckpointError
-from areal.trainer.checksum import module_checksum
+from areal.utils.checkpoint_folders import CheckpointError
+from areal.trainer.parallel.checksum import module_checksum
 from areal.trainer.main import main
-from areal.trainer.model import build_critic, build_policy
+from areal.trainer.lm.model import build_critic, build_policy
 from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.trainer import Trainer
-from areal.trainer.trainer_state import capture_rng, load_module, restore_rng, save_module
+from areal.trainer.run.loop import Trainer
+from areal.trainer.run.trainer_state import capture_rng, load_module, restore_rng, save_module
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
@@ -185,6 +185,6 @@ def test_a_finished_run_resumes_to_nothing_to_do(tmp_path: Path, checkpoint: Pat
 
 
 def result_rows(path: Path) -> list[dict]:
-    from areal.trainer.metrics import read_metrics
+    from areal.trainer.run.metrics import read_metrics
 
     return read_metrics(path)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from areal.api.cli_args import ConfigError, PPOActorConfig
-from areal.trainer.failures import staged
+from areal.trainer.parallel.failures import staged
 from areal.trainer.ppo.advantage import CallOptions, ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
 from areal.trainer.ppo.batch_checks import BatchError
 from areal.trainer.ppo.contracts import StageContractError, differences

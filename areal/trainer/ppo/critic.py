@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from areal.api.train_args import CriticConfig
-from areal.trainer.engine import ValueEngine
-from areal.trainer.failures import staged
+from areal.trainer.parallel.engine import ValueEngine
+from areal.trainer.parallel.failures import staged
 from areal.trainer.ppo.loss import clipped_value_loss
 from areal.trainer.ppo.update import plan_minibatches
 

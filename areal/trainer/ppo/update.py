@@ -15,7 +15,7 @@ shares summing to it. The engine turns shares into what DDP's / FSDP2's
 gradient *average* needs (x world size, `engine.backward_scale`), so the
 reduced gradient is that of the token mean over the union of the ranks' k-th
 minibatches, exactly what one process computes when that union is its k-th
-minibatch (see `areal.trainer.distributed.assign_prompts_to_ranks` for when it
+minibatch (see `areal.trainer.parallel.distributed.assign_prompts_to_ranks` for when it
 is). Returned statistics are global on every rank.
 """
 
@@ -30,14 +30,14 @@ import torch
 import torch.distributed as dist
 
 from areal.api.cli_args import PPOActorConfig
-from areal.trainer.distributed import DistContext, all_reduce_tensor
+from areal.trainer.parallel.distributed import DistContext, all_reduce_tensor
 from areal.trainer.ppo.loss import masked_mean, ppo_policy_loss
 
 _REQUIRED = ("input_ids", "attention_mask", "loss_mask", "logprobs", "advantages")
 
 
 class PolicyEngineLike(Protocol):
-    """What the update needs from an engine (see `areal.trainer.engine.PolicyEngine`).
+    """What the update needs from an engine (see `areal.trainer.parallel.engine.PolicyEngine`).
 
     An engine whose `forward_logprobs` takes `wanted` gets the aligned loss
     mask there and may compute only those positions (the loss reads no other);
