@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from areal.api.cli_args import PPOActorConfig
-from areal.trainer.ppo.loss import clipped_value_loss, masked_mean, ppo_policy_loss
-from areal.trainer.ppo.update import minibatch_slices, ppo_update
+from areal.trainer.ppo.training.loss import clipped_value_loss, masked_mean, ppo_policy_loss
+from areal.trainer.ppo.training.update import minibatch_slices, ppo_update
 
 
 def _loss(logp, prox, adv, mask, **kw):

@@ -1,6 +1,6 @@
 """Model + optimiser engines on torch's data-parallel engines: aligned forwards, one clipped AdamW step.
 
-`PolicyEngine` is what `areal.trainer.ppo.update.ppo_update` drives and what
+`PolicyEngine` is what `areal.trainer.ppo.training.update.ppo_update` drives and what
 `PPOActor(config, engine)` holds; `ValueEngine` does the same for the critic.
 All per-position outputs are next-token aligned: position t refers to the
 prediction of token t+1 (the last column is 0).
@@ -20,7 +20,7 @@ Data parallelism (`train.parallel`, only when the engine gets a live `DistContex
   refreshed from the shards by `sync_rollout_model()` (one all-gather).
 
 Loss scaling: the losses passed in are each rank's *share* of the global loss
-(`areal.trainer.ppo.update` scales them by local / global active tokens, so the
+(`areal.trainer.ppo.training.update` scales them by local / global active tokens, so the
 shares sum to the global token mean). DDP and FSDP average gradients over the W
 ranks, so the engine backpropagates `share * W` (`backward_scale`): the reduced
 gradient is then the gradient of the global token mean, as in one process.

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from areal.trainer.ppo.aux_fields import BATCH_FIELDS_ATTRIBUTE, declared_fields
+from areal.trainer.ppo.checks.aux_fields import BATCH_FIELDS_ATTRIBUTE, declared_fields
 
 __all__ = ["BATCH_FIELDS_ATTRIBUTE", "add_prompt_keys", "anchor_key", "behaviour_entropy", "prompt_key",
            "reward_components", "stage_batch_fields"]

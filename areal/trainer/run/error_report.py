@@ -25,8 +25,8 @@ ERROR_LOG = "error.log"
 
 def user_code_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message already names the user's function, row and exception."""
-    from areal.trainer.ppo.batch_checks import BatchError
-    from areal.trainer.ppo.contracts import StageContractError
+    from areal.trainer.ppo.checks.batch_checks import BatchError
+    from areal.trainer.ppo.checks.contracts import StageContractError
     from areal.trainer.ppo.gae import LambdaFunctionError
     from areal.trainer.ppo.output_guard import NonFiniteOutputError
     from areal.trainer.ppo.stage_state import StageStateError

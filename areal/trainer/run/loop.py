@@ -50,7 +50,7 @@ from areal.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metr
 from areal.trainer.lm.model import build_critic, build_policy, frozen_copy, special_ids
 from areal.trainer.run.plot import plot_curves
 from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.critic import PPOCritic
+from areal.trainer.ppo.training.critic import PPOCritic
 from areal.trainer.run.progress import Progress
 from areal.trainer.rollout.episodes import (
     EpisodeRecord,

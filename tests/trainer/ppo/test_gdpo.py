@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from areal.api.cli_args import PPOActorConfig, load_config
 from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.contracts import StageContractError
+from areal.trainer.ppo.checks.contracts import StageContractError
 from areal.utils.data import RolloutGroup, concat_batch
 
 PRESETS = Path(__file__).resolve().parents[3] / "examples" / "presets"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from areal.trainer.ppo.gae import GAELambdaContext, compute_gae_lambda
-from areal.trainer.ppo.lambda_fn import (
+from areal.trainer.ppo.estimators.lambda_fn import (
     BUILTIN_LAMBDAS,
     constant,
     relative_position,

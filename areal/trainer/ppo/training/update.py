@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from areal.api.cli_args import PPOActorConfig
 from areal.trainer.parallel.distributed import DistContext, all_reduce_tensor
-from areal.trainer.ppo.loss import masked_mean, ppo_policy_loss
+from areal.trainer.ppo.training.loss import masked_mean, ppo_policy_loss
 
 _REQUIRED = ("input_ids", "attention_mask", "loss_mask", "logprobs", "advantages")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from areal.trainer.ppo.batch_checks import BatchError, all_finite
+from areal.trainer.ppo.checks.batch_checks import BatchError, all_finite
 
 __all__ = ["ANCHOR_IDS", "AUX_FIELDS", "TOKEN_ENTROPY", "aligned_anchor_ids", "aligned_token_entropy",
            "check_aux_fields", "declared_fields", "stage_reads"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .gae import GAELambdaContext
+from areal.trainer.ppo.gae import GAELambdaContext
 
 __all__ = ["BUILTIN_LAMBDAS", "constant", "relative_position", "vapo_length_adaptive"]
 

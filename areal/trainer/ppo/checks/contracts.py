@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from areal.trainer.ppo.batch_checks import BatchError, all_finite
+from areal.trainer.ppo.checks.batch_checks import BatchError, all_finite
 from areal.trainer.ppo.stage_types import ALLOWED_EXTRAS, AdvantageResult, OutcomeResult, TemporalResult
 
 

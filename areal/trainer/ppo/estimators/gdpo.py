@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from areal.trainer.ppo.peer_algorithms import logical_rollouts
-from areal.trainer.ppo.reward_components import component_weights
-from areal.trainer.ppo.rewards import logical_layout
+from areal.trainer.ppo.estimators.peer_algorithms import logical_rollouts
+from areal.trainer.ppo.rewards.components import component_weights
+from areal.trainer.ppo.rewards.scores import logical_layout
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
 
 __all__ = ["gdpo", "OUTCOME"]

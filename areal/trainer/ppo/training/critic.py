@@ -6,7 +6,7 @@ predicting token t+1), which is what `PPOActor.compute_advantages` expects in
 aligned loss mask.
 
 Under data parallelism the update follows the policy update's rules
-(`areal.trainer.ppo.update.plan_minibatches`): the same number of minibatches
+(`areal.trainer.ppo.training.update.plan_minibatches`): the same number of minibatches
 on every rank, losses scaled by local / global active tokens, gradients
 reduced by the engine's DDP / FSDP2 module, statistics global on every rank.
 """
@@ -21,8 +21,8 @@ import torch
 from areal.api.train_args import CriticConfig
 from areal.trainer.parallel.engine import ValueEngine
 from areal.trainer.parallel.failures import staged
-from areal.trainer.ppo.loss import clipped_value_loss
-from areal.trainer.ppo.update import plan_minibatches
+from areal.trainer.ppo.training.loss import clipped_value_loss
+from areal.trainer.ppo.training.update import plan_minibatches
 
 
 class PPOCritic:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import NormConfig, PPOActorConfig
-from areal.trainer.ppo.contracts import ResolvedStage, StageContractError
+from areal.trainer.ppo.checks.contracts import ResolvedStage, StageContractError
 from areal.trainer.ppo.stage_types import OutcomeResult
 from areal.utils.data import Normalization, TrajBatchMeta
 

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import PPOActorConfig
-from areal.trainer.ppo.batch_checks import BatchError
-from areal.trainer.ppo.contracts import ResolvedStage, StageContractError
-from areal.trainer.ppo.rewards import apply_length_penalty, overlong_penalty
+from areal.trainer.ppo.checks.batch_checks import BatchError
+from areal.trainer.ppo.checks.contracts import ResolvedStage, StageContractError
+from areal.trainer.ppo.rewards.scores import apply_length_penalty, overlong_penalty
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
 from areal.utils.data import TrajBatchMeta
 
@@ -129,5 +129,5 @@ def check_reduced(stage: ResolvedStage, result: Any, inputs: OutcomeRewardInputs
             stage.stage, stage.implementation,
             f"rewards: returned shape {tuple(rewards.shape)}; the batch has {components.shape[1]} reward components "
             f"per row ({list(inputs.meta.reward_keys or ())}) and the stage must reduce them to one reward per row "
-            "(shape (B,)), e.g. with areal.trainer.ppo.reward_components.weighted_sum(inputs)",
+            "(shape (B,)), e.g. with areal.trainer.ppo.rewards.components.weighted_sum(inputs)",
         )

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from areal.trainer.ppo import gae as gae_kernels
-from areal.trainer.ppo.rewards import logical_layout
+from areal.trainer.ppo.rewards.scores import logical_layout
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs, TemporalInputs, TemporalResult
 from areal.utils.call_agreement import before_collective
 

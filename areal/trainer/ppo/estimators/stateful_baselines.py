@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from areal.trainer.ppo.peer_algorithms import LogicalRollouts, logical_rollouts
-from areal.trainer.ppo.prompt_table import group_prompt_keys, table_lookup, table_merge
+from areal.trainer.ppo.estimators.peer_algorithms import LogicalRollouts, logical_rollouts
+from areal.trainer.ppo.estimators.prompt_table import group_prompt_keys, table_lookup, table_merge
 from areal.trainer.ppo.stage_state import StageState, distributed_world, gather_rows
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
 from areal.utils.call_agreement import before_collective
