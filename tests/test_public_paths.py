@@ -1,4 +1,5 @@
-"""Every import path a user is shown keeps importing: the seed's modules, README and docs names, entry points.
+"""Every import path a user is shown keeps importing: the seed's modules, README and docs names, entry points,
+and the dotted paths the package itself names in strings (the built-in task registry).
 
 The documented names are read from README.md and docs/*.md at test time (dotted `areal.…` paths and
 `from areal… import …` lines), so a page that shows a path which no longer imports fails here, and so
@@ -8,6 +9,7 @@ as re-exports for plugins are listed by hand: they must keep working whatever th
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import tomllib
@@ -17,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: The example configs and their READMEs: `implementation:` strings and commands that name `areal.…` paths.
+EXAMPLES = sorted(p for pattern in ("*.yaml", "*.md") for p in (ROOT / "examples").rglob(pattern))
 
 #: The seed's module paths and the public names a user's plugin imports from them.
 SEED = [
@@ -70,7 +74,7 @@ def resolve(path: str) -> object:
 
 def _page_paths() -> list[tuple[str, str]]:
     found = set()
-    for page in PAGES:
+    for page in PAGES + EXAMPLES:
         found.update((page.relative_to(ROOT).as_posix(), p) for p in documented_paths(page.read_text()))
     return sorted(found)
 
@@ -80,6 +84,20 @@ def _entry_points() -> list[str]:
     targets = list(project.get("scripts", {}).values())
     targets += [t for group in project.get("entry-points", {}).values() for t in group.values()]
     return [t.replace(":", ".") for t in targets]
+
+
+def _source_strings() -> list[str]:
+    """String constants in `areal/` that are dotted `areal.…` paths (registries, e.g. the built-in tasks),
+    logger names aside."""
+    found = set()
+    for path in sorted((ROOT / "areal").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        loggers = {id(call.args[0]) for call in ast.walk(tree) if isinstance(call, ast.Call) and call.args
+                   and getattr(call.func, "attr", "") == "getLogger"}
+        found.update(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                     and isinstance(node.value, str) and re.fullmatch(r"areal(\.\w+)+", node.value)
+                     and id(node) not in loggers)
+    return sorted(found)
 
 
 def test_the_pages_name_paths():
@@ -97,6 +115,15 @@ def test_documented_path_imports(page, path):
 @pytest.mark.parametrize("path", SEED + KEPT)
 def test_seed_and_kept_paths_import(path):
     assert resolve(path) is not None
+
+
+@pytest.mark.parametrize("path", _source_strings())
+def test_string_import_paths_in_the_source_import(path):
+    assert resolve(path) is not None
+
+
+def test_the_registries_are_seen():
+    assert "areal.trainer.rollout.tasks.arith.ArithTask" in _source_strings()
 
 
 @pytest.mark.parametrize("path", _entry_points())
