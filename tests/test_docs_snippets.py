@@ -755,7 +755,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/distributed.md: areal.trainer.ppo.actor.WorkerInitError: actor worker initia': check_output,
     'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python  [2]': check_shell,
     'docs/distributed.md: error while building the trainer: actor worker initialisatio': check_output,
-    'docs/distributed.md: .venv/bin/python -m pytest tests/trainer/test_distributed_di': check_shell,
+    'docs/distributed.md: .venv/bin/python -m pytest tests/trainer/parallel/test_distr': check_shell,
     'docs/distributed.md: CallFailure: PPOActor.compute_advantages: rank 1 failed in a': check_output,
     'docs/distributed.md: error: rank 1 failed in step 0 > advantages: StageContractEr': check_output,
     'docs/integrations.md: .venv/bin/pip install -c constraints.txt -e ".[verl]" # verl': check_shell,
