@@ -806,7 +806,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/training.md: data: {train: data/train.jsonl, eval: data/test.parquet, pro': check_data_yaml,
     'docs/training.md: eval: {every: 50, n_prompts: 64}': check_eval_yaml,
     'docs/training.md: .venv/bin/torchrun --standalone --nproc_per_node=2 -m areal.': check_shell,
-    'docs/training.md: .venv/bin/python -m pytest tests/trainer/test_train_*.py tes': check_shell,
+    'docs/training.md: .venv/bin/python -m pytest tests/trainer/run/test_train_*.py': check_shell,
 }
 
 
