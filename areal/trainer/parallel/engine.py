@@ -45,8 +45,8 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from areal.trainer.parallel.distributed import DistContext, all_reduce_tensor
 from areal.trainer.lm.logprobs import token_logprobs
+from areal.trainer.parallel.distributed import DistContext, all_reduce_tensor
 
 PARALLEL_MODES = ("ddp", "fsdp")
 

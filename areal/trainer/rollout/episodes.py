@@ -23,8 +23,8 @@ import torch
 from transformers import PreTrainedModel
 
 from areal.trainer.lm.codec import Text
-from areal.trainer.rollout.reward_functions import RewardBreakdown
 from areal.trainer.lm.sampling import sample_continuations
+from areal.trainer.rollout.reward_functions import RewardBreakdown
 from areal.trainer.rollout.stage_fields import anchor_key
 from areal.trainer.rollout.tasks.runtime import Episode, TaskError, TaskRuntime
 

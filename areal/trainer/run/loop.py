@@ -31,6 +31,9 @@ import torch
 
 from areal.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, config_to_yaml
 from areal.api.train_args import ExperimentConfig
+from areal.trainer.lm.logprobs import aligned_from_rollout
+from areal.trainer.lm.model import build_critic, build_policy, frozen_copy, special_ids
+from areal.trainer.lm.tokenizer import build_tokenizer
 from areal.trainer.parallel.checksum import module_checksum
 from areal.trainer.parallel.cpu_threads import apply_num_threads
 from areal.trainer.parallel.distributed import (
@@ -43,15 +46,8 @@ from areal.trainer.parallel.distributed import (
 )
 from areal.trainer.parallel.engine import PolicyEngine, ValueEngine, reference_logprobs
 from areal.trainer.parallel.failures import staged
-from areal.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
-from areal.trainer.run.loggers import RunLoggers, open_loggers
-from areal.trainer.lm.logprobs import aligned_from_rollout
-from areal.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
-from areal.trainer.lm.model import build_critic, build_policy, frozen_copy, special_ids
-from areal.trainer.run.plot import plot_curves
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.training.critic import PPOCritic
-from areal.trainer.run.progress import Progress
 from areal.trainer.rollout.episodes import (
     EpisodeRecord,
     add_reward_baselines,
@@ -60,11 +56,15 @@ from areal.trainer.rollout.episodes import (
     export_turn_rows,
     groups_to_device,
 )
-from areal.trainer.run.preflight import check_before_launch
-from areal.trainer.run.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
 from areal.trainer.rollout.stage_fields import add_prompt_keys, behaviour_entropy, reward_components, stage_batch_fields
+from areal.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
+from areal.trainer.run.loggers import RunLoggers, open_loggers
+from areal.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
+from areal.trainer.run.plot import plot_curves
+from areal.trainer.run.preflight import check_before_launch
+from areal.trainer.run.progress import Progress
+from areal.trainer.run.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
 from areal.trainer.run.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
-from areal.trainer.lm.tokenizer import build_tokenizer
 from areal.trainer.run.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
 from areal.utils.data import concat_batch
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from areal.api.cli_args import ConfigError
+from areal.trainer.run.metrics import write_jsonl
 from areal.utils.checkpoint_folders import (
     CheckpointError,
     checkpoint_root,
@@ -25,7 +26,6 @@ from areal.utils.checkpoint_folders import (
     remove_leftovers,
     remove_newer_than,
 )
-from areal.trainer.run.metrics import write_jsonl
 
 logger = logging.getLogger("areal.run_dir")
 

@@ -14,13 +14,13 @@ from typing import Any
 from areal.api.config_checks import ConfigError
 from areal.api.train_args import ExperimentConfig
 from areal.trainer.lm.codec import ChatCodec, stop_token_ids
-from areal.trainer.rollout.prompt_data import DatasetPromptSource, TaskPromptSource, check_prompt_column, load_prompt_dataset, rows_of
 from areal.trainer.parallel.distributed import DistContext, all_gather_objects
-from areal.trainer.run.evaluation import eval_rows_from_task
 from areal.trainer.ppo.actor import WorkerInitError
+from areal.trainer.rollout.prompt_data import DatasetPromptSource, TaskPromptSource, check_prompt_column, load_prompt_dataset, rows_of
 from areal.trainer.rollout.reward_functions import RewardFunction, RewardSet, resolve_reward_functions
 from areal.trainer.rollout.tasks.registry import make_task
 from areal.trainer.rollout.tasks.runtime import TaskRuntime
+from areal.trainer.run.evaluation import eval_rows_from_task
 
 
 class StartupError(WorkerInitError):

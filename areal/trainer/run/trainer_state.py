@@ -41,9 +41,9 @@ import numpy as np
 import torch
 
 from areal.api.cli_args import config_to_dict, config_to_yaml
-from areal.utils.checkpoint_folders import CheckpointError, checkpoint_root, read_manifest, write_atomically
 from areal.trainer.parallel.checksum import module_checksum
 from areal.trainer.parallel.distributed import all_gather_objects
+from areal.utils.checkpoint_folders import CheckpointError, checkpoint_root, read_manifest, write_atomically
 
 logger = logging.getLogger("areal.checkpoint")
 

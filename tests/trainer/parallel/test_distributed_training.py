@@ -35,11 +35,11 @@ from areal.api.train_args import CriticConfig, ModelConfig  # noqa: E402
 from areal.trainer.parallel.distributed import DistContext, assign_prompts_to_ranks  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 
-from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, full_state_dict  # noqa: E402
 from areal.trainer.lm.model import build_critic, build_policy  # noqa: E402
+from areal.trainer.parallel.checksum import module_checksum  # noqa: E402
+from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, full_state_dict  # noqa: E402
 from areal.trainer.ppo.training.critic import PPOCritic  # noqa: E402
 from areal.trainer.ppo.training.update import ppo_update  # noqa: E402
-from areal.trainer.parallel.checksum import module_checksum  # noqa: E402
 
 JOB_TIMEOUT_S = 360  # generous: the 2 CPU cores are shared (a 30 s job took > 240 s under load 11); a hang still fails
 TINY = ["train.steps=2", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",

@@ -9,9 +9,9 @@ import torch
 
 from areal.api.cli_args import ConfigError, load_config
 from areal.api.train_args import ModelConfig
-from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, _block_class_names, full_state_dict
-from areal.trainer.main import DEFAULT_CONFIG
 from areal.trainer.lm.model import build_critic, build_policy
+from areal.trainer.main import DEFAULT_CONFIG
+from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, _block_class_names, full_state_dict
 
 SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 MODEL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)

@@ -21,9 +21,9 @@ import torch
 from dist_launch import clean_env, run_bounded
 
 from areal.api.cli_args import load_config
-from areal.trainer.run.metrics import read_metrics
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.run.loop import Trainer
+from areal.trainer.run.metrics import read_metrics
 ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT / "tests" / "trainer" / "ppo") not in sys.path:  # the plain-loop references
     sys.path.insert(0, str(ROOT / "tests" / "trainer" / "ppo"))

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 
-from areal.trainer.rollout.reward_functions import FLOAT32_MAX, RewardFunction, RewardFunctionError, RewardSet, check_values
 from areal.trainer.rollout.episodes import EpisodeRecord, export_episodes
+from areal.trainer.rollout.reward_functions import FLOAT32_MAX, RewardFunction, RewardFunctionError, RewardSet, check_values
 from areal.trainer.rollout.tasks.base import StepResult
 from areal.trainer.rollout.tasks.runtime import Episode, TaskError
 from runtime_helpers import make_runtime

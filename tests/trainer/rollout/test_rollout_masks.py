@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from areal.trainer.lm.sampling import left_pad, sample_continuations
 from areal.trainer.parallel.engine import PolicyEngine
 from areal.trainer.rollout.episodes import export_episodes, export_turn_rows
-from areal.trainer.lm.sampling import left_pad, sample_continuations
 from areal.utils.data import RolloutGroup, concat_batch
 from runtime_helpers import make_runtime, run, sample_rows
 

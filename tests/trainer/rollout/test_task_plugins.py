@@ -10,10 +10,10 @@ import torch
 
 from areal.api.cli_args import load_config
 from areal.api.config_checks import ConfigError
-from areal.trainer.run.metrics import read_metrics
 from areal.trainer.rollout.reward_functions import RewardFunctionError
 from areal.trainer.rollout.tasks.runtime import TaskError
 from areal.trainer.run.loop import Trainer
+from areal.trainer.run.metrics import read_metrics
 from areal.utils.dynamic_import import PluginResolutionError
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -11,8 +11,8 @@ import torch
 from areal.api.cli_args import load_config
 from areal.api.train_args import EvalConfig
 from areal.trainer.run.evaluation import Evaluator, eval_rows_from_task
-from areal.trainer.run.metrics import read_metrics
 from areal.trainer.run.loop import Trainer
+from areal.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",

@@ -10,8 +10,8 @@ import pytest
 
 from areal.api.cli_args import load_config
 from areal.trainer.run.loggers import open_loggers
-from areal.trainer.run.metrics import read_metrics
 from areal.trainer.run.loop import Trainer
+from areal.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"

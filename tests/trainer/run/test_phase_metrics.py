@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from areal.api.cli_args import load_config
+from areal.trainer.run.loop import Trainer
 from areal.trainer.run.metrics import PHASES, PhaseTimer, is_wall_clock, peak_memory_metrics, read_metrics
 from areal.trainer.run.progress import Progress, progress_line
-from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from areal.api.cli_args import load_config
-from areal.trainer.run.progress import Progress, progress_line
 from areal.trainer.run.loop import Trainer
+from areal.trainer.run.progress import Progress, progress_line
 
 ROOT = Path(__file__).resolve().parents[3]
 ROW = {"reward_mean": 0.5, "success_rate": 0.25, "kl": 0.00123, "entropy": 1.5}

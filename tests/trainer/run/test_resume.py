@@ -23,10 +23,10 @@ import torch
 from dist_launch import clean_env
 
 from areal.api.cli_args import load_config
-from areal.utils.checkpoint_folders import latest_checkpoint
 from areal.trainer.main import main
-from areal.trainer.run.metrics import is_wall_clock, read_metrics
 from areal.trainer.run.loop import Trainer
+from areal.trainer.run.metrics import is_wall_clock, read_metrics
+from areal.utils.checkpoint_folders import latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "ppo_token_gae.yaml"

@@ -18,8 +18,8 @@ import pytest
 import torch
 from dist_launch import clean_env, descendants, run_bounded
 
-from areal.utils.checkpoint_folders import latest_checkpoint
 from areal.trainer.run.metrics import is_wall_clock, read_metrics
+from areal.utils.checkpoint_folders import latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 STEPS = 6

@@ -8,8 +8,8 @@ import pytest
 
 from areal.api.cli_args import ConfigError, load_config
 from areal.trainer.main import main
-from areal.trainer.run.run_dir import RunDirectoryError, plan_run, truncate_jsonl
 from areal.trainer.run.loop import Trainer
+from areal.trainer.run.run_dir import RunDirectoryError, plan_run, truncate_jsonl
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from areal.api.cli_args import PPOActorConfig, load_config
 from areal.api.train_args import ModelConfig
-from areal.utils.checkpoint_folders import CheckpointError
-from areal.trainer.parallel.checksum import module_checksum
-from areal.trainer.main import main
 from areal.trainer.lm.model import build_critic, build_policy
+from areal.trainer.main import main
+from areal.trainer.parallel.checksum import module_checksum
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.run.loop import Trainer
 from areal.trainer.run.trainer_state import capture_rng, load_module, restore_rng, save_module
+from areal.utils.checkpoint_folders import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"

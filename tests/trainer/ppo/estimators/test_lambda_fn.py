@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from areal.trainer.ppo.gae import GAELambdaContext, compute_gae_lambda
 from areal.trainer.ppo.estimators.lambda_fn import (
     BUILTIN_LAMBDAS,
     constant,
     relative_position,
     vapo_length_adaptive,
 )
+from areal.trainer.ppo.gae import GAELambdaContext, compute_gae_lambda
 
 
 def _ctx(lengths: list[int], unit: str = "token") -> GAELambdaContext:

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from areal.api.builtin_stages import PEER_STAGE_IMPLEMENTATIONS
 from areal.api.cli_args import PPOActorConfig, load_config
-from areal.trainer.ppo.estimators import peer_algorithms as peer
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.advantage import OutcomeRewardInputs
 from areal.trainer.ppo.advantage_algorithms import TemporalInputs
+from areal.trainer.ppo.estimators import peer_algorithms as peer
 from areal.trainer.ppo.gae import token_gae
 from areal.utils.data import RolloutGroup, TrajBatchMeta
 from areal.utils.dynamic_import import PluginResolutionError
