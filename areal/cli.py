@@ -3,7 +3,7 @@
 `validate` loads a config the way the trainer does, then resolves every stage the
 way an actor worker would and the task, reward functions and prompt datasets the
 way the trainer does at start-up (imports included), runs the trainer's own
-cross-field checks (`areal.trainer.preflight`: every prompt plus the generation
+cross-field checks (`areal.trainer.run.preflight`: every prompt plus the generation
 budget fits the model's context, reward functions name only columns the data
 has), and prints what would run. `--dry-run` also runs every configured stage
 once on a small synthetic batch of the config's layout, so a plugin returning a
@@ -14,9 +14,9 @@ Every failure is one line naming the field, stage or function.
 
 from __future__ import annotations
 
-from areal.trainer.launch_env import prefer_passive_waiting
+from areal.trainer.parallel.launch_env import prefer_passive_waiting
 
-prefer_passive_waiting()  # before torch loads (areal.trainer.launch_env): `validate --dry-run` computes too
+prefer_passive_waiting()  # before torch loads (areal.trainer.parallel.launch_env): `validate --dry-run` computes too
 
 import argparse  # noqa: E402
 import sys
@@ -56,8 +56,8 @@ def _one_line(exc: BaseException) -> str:
 def _resolve(config_path: str, overrides: Sequence[str]) -> tuple[Any, Any, Any, Any, Any]:
     """Load, resolve every stage, the task and the rewards, then the cross-field checks (preflight)."""
     from areal.trainer.ppo.actor import PPOActor
-    from areal.trainer.preflight import check_before_launch, preflight_runtime
-    from areal.trainer.task_setup import make_eval_rows, resolve_task_parts
+    from areal.trainer.run.preflight import check_before_launch, preflight_runtime
+    from areal.trainer.run.task_setup import make_eval_rows, resolve_task_parts
 
     config = load_config(config_path, overrides)
     actor = PPOActor(config.actor)
@@ -68,7 +68,7 @@ def _resolve(config_path: str, overrides: Sequence[str]) -> tuple[Any, Any, Any,
 
 
 def validate(config_path: str, overrides: Sequence[str], *, dry_run: bool = False) -> int:
-    from areal.trainer.tasks.runtime import TaskError
+    from areal.trainer.rollout.tasks.runtime import TaskError
 
     try:
         config, actor, parts, runtime, report = _resolve(config_path, overrides)
@@ -84,8 +84,8 @@ def validate(config_path: str, overrides: Sequence[str], *, dry_run: bool = Fals
 
 
 def _dry_run(config: object, actor: object, task: object) -> int:
-    """Every configured stage once on a synthetic batch of the config's layout (areal.trainer.dry_run)."""
-    from areal.trainer.dry_run import dry_run
+    """Every configured stage once on a synthetic batch of the config's layout (areal.trainer.run.dry_run)."""
+    from areal.trainer.run.dry_run import dry_run
 
     try:
         report = dry_run(config, actor, task=task)
@@ -98,8 +98,8 @@ def _dry_run(config: object, actor: object, task: object) -> int:
 
 
 def _dry_run_rewards(config: Any, parts: Any, runtime: Any) -> int:
-    """The task's scorer and every reward function on two real rows (areal.trainer.dry_run)."""
-    from areal.trainer.dry_run import dry_run_rewards, reward_rows
+    """The task's scorer and every reward function on two real rows (areal.trainer.run.dry_run)."""
+    from areal.trainer.run.dry_run import dry_run_rewards, reward_rows
 
     rows, source = reward_rows(config, parts)
     try:

@@ -42,7 +42,7 @@ from bench_advantage import make_rollout_batch, parse_sizes, set_threads  # noqa
 from areal.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
 from areal.trainer.ppo import advantage as advantage_module  # noqa: E402
 from areal.trainer.ppo.actor import PPOActor  # noqa: E402
-from areal.trainer.ppo.batch_checks import _finite_magnitude, all_finite, check_batch  # noqa: E402
+from areal.trainer.ppo.checks.batch_checks import _finite_magnitude, all_finite, check_batch  # noqa: E402
 from areal.trainer.ppo.fused import use_fused  # noqa: E402
 from areal.trainer.ppo.kernels import fused_cpu  # noqa: E402
 from areal.trainer.ppo.output_guard import GUARDED_FIELDS, GuardContext, guard_outputs  # noqa: E402

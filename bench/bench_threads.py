@@ -141,7 +141,7 @@ def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -
     are not counted). The parameter count is the policy's (what
     `SMALL_MODEL_PARAMS` compares).
     """
-    from areal.trainer.launch_env import prefer_passive_waiting
+    from areal.trainer.parallel.launch_env import prefer_passive_waiting
 
     prefer_passive_waiting()  # torch is not imported yet in this process
     import time
@@ -150,8 +150,8 @@ def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -
 
     sys.path.insert(0, str(ROOT))
     from areal.api.cli_args import load_config
-    from areal.trainer.cpu_threads import apply_num_threads
-    from areal.trainer.trainer import Trainer
+    from areal.trainer.parallel.cpu_threads import apply_num_threads
+    from areal.trainer.run.loop import Trainer
 
     cores = _cores()
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; steps alternate 1 / {cores} threads; medians")

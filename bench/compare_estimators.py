@@ -52,7 +52,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from areal.trainer.checkpoint import checkpoint_root, list_checkpoints  # noqa: E402
+from areal.utils.checkpoint_folders import checkpoint_root, list_checkpoints  # noqa: E402
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gdpo")
 RUN_CONFIG = ROOT / "examples" / "real_model" / "grpo_smollm2.yaml"

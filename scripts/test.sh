@@ -4,7 +4,7 @@
 # pytest-xdist workers: most of the suite's time is the 2-rank jobs it launches, which
 # wait on each other and on their timeouts, so more workers than cores keep the cores busy.
 #   ./scripts/test.sh                              the whole suite
-#   ./scripts/test.sh tests/trainer/test_resume.py more pytest arguments pass through
+#   ./scripts/test.sh tests/trainer/run/test_resume.py more pytest arguments pass through
 #   AREAL_TEST_WORKERS=4 ./scripts/test.sh         another worker count; 0 runs in this process
 #   ./scripts/test.sh -n 0 tests/x.py::test_y      so does -n 0 (a pdb session, one test)
 set -euo pipefail

@@ -354,8 +354,18 @@ def check_transcript(snippet: Snippet, project: Project) -> None:
 
 
 def check_file_tree(snippet: Snippet, project: Project) -> None:
-    """A listing of the package: every module and folder it names exists."""
+    """A listing of the package: every module and folder it names exists.
+
+    A line that starts with a folder (`areal/trainer/run/`) opens it; the indented lines under it name
+    modules and folders inside it (`loop.py`, `tasks/`, or several on one line).
+    """
     paths = re.findall(r"\b(areal/[\w/]+?(?:\.py|/))(?=\s|$)", snippet.text)
+    folder = None
+    for line in snippet.text.splitlines():
+        if line.startswith("areal/"):
+            folder = line.split()[0] if line.split()[0].endswith("/") else None
+        elif folder and line.startswith(" "):
+            paths += [folder + name for name in re.findall(r"(?<![\w/.])(\w+(?:\.py|/))(?=[\s,;)]|$)", line)]
     assert len(paths) >= 10, paths
     for path in paths:
         assert (ROOT / path).exists(), f"{path} is listed but does not exist"
@@ -502,7 +512,7 @@ def check_trl_sketch(snippet: Snippet, project: Project) -> None:
 
 def check_distributed_sketch(snippet: Snippet, project: Project) -> None:
     """The per-rank loop needs torchrun and a rollout: imports resolve and the methods it calls exist."""
-    from areal.trainer.distributed import DistContext
+    from areal.trainer.parallel.distributed import DistContext
     from areal.trainer.ppo.actor import PPOActor
 
     _check_imports(snippet.text)
@@ -584,7 +594,7 @@ def check_my_experiment_commands(snippet: Snippet, project: Project) -> None:
 
 def check_resume_commands(snippet: Snippet, project: Project) -> None:
     """The resume commands load; the checkpoint path they name is made here (a folder with a manifest)."""
-    from areal.trainer.checkpoint import MANIFEST
+    from areal.utils.checkpoint_folders import MANIFEST
 
     for words in _commands(snippet.text):
         for word in words:
@@ -624,7 +634,7 @@ def check_max_task(snippet: Snippet, project: Project) -> None:
 
 def check_reach_environment(snippet: Snippet, project: Project) -> None:
     """The environment sketch (its step body elided): the class is an Environment, reset and step run."""
-    from areal.trainer.tasks import Environment, StepResult
+    from areal.trainer.rollout.tasks import Environment, StepResult
 
     namespace: dict[str, Any] = {}
     exec(compile(snippet.text, "training.md", "exec"), namespace)
@@ -741,11 +751,11 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python ': check_shell,
     'docs/distributed.md: Root Cause (first observed failure):': check_output,
     'docs/distributed.md: [areal] rank 1: stopping because rank 0 failed in step 0 > r': check_output,
-    'docs/distributed.md: from areal.trainer.distributed import init_distributed, shar': check_distributed_sketch,
+    'docs/distributed.md: from areal.trainer.parallel.distributed import init_distribu': check_distributed_sketch,
     'docs/distributed.md: areal.trainer.ppo.actor.WorkerInitError: actor worker initia': check_output,
     'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python  [2]': check_shell,
     'docs/distributed.md: error while building the trainer: actor worker initialisatio': check_output,
-    'docs/distributed.md: .venv/bin/python -m pytest tests/trainer/test_distributed_di': check_shell,
+    'docs/distributed.md: .venv/bin/python -m pytest tests/trainer/parallel/test_distr': check_shell,
     'docs/distributed.md: CallFailure: PPOActor.compute_advantages: rank 1 failed in a': check_output,
     'docs/distributed.md: error: rank 1 failed in step 0 > advantages: StageContractEr': check_output,
     'docs/integrations.md: .venv/bin/pip install -c constraints.txt -e ".[verl]" # verl': check_shell,
@@ -790,13 +800,13 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/training.md: areal/api/train_args.py ExperimentConfig: model, critic, tas': check_file_tree,
     'docs/training.md: task:': check_reasoning_gym_yaml,
     'docs/training.md: import random': check_max_task,
-    'docs/training.md: from areal.trainer.tasks import Environment, StepResult': check_reach_environment,
+    'docs/training.md: from areal.trainer.rollout.tasks import Environment, StepRes': check_reach_environment,
     'docs/training.md: reward:': check_reward_yaml,
     'docs/training.md: def exact_answer(prompts, completions, answer, **kwargs) -> ': check_exact_answer,
     'docs/training.md: data: {train: data/train.jsonl, eval: data/test.parquet, pro': check_data_yaml,
     'docs/training.md: eval: {every: 50, n_prompts: 64}': check_eval_yaml,
     'docs/training.md: .venv/bin/torchrun --standalone --nproc_per_node=2 -m areal.': check_shell,
-    'docs/training.md: .venv/bin/python -m pytest tests/trainer/test_train_*.py tes': check_shell,
+    'docs/training.md: .venv/bin/python -m pytest tests/trainer/run/test_train_*.py': check_shell,
 }
 
 

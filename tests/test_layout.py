@@ -2,6 +2,8 @@
 
 * no function over 80 lines in `areal/trainer/ppo` and `areal/utils`;
 * no import circle among their modules (function-level imports count too);
+* every import in `areal/` points down the declared package order (`PACKAGE_ORDER`), never
+  back up, and no two modules under `areal/` share a file name;
 * the seed's module paths still export the public names (advantage.md §1), as the
   same objects as the modules that now define them.
 """
@@ -43,6 +45,94 @@ def _imported(module: str, path: Path) -> set[str]:
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
     return names
+
+
+#: The packages of `areal`, top first. A module belongs to the longest entry that prefixes its name; it may
+#: import its own package and any package listed below its own, never one above. Names on one line form one
+#: package (`areal.api` and `areal.utils` are the foundation: they import each other, and nothing above). An entry
+#: may name single modules: ppo's stage API stays at the seed's paths, one level up from the packages that use it.
+PACKAGE_ORDER = (
+    ("areal.cli",),
+    ("areal.integrations",),
+    ("areal", "areal.trainer"),  # the package roots: the entry point `areal.trainer.main`, the tasks re-export
+    ("areal.trainer.run",),
+    ("areal.trainer.rollout",),
+    ("areal.trainer.ppo",),  # the pipeline's orchestration: advantage, actor, stage_resolution, fused, ...
+    ("areal.trainer.ppo.training",),
+    ("areal.trainer.ppo.estimators",),
+    ("areal.trainer.ppo.rewards",),
+    ("areal.trainer.ppo.checks",),
+    # the stage API at the seed's paths, at ppo's top level but below the packages that use it
+    ("areal.trainer.ppo.stage_types", "areal.trainer.ppo.stage_state", "areal.trainer.ppo.gae",
+     "areal.trainer.ppo.advantage_algorithms"),
+    ("areal.trainer.ppo.kernels",),
+    ("areal.trainer.parallel",),
+    ("areal.trainer.lm",),
+    ("areal.api", "areal.utils"),
+)
+
+
+def _all_modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((ROOT / "areal").rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _rank(module: str) -> int:
+    """Index in PACKAGE_ORDER of the package `module` belongs to (the longest matching prefix)."""
+    best, rank = "", -1
+    for index, names in enumerate(PACKAGE_ORDER):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > len(best):
+                best, rank = name, index
+    assert rank >= 0, f"{module} is in no package of PACKAGE_ORDER"
+    return rank
+
+
+def upward_imports(graph: dict[str, list[str]]) -> list[str]:
+    """Every edge `a -> b` whose target sits in a package above a's own."""
+    return [f"{a} ({PACKAGE_ORDER[_rank(a)][0]}) imports {b} ({PACKAGE_ORDER[_rank(b)][0]})"
+            for a, targets in graph.items() for b in targets if _rank(b) < _rank(a)]
+
+
+def _direction_targets(module: str, path: Path, modules: dict[str, Path]) -> list[str]:
+    """Modules `module` imports; `from pkg import sub` counts as `pkg.sub`, not as `pkg` itself."""
+    found = _imported(module, path) & modules.keys() - {module}
+    return sorted(t for t in found if not (modules[t].name == "__init__.py"
+                                           and any(o.startswith(t + ".") for o in found)))
+
+
+def test_imports_point_down_the_package_order():
+    modules = _all_modules()
+    graph = {m: _direction_targets(m, p, modules) for m, p in modules.items()}
+    up = upward_imports(graph)
+    assert not up, "imports back up the package order: " + "; ".join(up)
+
+
+def test_the_direction_check_can_fail():
+    graph = {"areal.trainer.lm.model": ["areal.trainer.run.loop"], "areal.trainer.run.loop": ["areal.trainer.lm.model"]}
+    assert upward_imports(graph) == ["areal.trainer.lm.model (areal.trainer.lm) imports areal.trainer.run.loop "
+                                     "(areal.trainer.run)"]
+    with pytest.raises(AssertionError, match="in no package"):
+        _rank("numpy.linalg")
+
+
+def test_every_module_has_its_own_file_name():
+    by_name: dict[str, list[str]] = {}
+    for path in _all_modules().values():
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not shared, f"modules sharing a file name: {shared}"
+
+
+def test_every_package_says_what_it_holds():
+    """Each package's `__init__` opens with a docstring (what it holds, what it may import)."""
+    bare = [str(p.relative_to(ROOT)) for m, p in _all_modules().items()
+            if p.name == "__init__.py" and m.count(".") >= 2 and not ast.get_docstring(ast.parse(p.read_text()))]
+    assert not bare, f"packages without a docstring: {bare}"
 
 
 def test_no_function_over_80_lines():

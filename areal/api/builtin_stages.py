@@ -15,7 +15,7 @@ CORE_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "process_adv_shaping": ("auto", "additive", "gvpo", "process_weighted"),
 }
 
-#: Peer-algorithm stage functions (areal.trainer.ppo.peer_algorithms), by stage.
+#: Peer-algorithm stage functions (areal.trainer.ppo.estimators.peer_algorithms), by stage.
 PEER_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "outcome_reward_shaping": ("opo", "gpg", "passk", "remax"),
     "estimator": ("reinforce_return", "turn_reinforce_return"),

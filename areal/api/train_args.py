@@ -437,7 +437,7 @@ class TrainConfig:
             return
         if not isinstance(value, str) or not value:
             raise ConfigError(f"train.resume: got {value!r}, expected auto, null or a checkpoint folder")
-        from areal.trainer.checkpoint import MANIFEST
+        from areal.utils.checkpoint_folders import MANIFEST
 
         if not os.path.isdir(value):
             raise ConfigError(f"train.resume: {value!r} is not a directory; expected auto, null or a checkpoint "

@@ -13,7 +13,7 @@ Every rank loads the same config, joins the process group (`init_distributed`:
 gloo on CPU, nccl on GPU) and runs its own `Trainer`; without torchrun's
 environment no process group is created and the run is the single-process one.
 
-Failures under torchrun (`areal.trainer.failures`): an exception on any rank is
+Failures under torchrun (`areal.trainer.parallel.failures`): an exception on any rank is
 published to the other ranks, and every rank exits 1 with one line naming the
 failing rank, the stage and the cause; the same text is in each rank's torch
 elastic error file, so torchrun's summary shows it. The failing rank also
@@ -22,12 +22,12 @@ process a failure ends with one line at the bottom naming the stage and the
 cause, exit 1; the traceback goes to `<run dir>/error.log`, and to the terminal
 too for anything but an error in the user's own code (reward function, task,
 stage) unless `--debug` or `AREAL_TRACEBACK=1` asks for it
-(`areal.trainer.error_report`).
+(`areal.trainer.run.error_report`).
 """
 
 from __future__ import annotations
 
-from areal.trainer.launch_env import prefer_passive_waiting
+from areal.trainer.parallel.launch_env import prefer_passive_waiting
 
 prefer_passive_waiting()  # OpenMP reads it when torch loads, so before anything below imports torch
 
@@ -81,8 +81,8 @@ def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool, resuming: b
 
     The failing rank also appends its traceback to `<run dir>/error.log` when the run has a directory.
     """
-    from areal.trainer.error_report import write_error_log
-    from areal.trainer.failures import write_error_file
+    from areal.trainer.run.error_report import write_error_log
+    from areal.trainer.parallel.failures import write_error_file
 
     failure = watch.fail(exc)
     if failure is not exc and not setup and failure.rank in failure.report.ranks:  # the root cause is here
@@ -98,7 +98,7 @@ def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool, resuming: b
 
 def _end(exc: BaseException, watch: Any, run_dir: Path | None, debug: bool) -> int:
     """A failure outside the expected setup errors: every rank told under torchrun, else `report_failure`."""
-    from areal.trainer.error_report import report_failure
+    from areal.trainer.run.error_report import report_failure
 
     if watch is not None:
         return _stop_every_rank(exc, watch, setup=False, run_dir=run_dir)
@@ -108,9 +108,9 @@ def _end(exc: BaseException, watch: Any, run_dir: Path | None, debug: bool) -> i
 
 def _build(cfg: Any, ctx: Any, watch: Any, debug: bool) -> tuple[Any, int]:
     """(trainer, 0), or (None, exit status) after reporting why it could not be built."""
-    from areal.trainer.cpu_threads import busy_cores_of_others, busy_note, cpu_sample, local_world_size
-    from areal.trainer.failures import stage
-    from areal.trainer.trainer import Trainer
+    from areal.trainer.parallel.cpu_threads import busy_cores_of_others, busy_note, cpu_sample, local_world_size
+    from areal.trainer.parallel.failures import stage
+    from areal.trainer.run.loop import Trainer
 
     started = cpu_sample()
     try:
@@ -133,8 +133,8 @@ def _build(cfg: Any, ctx: Any, watch: Any, debug: bool) -> tuple[Any, int]:
 
 def _train(cfg: Any, ctx: Any, watch: Any, debug: bool = False) -> int:
     """Build and run the trainer; under a failure watch every failure goes through `_stop_every_rank`."""
-    from areal.trainer.checkpoint import CheckpointError
-    from areal.trainer.distributed import barrier
+    from areal.utils.checkpoint_folders import CheckpointError
+    from areal.trainer.parallel.distributed import barrier
 
     trainer, status = _build(cfg, ctx, watch, debug)
     if trainer is None:
@@ -178,8 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import torch.distributed as dist
 
-    from areal.trainer.distributed import destroy, init_distributed
-    from areal.trainer.failures import FailureWatch
+    from areal.trainer.parallel.distributed import destroy, init_distributed
+    from areal.trainer.parallel.failures import FailureWatch
 
     joined_here = not (dist.is_available() and dist.is_initialized())
     try:

@@ -23,7 +23,7 @@ for _path in (_ROOT, _HERE):
 import torch  # noqa: E402
 
 from areal.api.cli_args import PPOActorConfig, actor_config_from_dict, config_to_dict  # noqa: E402
-from areal.trainer.distributed import (  # noqa: E402
+from areal.trainer.parallel.distributed import (  # noqa: E402
     DistContext,
     assign_groups_to_ranks,
     barrier,

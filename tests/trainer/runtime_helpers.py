@@ -8,11 +8,11 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import load_config
-from areal.trainer.model import build_policy, special_ids
-from areal.trainer.rollout import collect_episodes
-from areal.trainer.task_setup import build_runtime, resolve_task_parts
-from areal.trainer.tasks.runtime import TaskRuntime
-from areal.trainer.tokenizer import build_tokenizer
+from areal.trainer.lm.model import build_policy, special_ids
+from areal.trainer.lm.tokenizer import build_tokenizer
+from areal.trainer.rollout.episodes import collect_episodes
+from areal.trainer.rollout.tasks.runtime import TaskRuntime
+from areal.trainer.run.task_setup import build_runtime, resolve_task_parts
 
 
 def make_runtime(name: str, kwargs: dict[str, Any] | None = None, *, attn: str = "eager", seed: int = 0,

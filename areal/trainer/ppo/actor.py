@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from areal.api.cli_args import ConfigError, PPOActorConfig
-from areal.trainer.failures import staged
+from areal.trainer.parallel.failures import staged
 from areal.trainer.ppo.advantage import CallOptions, ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
-from areal.trainer.ppo.batch_checks import BatchError
-from areal.trainer.ppo.contracts import StageContractError, differences
+from areal.trainer.ppo.checks.batch_checks import BatchError
+from areal.trainer.ppo.checks.contracts import StageContractError, differences
 from areal.trainer.ppo.output_guard import NonFiniteOutputError
 from areal.trainer.ppo.stage_state import StageState, StageStateError
 from areal.utils.call_agreement import agreement
@@ -200,6 +200,6 @@ class PPOActor:
         self._check_config_unchanged()
         if self.engine is None:
             raise RuntimeError("PPOActor.ppo_update needs a training engine; construct PPOActor(config, engine)")
-        from areal.trainer.ppo.update import ppo_update
+        from areal.trainer.ppo.training.update import ppo_update
 
         return ppo_update(self.config, self.engine, data)

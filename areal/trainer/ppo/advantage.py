@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
-from areal.trainer.ppo.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields, stage_reads
-from areal.trainer.ppo.batch_checks import BatchStats, check_batch_structure, check_batch_values, check_meta
-from areal.trainer.ppo.contracts import (
+from areal.trainer.ppo.checks.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields, stage_reads
+from areal.trainer.ppo.checks.batch_checks import BatchStats, check_batch_structure, check_batch_values, check_meta
+from areal.trainer.ppo.checks.contracts import (
     call_stage,
     check_full_result,
     check_outcome_result,
@@ -47,8 +47,8 @@ from areal.trainer.ppo.placement import (
     process_rewards,
     reward_kl,
 )
-from areal.trainer.ppo.reward_components import check_reduced, outcome_stage_inputs
-from areal.trainer.ppo.rewards import normalise_scores
+from areal.trainer.ppo.rewards.components import check_reduced, outcome_stage_inputs
+from areal.trainer.ppo.rewards.scores import normalise_scores
 from areal.trainer.ppo.stage_resolution import (
     PRM_MODES,
     CallOptions,

@@ -20,7 +20,7 @@ import torch
 
 from areal.api.cli_args import PPOActorConfig
 from areal.trainer.ppo.advantage_algorithms import require_turn_ids
-from areal.trainer.ppo.batch_checks import check_batch_values
+from areal.trainer.ppo.checks.batch_checks import check_batch_values
 from areal.trainer.ppo.gae import compute_gae_lambda
 from areal.trainer.ppo.kernels import NUMBA_AVAILABLE, select_backend
 from areal.trainer.ppo.kernels.fused_cpu import ROW_ERRORS, FusedInputs, FusedOptions, run_fused

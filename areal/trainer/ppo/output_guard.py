@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from areal.api.cli_args import NormConfig, PPOActorConfig
-from areal.trainer.ppo.batch_checks import BatchStats, all_finite
+from areal.trainer.ppo.checks.batch_checks import BatchStats, all_finite
 from areal.trainer.ppo.stage_resolution import CallOptions, ResolvedAdvantage, select_process
 from areal.utils.call_agreement import before_collective
 from areal.utils.data import TrajBatchMeta

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from areal.api.cli_args import PPOActorConfig
-from areal.trainer.ppo.batch_checks import BatchError
+from areal.trainer.ppo.checks.batch_checks import BatchError
 from areal.trainer.ppo.stage_types import TemporalResult
 from areal.utils.data import KLEstimator
 

@@ -19,9 +19,9 @@ import torch
 
 from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
 from areal.trainer.ppo import advantage_algorithms as algos
-from areal.trainer.ppo import entropy_shaping, gdpo, peer_algorithms, stateful_baselines, step_credit
-from areal.trainer.ppo.contracts import ResolvedStage
-from areal.trainer.ppo.lambda_fn import BUILTIN_LAMBDAS
+from areal.trainer.ppo.checks.contracts import ResolvedStage
+from areal.trainer.ppo.estimators import entropy_shaping, gdpo, peer_algorithms, stateful_baselines, step_credit
+from areal.trainer.ppo.estimators.lambda_fn import BUILTIN_LAMBDAS
 from areal.trainer.ppo.stage_state import STATE_PARAMETER, StageState
 from areal.utils.dynamic_import import PluginResolutionError, bind_kwargs, import_object, resolve_function
 

@@ -17,7 +17,7 @@ from batch_factory import make_batch
 
 from areal.api.cli_args import AdvantageConfig, ConfigError, NormConfig, PPOActorConfig, StageSpec
 from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.contracts import StageContractError
+from areal.trainer.ppo.checks.contracts import StageContractError
 from areal.trainer.ppo.fused import FUSED_ENV
 from areal.trainer.ppo.gae import LambdaFunctionError
 from areal.trainer.ppo.output_guard import NonFiniteOutputError
@@ -455,7 +455,7 @@ def _groups_with(singleton: bool):
 @pytest.mark.parametrize("mode", ["off", "on"])
 def test_group_centering_of_a_single_rollout_warns_that_it_erases_the_task_reward(mode, monkeypatch):
     """AReaL's warning: centering a group of one on its own mean sets its score to 0 (on both paths)."""
-    from areal.trainer.ppo.rewards import AdvantageWarning
+    from areal.trainer.ppo.rewards.scores import AdvantageWarning
 
     monkeypatch.setenv(FUSED_ENV, mode)
     cfg = PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level="group"))

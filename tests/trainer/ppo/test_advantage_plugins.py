@@ -28,7 +28,7 @@ from areal.api.cli_args import (
     load_config,
 )
 from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.contracts import StageContractError
+from areal.trainer.ppo.checks.contracts import StageContractError
 from areal.utils.dynamic_import import PluginResolutionError
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -93,7 +93,7 @@ def test_caller_config_edits_after_init_have_no_effect():
 
 def test_a_plugin_editing_its_config_copy_changes_nothing_else():
     """The edit is reported, and the actor's own config is untouched by it."""
-    from areal.trainer.ppo.contracts import StageContractError
+    from areal.trainer.ppo.checks.contracts import StageContractError
 
     actor = PPOActor(PPOActorConfig(advantage=AdvantageConfig(
         outcome_reward_shaping=StageSpec("plugin_fixtures.outcome_edits_config")), kl_ctl=0.1))

@@ -9,6 +9,9 @@ Backends, all computing the same token-GAE recurrence on float32 [B, T]:
 ``AREAL_GAE_BACKEND=numba|torch|triton`` forces one (tests, benchmarks); a
 forced backend that cannot run on the given device is an error, never a
 silent fallback, so a benchmark cannot measure the wrong kernel.
+
+The bottom of `areal.trainer.ppo`: the kernels take and return tensors and may
+import only `areal.utils`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,148 @@
+"""Every import path a user is shown keeps importing: the seed's modules, README and docs names, entry points,
+and the dotted paths the package itself names in strings (the built-in task registry).
+
+The documented names are read from README.md and docs/*.md at test time (dotted `areal.…` paths and
+`from areal… import …` lines), so a page that shows a path which no longer imports fails here, and so
+does a module move that forgets a page. The seed's paths (advantage.md §1) and the earlier paths kept
+as re-exports for plugins are listed by hand: they must keep working whatever the pages say.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: The example configs and their READMEs: `implementation:` strings and commands that name `areal.…` paths.
+EXAMPLES = sorted(p for pattern in ("*.yaml", "*.md") for p in (ROOT / "examples").rglob(pattern))
+
+#: The seed's module paths and the public names a user's plugin imports from them.
+SEED = [
+    "areal.trainer.ppo.advantage.OutcomeRewardInputs", "areal.trainer.ppo.advantage.OutcomeResult",
+    "areal.trainer.ppo.advantage.AdvantageInputs", "areal.trainer.ppo.advantage.AdvantageResult",
+    "areal.trainer.ppo.advantage.TemporalInputs", "areal.trainer.ppo.advantage.TemporalResult",
+    "areal.trainer.ppo.advantage.ProcessAdvantageInputs", "areal.trainer.ppo.advantage.resolve_advantage",
+    "areal.trainer.ppo.advantage.ResolvedAdvantage",
+    "areal.trainer.ppo.advantage_algorithms.TemporalInputs",
+    "areal.trainer.ppo.advantage_algorithms.ProcessAdvantageInputs",
+    "areal.trainer.ppo.advantage_algorithms.token_gae", "areal.trainer.ppo.advantage_algorithms.turn_gae",
+    "areal.trainer.ppo.gae.compute_gae_lambda", "areal.trainer.ppo.gae.GAELambdaContext",
+    "areal.api.cli_args.PPOActorConfig", "areal.api.cli_args.NormConfig", "areal.api.cli_args.AdvantageConfig",
+    "areal.api.cli_args.load_config",
+    "areal.utils.data.TrajBatchMeta", "areal.utils.data.RolloutGroup", "areal.utils.data.concat_batch",
+    "areal.utils.data.Normalization", "areal.utils.data.KLEstimator",
+    "areal.trainer.ppo.actor.PPOActor", "areal.trainer.ppo.stage_types", "areal.trainer.ppo.stage_state.StageState",
+]
+
+#: Paths from before the trainer was regrouped, kept for plugins written against them (re-exports).
+KEPT = ["areal.trainer.tasks.Task", "areal.trainer.tasks.Environment", "areal.trainer.tasks.StepResult",
+        "areal.trainer.tasks.make_task", "areal.trainer.main.main"]
+
+_DOTTED = re.compile(r"(?<![\w./-])areal(?:\.[A-Za-z_]\w*)+")
+_FROM = re.compile(r"^\s*from (areal[\w.]*) import \(?([\w, ]+)\)?", re.MULTILINE)
+
+
+def documented_paths(text: str) -> set[str]:
+    """Dotted `areal.…` names and the names of `from areal… import a, b` lines in a page."""
+    found = {m.group(0) for m in _DOTTED.finditer(text)}
+    for module, names in _FROM.findall(text):
+        found.update(f"{module}.{name.split(' as ')[0].strip()}" for name in names.split(",") if name.strip())
+    return found
+
+
+def resolve(path: str) -> object:
+    """The object at a dotted path: the longest prefix that imports as a module, then attributes."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError as err:
+            if err.name is None or not ".".join(parts[:cut]).startswith(err.name):
+                raise  # a module that exists but imports something missing: a real failure
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)  # AttributeError names the missing piece
+        return obj
+    raise ModuleNotFoundError(path)
+
+
+def _page_paths() -> list[tuple[str, str]]:
+    found = set()
+    for page in PAGES + EXAMPLES:
+        found.update((page.relative_to(ROOT).as_posix(), p) for p in documented_paths(page.read_text()))
+    return sorted(found)
+
+
+def _entry_points() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    targets = list(project.get("scripts", {}).values())
+    targets += [t for group in project.get("entry-points", {}).values() for t in group.values()]
+    return [t.replace(":", ".") for t in targets]
+
+
+def _source_strings() -> list[str]:
+    """String constants in `areal/` that are dotted `areal.…` paths (registries, e.g. the built-in tasks),
+    logger names aside."""
+    found = set()
+    for path in sorted((ROOT / "areal").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        loggers = {id(call.args[0]) for call in ast.walk(tree) if isinstance(call, ast.Call) and call.args
+                   and getattr(call.func, "attr", "") == "getLogger"}
+        found.update(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                     and isinstance(node.value, str) and re.fullmatch(r"areal(\.\w+)+", node.value)
+                     and id(node) not in loggers)
+    return sorted(found)
+
+
+def test_the_pages_name_paths():
+    """The extraction sees the pages' paths (so the parametrised test below is not empty by mistake)."""
+    paths = {p for _, p in _page_paths()}
+    assert len(paths) >= 40, sorted(paths)
+    assert {"areal.trainer.ppo.advantage.OutcomeRewardInputs", "areal.api.cli_args.load_config"} <= paths
+
+
+@pytest.mark.parametrize("page, path", _page_paths())
+def test_documented_path_imports(page, path):
+    assert resolve(path) is not None, f"{page}: {path}"
+
+
+@pytest.mark.parametrize("path", SEED + KEPT)
+def test_seed_and_kept_paths_import(path):
+    assert resolve(path) is not None
+
+
+@pytest.mark.parametrize("path", _source_strings())
+def test_string_import_paths_in_the_source_import(path):
+    assert resolve(path) is not None
+
+
+def test_the_registries_are_seen():
+    assert "areal.trainer.rollout.tasks.arith.ArithTask" in _source_strings()
+
+
+@pytest.mark.parametrize("path", _entry_points())
+def test_entry_points_import(path):
+    assert resolve(path) is not None
+
+
+def test_kept_task_paths_are_the_same_objects():
+    from areal.trainer import tasks as kept
+    from areal.trainer.rollout import tasks
+
+    for name in kept.__all__:
+        assert getattr(kept, name) is getattr(tasks, name), name
+
+
+def test_a_broken_path_fails():
+    with pytest.raises(AttributeError, match="no_such_module"):
+        resolve("areal.trainer.no_such_module.Name")
+    with pytest.raises(AttributeError):
+        resolve("areal.trainer.ppo.advantage.NoSuchName")
+    assert documented_paths("see `areal.utils.data.concat_batch`.\nfrom areal.api.cli_args import (A, B as C)\n") == {
+        "areal.utils.data.concat_batch", "areal.api.cli_args", "areal.api.cli_args.A", "areal.api.cli_args.B"}

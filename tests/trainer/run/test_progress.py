@@ -1,0 +1,70 @@
+"""Progress: a bar on a terminal, one line every N steps otherwise (a redirected log stays small)."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from areal.api.cli_args import load_config
+from areal.trainer.run.loop import Trainer
+from areal.trainer.run.progress import Progress, progress_line
+
+ROOT = Path(__file__).resolve().parents[3]
+ROW = {"reward_mean": 0.5, "success_rate": 0.25, "kl": 0.00123, "entropy": 1.5}
+
+
+def _feed(progress: Progress, start: int, total: int) -> None:
+    for done in range(start + 1, total + 1):
+        progress.update(done, ROW)
+    progress.close()
+
+
+def test_not_a_terminal_one_line_every_n_steps_and_after_the_last() -> None:
+    out = io.StringIO()
+    _feed(Progress(name="exp", total=25, start=0, every=10, enabled=True, interactive=False, out=out), 0, 25)
+    lines = out.getvalue().splitlines()
+    assert [re.search(r"step (\d+)/25", line).group(1) for line in lines] == ["10", "20", "25"]
+    assert lines[0].startswith("[areal] exp step 10/25 (40%) | reward 0.500 | success 0.250 | kl 0.0012 | "
+                               "entropy 1.500 | ")
+    assert re.search(r"\| [\d.]+ steps/s \| eta \d+s$", lines[0])
+    assert "\r" not in out.getvalue()
+
+
+def test_a_resumed_run_counts_from_its_start() -> None:
+    out = io.StringIO()
+    _feed(Progress(name="exp", total=30, start=20, every=5, enabled=True, interactive=False, out=out), 20, 30)
+    assert [re.search(r"step (\d+)/", line).group(1) for line in out.getvalue().splitlines()] == ["25", "30"]
+
+
+def test_a_terminal_gets_the_bar_and_no_lines(capsys: pytest.CaptureFixture) -> None:
+    out = io.StringIO()
+    progress = Progress(name="exp", total=3, start=1, every=1, enabled=True, interactive=True, out=out)
+    assert progress.bar is not None and progress.bar.n == 1
+    _feed(progress, 1, 3)
+    assert out.getvalue() == "" and "exp" in capsys.readouterr().err
+
+
+def test_disabled_is_silent() -> None:
+    out = io.StringIO()
+    _feed(Progress(name="exp", total=5, start=0, every=1, enabled=False, interactive=False, out=out), 0, 5)
+    assert out.getvalue() == ""
+
+
+def test_missing_metrics_are_left_out_of_the_line() -> None:
+    line = progress_line("x", 3, 10, {"reward_mean": 1.0, "kl": None}, None)
+    assert line == "[areal] x step 3/10 (30%) | reward 1.000"
+
+
+def test_a_run_with_redirected_output_prints_lines(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cfg = load_config(ROOT / "examples" / "grpo_arith.yaml", [
+        "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
+        "model.intermediate_size=64", "train.num_threads=1", "train.steps=3", "train.log_every=2",
+        "output.plot=false", "output.loggers=[jsonl]", f"output.dir={tmp_path}"])
+    Trainer(cfg).run()  # pytest captures stdout and stderr: neither is a terminal
+    captured = capsys.readouterr()
+    assert [line.split(" | ")[0] for line in captured.out.splitlines()] == [
+        "[areal] grpo_arith step 2/3 (66%)", "[areal] grpo_arith step 3/3 (100%)"]
+    assert "\r" not in captured.err
