@@ -7,3 +7,7 @@ pipeline, the PPO update) > `parallel` (torchrun, DDP/FSDP2 engines, failures) >
 `areal.utils`. `main` is the entry point (`python -m areal.trainer.main`) above
 them all. tests/test_layout.py checks the order.
 """
+
+from areal.trainer.moved_paths import install as _install_moved_paths
+
+_install_moved_paths()  # the modules' paths before the packages (areal.trainer.moved_paths)
