@@ -17,7 +17,7 @@ CORE_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
 
 #: Peer-algorithm stage functions (areal.trainer.ppo.estimators.peer_algorithms), by stage.
 PEER_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    "outcome_reward_shaping": ("opo", "gpg", "passk", "remax"),
+    "outcome_reward_shaping": ("opo", "gpg", "passk", "remax", "maxrl"),
     "estimator": ("reinforce_return", "turn_reinforce_return"),
 }
 
