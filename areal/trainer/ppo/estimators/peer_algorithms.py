@@ -43,6 +43,7 @@ __all__ = [
     "passk",
     "remax",
     "maxrl",
+    "credit_to_steps",
     "reinforce_return",
     "turn_reinforce_return",
     "OUTCOME",
@@ -360,7 +361,7 @@ def maxrl(inputs: OutcomeRewardInputs, *, eps: float = 1e-6) -> OutcomeResult:
 # ---------------------------------------------------------------------------
 
 
-def _credit_to_steps(rewards: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+def credit_to_steps(rewards: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     """Move rewards off non-step positions onto the latest step at or before them.
 
     Positions before a row's first step go to that first step; rows without any
@@ -389,7 +390,7 @@ def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
     rewards = inputs.kl_rewards + inputs.outcome_rewards + inputs.process_rewards
     steps = inputs.loss_mask != 0
     steps[:, -1] = False  # the last aligned position predicts nothing (as in token GAE)
-    credited = _credit_to_steps(rewards, steps)
+    credited = credit_to_steps(rewards, steps)
     returns, _ = gae_kernels.token_gae(
         credited, torch.zeros_like(credited), steps.to(torch.float32),
         discount=inputs.discount, lam=1.0, bootstrap=0.0,
@@ -419,7 +420,7 @@ def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None
         raise ValueError(f"{where}: turn_discount must be a number in [0, 1], got {turn_discount!r}")
     rewards = inputs.outcome_rewards + inputs.process_rewards
     steps = inputs.turn_ids >= 0
-    credited = _credit_to_steps(rewards, steps)  # a reward off the turns belongs to the latest turn
+    credited = credit_to_steps(rewards, steps)  # a reward off the turns belongs to the latest turn
     turn_returns, _ = gae_kernels.turn_gae(
         credited, torch.zeros_like(credited), inputs.loss_mask, inputs.turn_ids,
         discount=float(gamma), lam=1.0, bootstrap=0.0,
