@@ -12,6 +12,10 @@ and calls `compute_optimal_token_baseline_advantage` /
 `compute_multi_turn_optimal_token_baseline_advantage` at their signature defaults
 (handle_zero_tail=True, epsilon=1e-8). Rows end with a generated token, where
 verl's reward manager puts the score.
+
+The verl adapter (`areal.integrations.verl.compute_advantage`) reads verl's own
+`sum_pi_squared`, `old_log_probs` and `rollout_is_weights` from the DataProto and
+equals verl's estimators on it; without them it names verl's setting.
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import verl_batches as vb
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer
 
-from areal.api.cli_args import load_config
+from areal.api.cli_args import ConfigError, load_config
+from areal.integrations import verl as areal_verl
 from areal.trainer.ppo.actor import PPOActor
 from areal.utils.data import concat_batch
 
@@ -136,3 +143,49 @@ def test_handle_zero_tail_off_equals_verl_with_it_off(name, monkeypatch):
     for b, expected in enumerate(theirs):
         positions = batch["loss_mask"][b].nonzero()[:, 0] - 1
         torch.testing.assert_close(out[b, positions].double(), expected.double(), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# The verl adapter: verl's own sum_pi_squared / rollout_is_weights fields
+# ---------------------------------------------------------------------------
+
+
+def with_sum_pi_squared(batch: vb.VerlBatch, seed: int, is_weights: bool) -> vb.VerlBatch:
+    """verl's batch plus Σπ² consistent with its old_log_probs (and rollout IS weights)."""
+    gen = torch.Generator().manual_seed(seed)
+    t = dict(batch.tensors)
+    mask, pi = t["response_mask"], t["old_log_probs"].exp()
+    t["sum_pi_squared"] = (pi**2 + torch.rand(pi.shape, generator=gen) * (1 - pi) ** 2) * mask
+    if is_weights:
+        t["rollout_is_weights"] = 2 * torch.rand(pi.shape, generator=gen) * mask
+    return vb.VerlBatch(tensors=t, uid=batch.uid, lengths=batch.lengths)
+
+
+def verl_algo(name: str) -> object:
+    return OmegaConf.create({"gamma": 1.0, "lam": 1.0, "areal_config": str(PRESETS / f"{name}.yaml"),
+                             "areal_overrides": []})
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4), seed=st.integers(0, 100_000),
+       is_weights=st.booleans(), name=st.sampled_from(NAMES))
+def test_verl_wrapper_reads_verls_fields_and_equals_verl(sizes, seed, is_weights, name):
+    """`areal.integrations.verl.compute_advantage` on verl's DataProto (interleaved uids, multi-turn masks)."""
+    batch = with_sum_pi_squared(vb.make_batch(seed, sizes), seed, is_weights)
+    keys = [k for k in ("response_mask", "token_level_rewards", "attention_mask", "old_log_probs", "sum_pi_squared",
+                        "rollout_is_weights") if k in batch.tensors]
+    theirs = areal_verl.verl_compute_advantage()(batch.proto(*keys), adv_estimator=name, config=None).batch
+    ours = areal_verl.compute_advantage(batch.proto(*keys), adv_estimator="areal", config=verl_algo(name)).batch
+    mask = batch.tensors["response_mask"]
+    assert float(((ours["advantages"].double() - theirs["advantages"].double()) * mask).abs().max()) <= 1e-5
+
+
+def test_verl_adapter_errors_name_verls_setting():
+    batch = with_sum_pi_squared(vb.make_batch(0, [2, 3]), 0, False)
+    data = batch.proto("response_mask", "token_level_rewards", "old_log_probs")
+    with pytest.raises(ConfigError, match=r"reads \['sum_pi_squared'\].*calculate_sum_pi_squared=True"):
+        areal_verl.compute_advantage(data, adv_estimator="areal", config=verl_algo(NAMES[0]))
+    assert "advantages" not in data.batch.keys()
+    registry = batch.proto("response_mask", "token_level_rewards", "sum_pi_squared", "old_log_probs")
+    with pytest.raises(ConfigError, match=r"registry call does not pass.*areal\.integrations\.verl\.compute_advantage"):
+        areal_verl.verl_compute_advantage()(registry, adv_estimator="areal", config=verl_algo(NAMES[1]))
