@@ -100,6 +100,23 @@ def verl_ppo(n: int) -> None:
           f"returns {worst_ret:.3e}  ({n - skipped} batches)")
 
 
+def verl_token_baseline(n: int) -> None:
+    """The wrapper on DataProtos with verl's sum_pi_squared (and rollout_is_weights) vs verl's own OTB / TIR-OTB."""
+    import test_verl_token_baseline as tv
+
+    for name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        rng, worst = random.Random(2), 0.0
+        for seed in range(n):
+            batch = tv.with_sum_pi_squared(vb.make_batch(seed, [rng.randint(1, 6) for _ in range(rng.randint(1, 4))]),
+                                           seed, is_weights=seed % 2 == 0)
+            keys = [k for k in ("response_mask", "token_level_rewards", "attention_mask", "old_log_probs",
+                                "sum_pi_squared", "rollout_is_weights") if k in batch.tensors]
+            theirs = VERL(batch.proto(*keys), adv_estimator=name, config=None).batch
+            ours = areal_verl.compute_advantage(batch.proto(*keys), adv_estimator="areal", config=algo(name)).batch
+            worst = max(worst, masked_max(ours["advantages"], theirs["advantages"], batch.tensors["response_mask"]))
+        print(f"verl wrapper   areal[{name}] vs verl's own {'':4s} max |diff| {worst:.3e}  ({n} batches)")
+
+
 def trl_runs() -> None:
     import trl_setup as ts
 
@@ -133,6 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     verl_registry(args.batches)
     verl_ppo(args.batches)
+    verl_token_baseline(args.batches)
     if not args.no_trl:
         trl_runs()
 
