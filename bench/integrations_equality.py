@@ -100,6 +100,23 @@ def verl_ppo(n: int) -> None:
           f"returns {worst_ret:.3e}  ({n - skipped} batches)")
 
 
+def verl_token_baseline(n: int) -> None:
+    """The wrapper on DataProtos with verl's sum_pi_squared (and rollout_is_weights) vs verl's own OTB / TIR-OTB."""
+    import test_verl_token_baseline as tv
+
+    for name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        rng, worst = random.Random(2), 0.0
+        for seed in range(n):
+            batch = tv.with_sum_pi_squared(vb.make_batch(seed, [rng.randint(1, 6) for _ in range(rng.randint(1, 4))]),
+                                           seed, is_weights=seed % 2 == 0)
+            keys = [k for k in ("response_mask", "token_level_rewards", "attention_mask", "old_log_probs",
+                                "sum_pi_squared", "rollout_is_weights") if k in batch.tensors]
+            theirs = VERL(batch.proto(*keys), adv_estimator=name, config=None).batch
+            ours = areal_verl.compute_advantage(batch.proto(*keys), adv_estimator="areal", config=algo(name)).batch
+            worst = max(worst, masked_max(ours["advantages"], theirs["advantages"], batch.tensors["response_mask"]))
+        print(f"verl wrapper   areal[{name}] vs verl's own {'':4s} max |diff| {worst:.3e}  ({n} batches)")
+
+
 def trl_runs() -> None:
     import trl_setup as ts
 
@@ -126,6 +143,28 @@ actor:
         print(f"trl  scale_rewards={label:38s} max |ours - TRL| {worst:.3e}  ({len(trainer.records)} batches)")
 
 
+def trl_token_baseline() -> None:
+    """OTB / TIR-OTB through AReaLGRPOTrainer vs verl's own function on each gathered generation batch."""
+    import trl_setup as ts
+
+    model = ts.build_model(Path(tempfile.mkdtemp()))
+    for name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        trainer = ts.make_trainer(model, Path(tempfile.mkdtemp()), str(PRESETS / f"{name}.yaml"), steps=4)
+        trainer.train()
+        worst = 0.0
+        for record in trainer.records:
+            g = record["gathered"]
+            keep = ~torch.isnan(g.rewards)
+            mask = g.loss_mask[keep]
+            rewards = torch.zeros_like(mask)
+            rewards[torch.arange(mask.shape[0]), (mask * torch.arange(1, mask.shape[1] + 1)).argmax(dim=1)] = g.rewards[keep]
+            theirs, _ = core_algos.get_adv_estimator_fn(name)(
+                token_level_rewards=rewards, response_mask=mask, index=(keep.nonzero()[:, 0] // g.num_generations).numpy(),
+                old_log_probs=g.logprobs[keep], sum_pi_squared=g.sum_pi_squared[keep], rollout_is_weights=None)
+            worst = max(worst, masked_max(record["ours"][keep], theirs, mask))
+        print(f"trl  {name:44s} max |ours - verl's function| {worst:.3e}  ({len(trainer.records)} batches)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=200)
@@ -133,8 +172,10 @@ def main() -> None:
     args = parser.parse_args()
     verl_registry(args.batches)
     verl_ppo(args.batches)
+    verl_token_baseline(args.batches)
     if not args.no_trl:
         trl_runs()
+        trl_token_baseline()
 
 
 if __name__ == "__main__":
