@@ -1,4 +1,4 @@
-"""`areal` command line: `areal validate CONFIG [key=value ...] [--dry-run]`.
+"""`areal` command line: `areal validate CONFIG [key=value ...] [--dry-run]`, `areal presets`.
 
 `validate` loads a config the way the trainer does, then resolves every stage the
 way an actor worker would and the task, reward functions and prompt datasets the
@@ -9,7 +9,8 @@ has), and prints what would run. `--dry-run` also runs every configured stage
 once on a small synthetic batch of the config's layout, so a plugin returning a
 wrong shape or dtype fails before launch, and the task's scorer and every reward
 function on two real rows with dummy completions, with the run-time checks.
-Every failure is one line naming the field, stage or function.
+Every failure is one line naming the field, stage or function. `presets` lists
+the presets shipped with the package (`preset:NAME`), one line each.
 """
 
 from __future__ import annotations
@@ -115,12 +116,24 @@ def _dry_run_rewards(config: Any, parts: Any, runtime: Any) -> int:
 def _validate_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="areal validate",
                                 description="load a config and resolve every advantage stage, the task and the rewards")
-    p.add_argument("config", help="experiment YAML file")
+    p.add_argument("config", help="experiment YAML file, or preset:NAME (areal presets)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor.advantage.estimator.implementation=turn_gae")
     p.add_argument("--dry-run", action="store_true",
                    help="also run every configured stage once on a small synthetic batch of the config's layout, "
                         "and the task's scorer and every reward function on two real rows")
     return p
+
+
+def presets() -> int:
+    """Print every preset shipped with the package, one line each: its name and description."""
+    from areal.api.presets import describe_preset, preset_names
+
+    names = preset_names()
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:<{width}}  {describe_preset(name)}")
+    print("\nuse one as --config preset:NAME, load_config('preset:NAME') or defaults: [preset:NAME]")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,7 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("validate", help="load a config and resolve every advantage stage, the task and the rewards "
                    "(areal validate -h)")
-    parser.parse_args(argv)
+    sub.add_parser("presets", help="list the presets shipped with the package (use one as preset:NAME)")
+    args = parser.parse_args(argv)
+    if args.command == "presets":
+        return presets()
     return 2
 
 
