@@ -8,7 +8,8 @@ budget fits the model's context, reward functions name only columns the data
 has), and prints what would run. `--dry-run` also runs every configured stage
 once on a small synthetic batch of the config's layout, so a plugin returning a
 wrong shape or dtype fails before launch, and the task's scorer and every reward
-function on two real rows with dummy completions, with the run-time checks.
+function on two real rows with dummy completions (an empty one and one of the
+`max_new_tokens` budget among them), with the run-time checks.
 Every failure is one line naming the field, stage or function. `presets` lists
 the presets shipped with the package (`preset:NAME`), one line each.
 """
@@ -104,7 +105,7 @@ def _dry_run_rewards(config: Any, parts: Any, runtime: Any) -> int:
 
     rows, source = reward_rows(config, parts)
     try:
-        report = dry_run_rewards(runtime, rows)
+        report = dry_run_rewards(runtime, rows, config.generation_budget)
     except Exception as exc:  # the task's or a reward function's failure, named as at run time
         print(f"error: dry run of the rewards on {source}: {_one_line(exc)}", file=sys.stderr)
         return 1
