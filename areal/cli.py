@@ -28,56 +28,39 @@ from typing import Any
 from areal.api.cli_args import ConfigError, load_config
 
 
-def _table(rows: Sequence[tuple[str, str, str]]) -> str:
-    headers = ("stage", "implementation", "kwargs")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = "  ".join("{:<" + str(w) + "}" for w in widths)
-    out = [line.format(*headers), line.format(*("-" * w for w in widths))]
-    out += [line.format(*r) for r in rows]
-    return "\n".join(out)
-
-
-def _task_rows(config: object, parts: object) -> list[tuple[str, str, str]]:
-    """The task and each reward function as `stage / implementation / kwargs` rows."""
-    task = config.task
-    kind = "multi-turn" if getattr(parts.task, "multi_turn", False) else "single-turn"
-    rows = [(f"task ({kind})", task.implementation, str(task.kwargs))]
-    rows += [(f"reward/{r.name} x{r.weight:g}", spec.implementation, str(spec.kwargs))
-             for r, spec in zip(parts.reward_functions, config.reward)]
-    for name, data in (("data.train", parts.train_data), ("data.eval", parts.eval_data)):
-        if data is not None:
-            rows.append((name, getattr(config.data, name.split(".")[1]), f"{len(data)} rows"))
-    return rows
-
-
 def _one_line(exc: BaseException) -> str:
     """An error as one line (a user's exception message may span several)."""
     return " ".join(str(exc).split())
 
 
-def _resolve(config_path: str, overrides: Sequence[str]) -> tuple[Any, Any, Any, Any, Any]:
-    """Load, resolve every stage, the task and the rewards, then the cross-field checks (preflight)."""
+def _resolve(config: Any) -> tuple[Any, Any, Any, Any]:
+    """Resolve every stage, the task and the rewards, then the cross-field checks (preflight)."""
     from areal.trainer.ppo.actor import PPOActor
     from areal.trainer.run.preflight import check_before_launch, preflight_runtime
     from areal.trainer.run.task_setup import make_eval_rows, resolve_task_parts
 
-    config = load_config(config_path, overrides)
     actor = PPOActor(config.actor)
     parts = resolve_task_parts(config)
     runtime = preflight_runtime(config, parts)
     report = check_before_launch(config, parts, runtime, make_eval_rows(config, parts))
-    return config, actor, parts, runtime, report
+    return actor, parts, runtime, report
 
 
 def validate(config_path: str, overrides: Sequence[str], *, dry_run: bool = False) -> int:
+    try:  # first, and before torch is imported: a bad key or value answers in about a second
+        config = load_config(config_path, overrides)
+    except ConfigError as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 1
     from areal.trainer.rollout.tasks.runtime import TaskError
+    from areal.trainer.run.run_summary import stage_rows, stage_table
 
     try:
-        config, actor, parts, runtime, report = _resolve(config_path, overrides)
+        actor, parts, runtime, report = _resolve(config)
     except (ConfigError, ImportError, ValueError, TypeError, TaskError) as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 1
-    print(_table([*actor.resolved.describe(config.actor), *_task_rows(config, parts)]))
+    print(stage_table(stage_rows(config, actor, parts)))
     print("\nconfig OK: every stage, the task and the reward functions resolved as a worker would resolve them")
     print(f"context OK: {report.describe()}")
     if not dry_run:

@@ -21,11 +21,13 @@ from pathlib import Path
 
 from areal.utils.suggest import did_you_mean
 
-__all__ = ["PRESET_DIR", "PREFIX", "PresetError", "describe_preset", "is_preset_ref", "preset_names",
+__all__ = ["DEFAULT_RUN", "PRESET_DIR", "PREFIX", "PresetError", "describe_preset", "is_preset_ref", "preset_names",
            "preset_path", "resolve_source"]
 
 #: The scheme that names a preset instead of a file path.
 PREFIX = "preset:"
+#: The preset every other one builds on: a whole run (task, model, schedule), not an estimator.
+DEFAULT_RUN = "grpo_arith"
 #: The package's preset folder (package data: see `[tool.setuptools.package-data]` in pyproject.toml).
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 
