@@ -1,4 +1,4 @@
-"""The advantage pipeline: the seed's list of stages, in order (advantage.md §4).
+"""The advantage pipeline: the specified list of stages, in order (advantage.md §4).
 
 1. length penalty            -> `rewards.apply_length_penalty`
 2. outcome reward shaping    -> `actor.advantage.outcome_reward_shaping` (replaceable)
@@ -13,7 +13,7 @@ On CPU, steps 4-6 of the built-in GAE estimators run in fused kernels
 (`fused`, same results) unless something in the batch or config needs the
 tensor steps. `actor.advantage.compute` replaces the whole list. The public stage types live in
 `stage_types` and stage resolution in `stage_resolution`; both are re-exported
-here, the seed's module path for plugins. The caller's batch is never modified;
+here, the public module path for plugins. The caller's batch is never modified;
 a new dict is returned.
 """
 
