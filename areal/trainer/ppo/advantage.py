@@ -283,7 +283,8 @@ def _output_fields(steps: StepFields, advantages: torch.Tensor, rewards: torch.T
         "loss_mask": steps.loss_mask,
         "logprobs": steps.logprobs,
         "kl_rewards": steps.kl_rewards,
-        "tot_rewards": steps.temporal.total_rewards,
+        "total_rewards": steps.temporal.total_rewards,  # the name of TemporalResult's and AdvantageResult's field
+        "tot_rewards": steps.temporal.total_rewards,  # the same tensor under AReaL 1.0.4's output key
         "prox_logp": steps.prox_logp,
         "is_truncated": steps.is_truncated,
         "rewards": rewards,
@@ -312,7 +313,7 @@ def compute_default_advantages(inputs: AdvantageInputs) -> AdvantageResult:
     extras = {k: fields[k] for k in ALLOWED_EXTRAS if k in fields}
     return AdvantageResult(
         advantages=fields["advantages"], returns=fields["returns"], loss_mask=fields["loss_mask"],
-        logprobs=fields["logprobs"], rewards=fields["rewards"], total_rewards=fields["tot_rewards"],
+        logprobs=fields["logprobs"], rewards=fields["rewards"], total_rewards=fields["total_rewards"],
         kl_rewards=fields["kl_rewards"], extras=extras,
     )
 
@@ -333,6 +334,6 @@ def _run_full_replacement(
     result = check_full_result(stage, call_stage(stage, inputs), tuple(ids.shape), ids.device)
     return {
         "advantages": result.advantages, "returns": result.returns, "loss_mask": result.loss_mask.to(torch.float32),
-        "logprobs": result.logprobs, "rewards": result.rewards, "tot_rewards": result.total_rewards,
-        "kl_rewards": result.kl_rewards, **dict(result.extras or {}),
+        "logprobs": result.logprobs, "rewards": result.rewards, "total_rewards": result.total_rewards,
+        "tot_rewards": result.total_rewards, "kl_rewards": result.kl_rewards, **dict(result.extras or {}),
     }
