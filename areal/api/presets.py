@@ -21,8 +21,17 @@ from pathlib import Path
 
 from areal.utils.suggest import did_you_mean
 
-__all__ = ["DEFAULT_RUN", "PRESET_DIR", "PREFIX", "PresetError", "describe_preset", "is_preset_ref", "preset_names",
-           "preset_path", "resolve_source"]
+__all__ = [
+    "DEFAULT_RUN",
+    "PRESET_DIR",
+    "PREFIX",
+    "PresetError",
+    "describe_preset",
+    "is_preset_ref",
+    "preset_names",
+    "preset_path",
+    "resolve_source",
+]
 
 #: The scheme that names a preset instead of a file path.
 PREFIX = "preset:"
@@ -48,13 +57,15 @@ def preset_names() -> list[str]:
 
 def preset_path(name: str) -> Path:
     """The file of preset `name` (with or without the `preset:` prefix); a one-line error if there is none."""
-    name = name[len(PREFIX):] if name.startswith(PREFIX) else name
+    name = name[len(PREFIX) :] if name.startswith(PREFIX) else name
     path = PRESET_DIR / f"{name}.yaml"
     if name and os.sep not in name and "/" not in name and path.is_file():
         return path
     known = preset_names()
-    raise PresetError(f"unknown preset {name!r}{did_you_mean(name, known)} "
-                      f"(known presets: {', '.join(known)}; `areal presets` describes them)")
+    raise PresetError(
+        f"unknown preset {name!r}{did_you_mean(name, known)} "
+        f"(known presets: {', '.join(known)}; `areal presets` describes them)"
+    )
 
 
 def resolve_source(source: str | os.PathLike) -> str:

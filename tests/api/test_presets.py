@@ -43,8 +43,10 @@ def test_a_users_yaml_builds_on_a_preset_from_any_folder(outside: Path):
 
 
 def test_load_config_and_the_trainer_take_a_preset_name_from_any_folder(outside: Path):
-    code = ("from areal.api.cli_args import load_config; c = load_config('preset:rloo', ['actor.kl_ctl=0.5']); "
-            "print(c.experiment_name, c.actor.kl_ctl, c.actor.reward_norm.mean_leave1out)")
+    code = (
+        "from areal.api.cli_args import load_config; c = load_config('preset:rloo', ['actor.kl_ctl=0.5']); "
+        "print(c.experiment_name, c.actor.kl_ctl, c.actor.reward_norm.mean_leave1out)"
+    )
     proc = _run([sys.executable, "-c", code], outside)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["preset_rloo", "0.5", "True"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from areal.trainer.ppo.advantage import AdvantageResult, OutcomeResult, compute_default_advantages
 from areal.trainer.ppo.advantage_algorithms import TemporalResult, token_gae
 

@@ -32,8 +32,10 @@ def task_rows(config: Any, parts: Any) -> list[tuple[str, str, str]]:
     task = config.task
     kind = "multi-turn" if getattr(parts.task, "multi_turn", False) else "single-turn"
     rows = [(f"task ({kind})", task.implementation, str(task.kwargs))]
-    rows += [(f"reward/{r.name} x{r.weight:g}", spec.implementation, str(spec.kwargs))
-             for r, spec in zip(parts.reward_functions, config.reward)]
+    rows += [
+        (f"reward/{r.name} x{r.weight:g}", spec.implementation, str(spec.kwargs))
+        for r, spec in zip(parts.reward_functions, config.reward)
+    ]
     for name, data in (("data.train", parts.train_data), ("data.eval", parts.eval_data)):
         if data is not None:
             rows.append((name, getattr(config.data, name.split(".")[1]), f"{len(data)} rows"))
@@ -45,7 +47,7 @@ def stage_rows(config: Any, actor: Any, parts: Any) -> list[tuple[str, str, str]
     return [*actor.resolved.describe(config.actor), *task_rows(config, parts)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _preset_settings(name: str) -> tuple[tuple[str, str, Any], ...]:
     """(section, key, resolved value) for every `section.key` the preset's own file sets (not its defaults),
     and `critic.enabled` always: with or without a critic is part of every algorithm."""
@@ -57,8 +59,9 @@ def _preset_settings(name: str) -> tuple[tuple[str, str, Any], ...]:
     raw = yaml.safe_load(preset_path(name).read_text(encoding="utf-8")) or {}
     cfg = load_config(f"preset:{name}")
     keys = {(section, key) for section, body in raw.items() if isinstance(body, dict) for key in body}
-    return tuple((section, key, getattr(getattr(cfg, section), key))
-                 for section, key in sorted(keys | {("critic", "enabled")}))
+    return tuple(
+        (section, key, getattr(getattr(cfg, section), key)) for section, key in sorted(keys | {("critic", "enabled")})
+    )
 
 
 def matching_presets(config: Any) -> list[str]:
@@ -84,9 +87,11 @@ def start_block(config: Any, actor: Any, parts: Any, *, num_threads: int, device
     preset = ", ".join(f"preset:{p}" for p in presets) or f"none matches (`areal presets` lists them){note}"
     threads = "train.num_threads" if config.train.num_threads is not None else "by the model's size"
     ranks = f" x {world_size} ranks" if world_size > 1 else ""
-    return "\n".join([
-        f"[areal] {config.experiment_name}: what runs",
-        stage_table(stage_rows(config, actor, parts)),
-        f"estimator preset: {preset}",
-        f"threads: {num_threads} per process ({threads}) | device: {device}{ranks}",
-    ])
+    return "\n".join(
+        [
+            f"[areal] {config.experiment_name}: what runs",
+            stage_table(stage_rows(config, actor, parts)),
+            f"estimator preset: {preset}",
+            f"threads: {num_threads} per process ({threads}) | device: {device}{ranks}",
+        ]
+    )

@@ -24,7 +24,7 @@ def assert_same(out, ref, keys=OUT_KEYS):
         if a.dtype == torch.bool or b.dtype == torch.bool:
             assert torch.equal(a.bool(), b.bool()), key
             continue
-        torch.testing.assert_close(a.double(), b.double(), rtol=1e-5, atol=1e-5, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(a.double(), b.double(), rtol=1e-5, atol=1e-5, msg=lambda m, key=key: f"{key}: {m}")
 
 
 norms = st.one_of(

@@ -9,7 +9,6 @@ the line names the first failing row.
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pytest

@@ -12,9 +12,19 @@ from areal.cli import main
 from areal.trainer.run.loop import Trainer
 from areal.trainer.run.run_summary import matching_presets
 
-TINY = ["train.steps=1", "rollout.batch_size=2", "rollout.n_samples=2", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "output.loggers=[jsonl]",
-        "train.num_threads=1", "train.save_every=0"]
+TINY = [
+    "train.steps=1",
+    "rollout.batch_size=2",
+    "rollout.n_samples=2",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "output.loggers=[jsonl]",
+    "train.num_threads=1",
+    "train.save_every=0",
+]
 
 
 def test_every_estimator_preset_matches_itself_only():
@@ -23,8 +33,10 @@ def test_every_estimator_preset_matches_itself_only():
     assert matching_presets(load_config(f"preset:{DEFAULT_RUN}")) == []
 
 
-@pytest.mark.parametrize("override", ["actor.reward_norm.eps=1e-4", "actor.kl_ctl=0.01",
-                                      "actor.advantage.estimator=token_gae", "critic.enabled=true"])
+@pytest.mark.parametrize(
+    "override",
+    ["actor.reward_norm.eps=1e-4", "actor.kl_ctl=0.01", "actor.advantage.estimator=token_gae", "critic.enabled=true"],
+)
 def test_a_changed_algorithm_setting_matches_no_preset(override):
     assert matching_presets(load_config("preset:grpo", [override])) == []
 
