@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from areal.api.config_errors import LoadError, describe_merge_error, override_for, parse_override
 from areal.api.presets import PresetError, is_preset_ref, resolve_source
@@ -93,7 +93,7 @@ def _read_yaml(path: str) -> dict[str, Any]:
         raise CompositionError(f"config file {path!r}: cannot parse YAML: {detail}") from None
     if not OmegaConf.is_dict(loaded):
         raise CompositionError(f"config file {path!r}: expected a mapping at the top level, got a list")
-    return OmegaConf.to_container(loaded, resolve=False)
+    return cast("dict[str, Any]", OmegaConf.to_container(loaded, resolve=False))
 
 
 def _default_entries(data: dict[str, Any], source: str) -> list[str]:
@@ -175,7 +175,7 @@ def override_layer(overrides: Sequence[str]) -> Layer | None:
             parse_override(item)
         except LoadError as exc:
             raise CompositionError(str(exc)) from None
-    data = OmegaConf.to_container(OmegaConf.from_dotlist(overrides), resolve=False)
+    data = cast("dict[str, Any]", OmegaConf.to_container(OmegaConf.from_dotlist(overrides), resolve=False))
     return Layer("the command line", data, tuple(overrides))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeGuard
 
 from areal.utils.suggest import did_you_mean
 
@@ -45,7 +46,7 @@ class PresetError(ValueError):
     """`preset:NAME` names no preset; the message lists the known ones."""
 
 
-def is_preset_ref(source: object) -> bool:
+def is_preset_ref(source: object) -> TypeGuard[str]:
     """Whether `source` is a `preset:NAME` reference (a string, not a path object)."""
     return isinstance(source, str) and source.startswith(PREFIX)
 
