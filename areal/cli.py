@@ -1,4 +1,4 @@
-"""`areal` command line: `areal validate CONFIG [key=value ...] [--dry-run]`.
+"""`areal` command line: `areal validate CONFIG [key=value ...] [--dry-run]`, `areal presets`.
 
 `validate` loads a config the way the trainer does, then resolves every stage the
 way an actor worker would and the task, reward functions and prompt datasets the
@@ -8,8 +8,10 @@ budget fits the model's context, reward functions name only columns the data
 has), and prints what would run. `--dry-run` also runs every configured stage
 once on a small synthetic batch of the config's layout, so a plugin returning a
 wrong shape or dtype fails before launch, and the task's scorer and every reward
-function on two real rows with dummy completions, with the run-time checks.
-Every failure is one line naming the field, stage or function.
+function on two real rows with dummy completions (an empty one and one of the
+`max_new_tokens` budget among them), with the run-time checks.
+Every failure is one line naming the field, stage or function. `presets` lists
+the presets shipped with the package (`preset:NAME`), one line each.
 """
 
 from __future__ import annotations
@@ -26,56 +28,39 @@ from typing import Any
 from areal.api.cli_args import ConfigError, load_config
 
 
-def _table(rows: Sequence[tuple[str, str, str]]) -> str:
-    headers = ("stage", "implementation", "kwargs")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = "  ".join("{:<" + str(w) + "}" for w in widths)
-    out = [line.format(*headers), line.format(*("-" * w for w in widths))]
-    out += [line.format(*r) for r in rows]
-    return "\n".join(out)
-
-
-def _task_rows(config: object, parts: object) -> list[tuple[str, str, str]]:
-    """The task and each reward function as `stage / implementation / kwargs` rows."""
-    task = config.task
-    kind = "multi-turn" if getattr(parts.task, "multi_turn", False) else "single-turn"
-    rows = [(f"task ({kind})", task.implementation, str(task.kwargs))]
-    rows += [(f"reward/{r.name} x{r.weight:g}", spec.implementation, str(spec.kwargs))
-             for r, spec in zip(parts.reward_functions, config.reward)]
-    for name, data in (("data.train", parts.train_data), ("data.eval", parts.eval_data)):
-        if data is not None:
-            rows.append((name, getattr(config.data, name.split(".")[1]), f"{len(data)} rows"))
-    return rows
-
-
 def _one_line(exc: BaseException) -> str:
     """An error as one line (a user's exception message may span several)."""
     return " ".join(str(exc).split())
 
 
-def _resolve(config_path: str, overrides: Sequence[str]) -> tuple[Any, Any, Any, Any, Any]:
-    """Load, resolve every stage, the task and the rewards, then the cross-field checks (preflight)."""
+def _resolve(config: Any) -> tuple[Any, Any, Any, Any]:
+    """Resolve every stage, the task and the rewards, then the cross-field checks (preflight)."""
     from areal.trainer.ppo.actor import PPOActor
     from areal.trainer.run.preflight import check_before_launch, preflight_runtime
     from areal.trainer.run.task_setup import make_eval_rows, resolve_task_parts
 
-    config = load_config(config_path, overrides)
     actor = PPOActor(config.actor)
     parts = resolve_task_parts(config)
     runtime = preflight_runtime(config, parts)
     report = check_before_launch(config, parts, runtime, make_eval_rows(config, parts))
-    return config, actor, parts, runtime, report
+    return actor, parts, runtime, report
 
 
 def validate(config_path: str, overrides: Sequence[str], *, dry_run: bool = False) -> int:
+    try:  # first, and before torch is imported: a bad key or value answers in about a second
+        config = load_config(config_path, overrides)
+    except ConfigError as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 1
     from areal.trainer.rollout.tasks.runtime import TaskError
+    from areal.trainer.run.run_summary import stage_rows, stage_table
 
     try:
-        config, actor, parts, runtime, report = _resolve(config_path, overrides)
+        actor, parts, runtime, report = _resolve(config)
     except (ConfigError, ImportError, ValueError, TypeError, TaskError) as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 1
-    print(_table([*actor.resolved.describe(config.actor), *_task_rows(config, parts)]))
+    print(stage_table(stage_rows(config, actor, parts)))
     print("\nconfig OK: every stage, the task and the reward functions resolved as a worker would resolve them")
     print(f"context OK: {report.describe()}")
     if not dry_run:
@@ -103,7 +88,7 @@ def _dry_run_rewards(config: Any, parts: Any, runtime: Any) -> int:
 
     rows, source = reward_rows(config, parts)
     try:
-        report = dry_run_rewards(runtime, rows)
+        report = dry_run_rewards(runtime, rows, config.generation_budget)
     except Exception as exc:  # the task's or a reward function's failure, named as at run time
         print(f"error: dry run of the rewards on {source}: {_one_line(exc)}", file=sys.stderr)
         return 1
@@ -115,12 +100,24 @@ def _dry_run_rewards(config: Any, parts: Any, runtime: Any) -> int:
 def _validate_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="areal validate",
                                 description="load a config and resolve every advantage stage, the task and the rewards")
-    p.add_argument("config", help="experiment YAML file")
+    p.add_argument("config", help="experiment YAML file, or preset:NAME (areal presets)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor.advantage.estimator.implementation=turn_gae")
     p.add_argument("--dry-run", action="store_true",
                    help="also run every configured stage once on a small synthetic batch of the config's layout, "
                         "and the task's scorer and every reward function on two real rows")
     return p
+
+
+def presets() -> int:
+    """Print every preset shipped with the package, one line each: its name and description."""
+    from areal.api.presets import describe_preset, preset_names
+
+    names = preset_names()
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:<{width}}  {describe_preset(name)}")
+    print("\nuse one as --config preset:NAME, load_config('preset:NAME') or defaults: [preset:NAME]")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,7 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("validate", help="load a config and resolve every advantage stage, the task and the rewards "
                    "(areal validate -h)")
-    parser.parse_args(argv)
+    sub.add_parser("presets", help="list the presets shipped with the package (use one as preset:NAME)")
+    args = parser.parse_args(argv)
+    if args.command == "presets":
+        return presets()
     return 2
 
 

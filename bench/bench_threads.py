@@ -22,7 +22,7 @@ Variants (`--variants`):
   default   nothing set: the entry point's choice of threads and wait policy
   one       train.num_threads=1
   spin      train.num_threads=<cores>, libgomp's own spin-then-sleep waiting: torch is imported before the
-            entry module runs, so `OMP_WAIT_POLICY` set there has no effect (the behaviour before issue 20)
+            entry module runs, so `OMP_WAIT_POLICY` set there has no effect (the behaviour before passive waiting became the default)
   passive   train.num_threads=<cores>, OMP_WAIT_POLICY=PASSIVE
   spincount train.num_threads=<cores>, GOMP_SPINCOUNT=0
 """

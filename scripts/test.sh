@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite (what CI runs): set-up with every optional extra the tests
-# exercise (the integrations run against the real packages), then pytest on parallel
+# exercise (the integrations run against the real packages), ruff's lint and format
+# checks, mypy on the public types, then pytest on parallel
 # pytest-xdist workers: most of the suite's time is the 2-rank jobs it launches, which
 # wait on each other and on their timeouts, so more workers than cores keep the cores busy.
 #   ./scripts/test.sh                              the whole suite
@@ -11,4 +12,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 ./scripts/setup.sh test verl trl reasoning wandb gguf data
+# lint and formatting first (ruff, from the `test` extra, configured in pyproject.toml): seconds, and a
+# finding stops the run before the suite's minutes
+.venv/bin/ruff check areal tests bench examples
+.venv/bin/ruff format --check areal tests bench examples
+.venv/bin/mypy  # the typed public surface ([tool.mypy] files in pyproject.toml)
 exec .venv/bin/python -m pytest -n "${AREAL_TEST_WORKERS:-3}" --dist loadgroup "$@"

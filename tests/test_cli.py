@@ -61,3 +61,15 @@ def test_validate_prints_what_the_context_check_saw(capsys):
     assert ("context OK: the longest prompt (8 tokens, data.train row 0) plus 2 to generate fits "
             "max_position_embeddings=128 (prompts checked: 200 of data.train, 32 of data.eval)") in out
 
+
+
+def test_a_bad_key_is_answered_before_torch_is_imported(tmp_path):
+    """validate loads the config first; torch, transformers and the trainer come only once it is valid."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from areal.cli import main; rc = main(['validate', 'preset:grpo', 'actor.no_such=1']); "
+            "print(rc, sorted(m for m in ('torch', 'transformers', 'numba', 'areal.trainer.ppo') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "1 []", proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: actor.no_such (in override 'actor.no_such=1'): unknown key 'no_such'")

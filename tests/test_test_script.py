@@ -66,3 +66,20 @@ def test_the_test_command_keeps_each_group_on_one_worker(tmp_path: Path) -> None
     assert seen["grouped"] | seen["free"] == {"gw0", "gw1"}, seen
     # the check can fail: without the grouping the same tests spread over both workers
     assert len(_workers(tmp_path / "load", "load")["grouped"]) == 2
+
+
+def test_the_test_command_lints_before_the_suite() -> None:
+    """`ruff check`, `ruff format --check` and mypy run before pytest; both tools are in the test extra."""
+    import tomllib
+
+    lines = [line.strip() for line in (ROOT / "scripts" / "test.sh").read_text().splitlines()]
+    lint = lines.index(".venv/bin/ruff check areal tests bench examples")
+    fmt = lines.index(".venv/bin/ruff format --check areal tests bench examples")
+    types = next(i for i, line in enumerate(lines) if line.startswith(".venv/bin/mypy"))
+    suite = next(i for i, line in enumerate(lines) if line.startswith("exec .venv/bin/python -m pytest"))
+    assert lint < fmt < types < suite
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extra = project["project"]["optional-dependencies"]["test"]
+    assert any(req.startswith("ruff") for req in extra) and any(req.startswith("mypy") for req in extra)
+    assert all((ROOT / path).exists() for path in project["tool"]["mypy"]["files"])
+    assert project["tool"]["ruff"]["line-length"] == 120

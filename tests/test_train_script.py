@@ -68,7 +68,7 @@ def test_train_sh_runs_in_the_callers_folder(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1] and all("reward/exact_answer" in r for r in rows)
     assert not (ROOT / "runs" / "my_run").exists()
-    assert f"metrics runs/my_run/trial0/metrics.jsonl" in proc.stdout
+    assert "metrics runs/my_run/trial0/metrics.jsonl" in proc.stdout
 
 
 def test_the_console_script_imports_plugins_from_the_callers_folder(tmp_path: Path) -> None:

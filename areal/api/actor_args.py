@@ -69,11 +69,12 @@ def _norm_init(self: NormConfig, *args: Any, **kwargs: Any) -> None:
     cannot tell a chosen 1 from the default and does not count as a choice.
     """
     named = set(_NORM_FIELDS[:len(args)]) | set(kwargs)
-    self._group_size_chosen = "group_size" in named and named != set(_NORM_FIELDS)
+    # an attribute outside the dataclass fields (so neither compared, copied nor serialised)
+    self._group_size_chosen = "group_size" in named and named != set(_NORM_FIELDS)  # type: ignore[attr-defined]
     _norm_dataclass_init(self, *args, **kwargs)
 
 
-NormConfig.__init__ = _norm_init
+NormConfig.__init__ = _norm_init  # type: ignore[method-assign]  # the generated __init__, wrapped
 
 #: AReaL's construction-time warning (its words are what its upstream tests match).
 SINGLETON_GROUP_CENTERING = (

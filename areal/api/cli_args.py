@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from areal.api.actor_args import (
     GVPO_PARAMS,
@@ -92,7 +92,7 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     """A plain, JSON-serialisable dict of a config (what is shipped to workers)."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
+    return cast("dict[str, Any]", OmegaConf.to_container(OmegaConf.structured(config), resolve=True))
 
 
 def config_to_yaml(config: Any) -> str:

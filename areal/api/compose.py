@@ -1,7 +1,8 @@
 """Config composition: `defaults:` lists, bare-string stages, layered merging.
 
 A YAML file may start with `defaults: [base.yaml, ...]`: those files (paths
-relative to the including file, each possibly with its own `defaults:`) are
+relative to the including file, or `preset:NAME` for a preset shipped with the
+package, see `areal.api.presets`; each possibly with its own `defaults:`) are
 merged in order, then the file itself, then the command-line overrides. This is
 Hydra's defaults list reduced to what a single experiment file needs; Hydra
 itself is not used because it owns the command line, the working directory and
@@ -17,7 +18,7 @@ so `task.name=guess` on top of the arithmetic run does not inherit its kwargs.
 
 This module knows no schema: which nodes follow the naming rule is passed in as
 `NamedNode`s (`areal.api.cli_args.load_config` lists the stages and the task),
-so it imports nothing from areal but the schema-free `config_errors` and adds no import circle. Its errors are
+so it imports nothing from areal but the schema-free `config_errors` and `presets` and adds no import circle. Its errors are
 `CompositionError`s; `load_config` re-raises them as `ConfigError`.
 """
 
@@ -26,9 +27,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from areal.api.config_errors import LoadError, describe_merge_error, override_for, parse_override
+from areal.api.presets import PresetError, is_preset_ref, resolve_source
 
 #: The key that lists a file's base files.
 DEFAULTS_KEY = "defaults"
@@ -91,7 +93,7 @@ def _read_yaml(path: str) -> dict[str, Any]:
         raise CompositionError(f"config file {path!r}: cannot parse YAML: {detail}") from None
     if not OmegaConf.is_dict(loaded):
         raise CompositionError(f"config file {path!r}: expected a mapping at the top level, got a list")
-    return OmegaConf.to_container(loaded, resolve=False)
+    return cast("dict[str, Any]", OmegaConf.to_container(loaded, resolve=False))
 
 
 def _default_entries(data: dict[str, Any], source: str) -> list[str]:
@@ -100,16 +102,20 @@ def _default_entries(data: dict[str, Any], source: str) -> list[str]:
         return []
     if isinstance(entries, str) or not isinstance(entries, list):
         raise CompositionError(f"{DEFAULTS_KEY} (in {source}): got {entries!r}, expected a list of YAML file paths "
-                          "relative to this file, e.g. defaults: [../grpo_arith.yaml]")
+                          "relative to this file or preset names, e.g. defaults: [preset:grpo]")
     for i, entry in enumerate(entries):
         if not isinstance(entry, str) or not entry:
-            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {source}): got {entry!r}, expected a YAML file path")
+            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {source}): got {entry!r}, expected a YAML file path "
+                                   "or preset:NAME")
     return entries
 
 
 def file_layers(path: str | os.PathLike, _stack: tuple[str, ...] = ()) -> list[Layer]:
-    """The layers of a YAML file: its `defaults:` (recursively, in order), then the file itself."""
-    path = os.fspath(path)
+    """The layers of a YAML file (or `preset:NAME`): its `defaults:` (recursively, in order), then the file itself."""
+    try:
+        path = resolve_source(path)
+    except PresetError as exc:
+        raise CompositionError(f"config {path!r}: {exc}") from None
     real = os.path.realpath(path)
     if not os.path.isfile(path):
         raise CompositionError(f"config file {path!r} does not exist")
@@ -118,7 +124,7 @@ def file_layers(path: str | os.PathLike, _stack: tuple[str, ...] = ()) -> list[L
     layers: list[Layer] = []
     here = os.path.dirname(real)
     for i, entry in enumerate(entries):
-        target = os.path.join(here, os.path.expanduser(entry))
+        target = _default_target(entry, here, f"{DEFAULTS_KEY}[{i}] (in {path})")
         if not os.path.isfile(target):
             raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} resolves to {os.path.normpath(target)!r}, "
                               "which does not exist (paths are relative to the including file)")
@@ -131,13 +137,23 @@ def file_layers(path: str | os.PathLike, _stack: tuple[str, ...] = ()) -> list[L
     return layers
 
 
+def _default_target(entry: str, here: str, where: str) -> str:
+    """The file a `defaults:` entry names: a preset's file, or a path relative to the including file's folder."""
+    if not is_preset_ref(entry):
+        return os.path.join(here, os.path.expanduser(entry))
+    try:
+        return resolve_source(entry)
+    except PresetError as exc:
+        raise CompositionError(f"{where}: {exc}") from None
+
+
 def mapping_layers(source: Mapping[str, Any]) -> list[Layer]:
     """Layers of an in-memory config: its `defaults:` (relative to the working directory), then itself."""
     data = dict(source)
     entries = _default_entries(data, "the config mapping")
     layers: list[Layer] = []
-    for entry in entries:
-        layers.extend(file_layers(os.path.expanduser(entry)))
+    for i, entry in enumerate(entries):
+        layers.extend(file_layers(_default_target(entry, "", f"{DEFAULTS_KEY}[{i}] (in the config mapping)")))
     layers.append(Layer("the config mapping", data))
     return layers
 
@@ -159,7 +175,7 @@ def override_layer(overrides: Sequence[str]) -> Layer | None:
             parse_override(item)
         except LoadError as exc:
             raise CompositionError(str(exc)) from None
-    data = OmegaConf.to_container(OmegaConf.from_dotlist(overrides), resolve=False)
+    data = cast("dict[str, Any]", OmegaConf.to_container(OmegaConf.from_dotlist(overrides), resolve=False))
     return Layer("the command line", data, tuple(overrides))
 
 

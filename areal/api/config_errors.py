@@ -15,7 +15,7 @@ structured node above it), whatever OmegaConf version is installed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from areal.utils.suggest import did_you_mean
 
@@ -34,7 +34,7 @@ def parse_override(item: str) -> dict[str, Any]:
 
     key, value = item.split("=", 1)
     try:
-        return OmegaConf.to_container(OmegaConf.from_dotlist([item]), resolve=False)
+        return cast("dict[str, Any]", OmegaConf.to_container(OmegaConf.from_dotlist([item]), resolve=False))
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
         raise LoadError(
@@ -120,7 +120,7 @@ def _expected(merged: Any, path: tuple[str, ...]) -> str:
     declared = _unwrap_optional(declared)
     origin = typing.get_origin(declared) or declared
     if dataclasses.is_dataclass(origin):
-        text = f"a mapping of {origin.__name__} fields"
+        text = f"a mapping of {getattr(origin, '__name__', origin)} fields"
     elif origin is dict or (isinstance(origin, type) and issubclass(origin, Mapping)):
         text = "a mapping"
     elif origin in (list, tuple):

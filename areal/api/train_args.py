@@ -565,7 +565,7 @@ class ExperimentConfig:
             self.critic.ppo_n_minibatches = actor.ppo_n_minibatches
         self._check_task_and_data()
         self._check_rewards()
-        if rollout.prm.enabled and not self.task.is_plugin and not task_has_process_scorer(self.task.implementation):
+        if rollout.prm.enabled and not self.task.is_plugin and not task_has_process_scorer(str(self.task.implementation)):
             raise ConfigError(
                 f"rollout.prm.enabled: task {self.task.implementation!r} has no process-reward scorer "
                 "(the guess task has one; a task plugin declares has_process_scorer = True)"
@@ -588,13 +588,14 @@ class ExperimentConfig:
         names: dict[str, int] = {}
         for i, spec in enumerate(self.reward):
             spec.validate(f"reward[{i}]")
-            if spec.name in names or spec.name == self.task.reward_name:
+            name = str(spec.name)  # validate() has set it
+            if name in names or name == self.task.reward_name:
                 raise ConfigError(
-                    f"reward[{i}].name: {spec.name!r} is already used (by "
-                    f"{'reward[%d]' % names[spec.name] if spec.name in names else 'the task'}); give each "
+                    f"reward[{i}].name: {name!r} is already used (by "
+                    f"{f'reward[{names[name]}]' if name in names else 'the task'}); give each "
                     "reward component its own name"
                 )
-            names[spec.name] = i
+            names[name] = i
 
     @property
     def sampling_temperature(self) -> float:

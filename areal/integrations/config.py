@@ -1,7 +1,7 @@
 """Loading the pipeline config an engine names, and the actor built from it.
 
-An engine names a YAML (an experiment config with an `actor:` section, e.g. one of
-`examples/presets/*.yaml`) or hands a `PPOActorConfig`; dotted overrides apply on
+An engine names a YAML (an experiment config with an `actor:` section, e.g. a
+preset such as `preset:grpo`, areal/presets/) or hands a `PPOActorConfig`; dotted overrides apply on
 top. The actor is built once per process and config (verl calls its estimator every
 step), and it resolves every configured plugin when built, so a bad plugin path
 fails at the first call with the stage and path in the message.
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from areal.api.cli_args import ConfigError, PPOActorConfig, load_config
+from areal.api.presets import is_preset_ref
 from areal.trainer.ppo.actor import PPOActor
 
 __all__ = ["PipelineSpec", "load_pipeline", "pipeline_actor"]
@@ -46,6 +47,11 @@ def _check_overrides(overrides: Any, where: str) -> tuple[str, ...]:
     return items
 
 
+def _absolute(source: str | os.PathLike) -> str:
+    """A YAML path made absolute (the engine may change folders later); `preset:NAME` stays as it is."""
+    return source if is_preset_ref(source) else os.path.abspath(os.fspath(source))
+
+
 def load_pipeline(source: Any, overrides: Any = (), *, where: str) -> PipelineSpec:
     """Load `source` (YAML path or `PPOActorConfig`) plus `overrides`; errors name `where`."""
     items = _check_overrides(overrides, f"{where} overrides")
@@ -55,7 +61,7 @@ def load_pipeline(source: Any, overrides: Any = (), *, where: str) -> PipelineSp
         source.validate()
         return PipelineSpec(actor=source, critic_enabled=False, source="PPOActorConfig")
     if isinstance(source, (str, os.PathLike)) and str(source):
-        path = os.path.abspath(os.fspath(source))
+        path = _absolute(source)
         try:
             cfg = load_config(path, list(items))
         except ConfigError as exc:
@@ -63,7 +69,7 @@ def load_pipeline(source: Any, overrides: Any = (), *, where: str) -> PipelineSp
         return PipelineSpec(actor=cfg.actor, critic_enabled=bool(cfg.critic.enabled), source=path)
     raise ConfigError(
         f"{where}: got {source!r} ({type(source).__name__}), expected the path of a pipeline YAML with an "
-        "'actor:' section (e.g. examples/presets/grpo.yaml) or a PPOActorConfig"
+        "'actor:' section (e.g. preset:grpo) or a PPOActorConfig"
     )
 
 
@@ -77,6 +83,6 @@ def pipeline_actor(source: Any, overrides: Any = (), *, where: str) -> tuple[Pip
     """(spec, PPOActor) for a config; YAML paths are built once per process and overrides."""
     if isinstance(source, (str, os.PathLike)) and str(source):
         items = _check_overrides(overrides, f"{where} overrides")
-        return _cached_actor(os.path.abspath(os.fspath(source)), items, where)
+        return _cached_actor(_absolute(source), items, where)
     spec = load_pipeline(source, overrides, where=where)
     return spec, PPOActor(spec.actor)

@@ -40,14 +40,15 @@ from typing import Any  # noqa: E402
 
 from areal.api.cli_args import ConfigError, config_to_yaml, load_config  # noqa: E402
 
-#: The embedded default run (GRPO on single-turn arithmetic), found from any working directory.
-DEFAULT_CONFIG = str(Path(__file__).resolve().parents[2] / "examples" / "grpo_arith.yaml")
+#: The default run (GRPO on single-turn arithmetic), a preset shipped with the package: found from any folder.
+DEFAULT_CONFIG = "preset:grpo_arith"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m areal.trainer.main",
                                      description="Train a tiny policy with GRPO/PPO on a synthetic task.")
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="experiment YAML (default: examples/grpo_arith.yaml)")
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="experiment YAML, or preset:NAME for a preset shipped with the package (`areal presets` lists "
+                             "them; default: preset:grpo_arith, the default run)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the fully resolved config as YAML and exit without training")
     parser.add_argument("--debug", action="store_true",

@@ -1,4 +1,4 @@
-"""Import paths of the modules issue 23 moved: the old name loads the module at its new path.
+"""Import paths of the modules moved in 0.1.0: the old name loads the module at its new path.
 
 Before the trainer was regrouped into packages (`run`, `rollout`, `parallel`,
 `lm`; ppo's `checks`, `estimators`, `rewards`, `training`), user code and
@@ -22,6 +22,8 @@ import sys
 import warnings
 from types import ModuleType
 
+#: The release whose regrouping into packages moved these modules (the warning names it).
+MOVED_IN = "0.1.0"
 #: old module path -> new module path
 MOVED: dict[str, str] = {
     **{f"areal.trainer.{m}": f"areal.trainer.lm.{m}" for m in ("codec", "logprobs", "model", "sampling",
@@ -54,7 +56,8 @@ class _MovedLoader(importlib.abc.Loader):
         self.new = new
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        warnings.warn(f"{spec.name} moved to {self.new} (issue 23); the old path still works",
+        warnings.warn(f"{spec.name} moved to {self.new} in areal {MOVED_IN}; import it from there (the old "
+                      "path still works, with this warning)",
                       DeprecationWarning, stacklevel=2)
         return importlib.import_module(self.new)
 

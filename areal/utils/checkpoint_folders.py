@@ -67,7 +67,7 @@ def _fsync_tree(folder: Path) -> dict[str, int]:
     """fsync every file (then every folder, deepest first); returns {relative path: size}."""
     sizes: dict[str, int] = {}
     dirs: list[Path] = []
-    for here, subdirs, files in os.walk(folder):
+    for here, _subdirs, files in os.walk(folder):
         dirs.append(Path(here))
         for name in files:
             path = Path(here) / name

@@ -1,4 +1,4 @@
-"""Batch metadata, batch concatenation, normalisation and KL estimators (the seed's module path).
+"""Batch metadata, batch concatenation, normalisation and KL estimators (the public module path).
 
 The spec fixes `areal.utils.data` as the import path of these names (advantage.md
 §1); each concern lives in a module of its own and is re-exported here:

@@ -22,7 +22,7 @@ from areal.trainer.ppo.gae import compute_gae_lambda, token_gae
 
 
 def scale_outcome(inputs: OutcomeRewardInputs, *, factor: float) -> OutcomeResult:
-    """The seed's example: multiply every row's outcome reward by `factor`."""
+    """A custom outcome stage: multiply every row's outcome reward by `factor`."""
     return OutcomeResult(rewards=inputs.data["rewards"] * factor)
 
 

@@ -1,6 +1,6 @@
 """AReaLGRPOTrainer on CPU: a tiny random Llama and a word-level tokenizer built locally, 2 steps.
 
-    .venv/bin/python examples/integrations/trl_grpo.py [--config examples/presets/grpo.yaml] [--steps 2]
+    .venv/bin/python examples/integrations/trl_grpo.py [--config preset:grpo] [--steps 2]
 
 Nothing is downloaded. With a real model, pass its path (or a loaded model) as
 `model=` and keep everything else.
@@ -50,7 +50,7 @@ def yes_no_steps(completion_ids: list[list[int]], **_) -> list[list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "presets" / "grpo.yaml"))
+    parser.add_argument("--config", default="preset:grpo", help="pipeline YAML or preset:NAME (areal presets)")
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="areal-trl-"))

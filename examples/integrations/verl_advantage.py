@@ -9,8 +9,6 @@ registers `adv_estimator=areal` through the `verl.plugins` entry point.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 from omegaconf import OmegaConf
@@ -18,8 +16,6 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from areal.integrations.verl import compute_advantage as areal_compute_advantage
-
-PRESETS = Path(__file__).resolve().parents[1] / "presets"
 
 
 def rollout_batch(seed: int = 0, width: int = 8) -> DataProto:
@@ -42,14 +38,14 @@ def rollout_batch(seed: int = 0, width: int = 8) -> DataProto:
 def main() -> None:
     # 1. Critic-free: verl's own compute_advantage, through the registry (what verl's trainer calls).
     algorithm = OmegaConf.create({"adv_estimator": "areal", "gamma": 1.0, "lam": 1.0,
-                                  "areal_config": str(PRESETS / "grpo.yaml")})
+                                  "areal_config": "preset:grpo"})
     ours = compute_advantage(rollout_batch(), adv_estimator="areal", config=algorithm).batch["advantages"]
     grpo = compute_advantage(rollout_batch(), adv_estimator="grpo", config=algorithm).batch["advantages"]
     print(f"areal[grpo preset] vs verl grpo: max |diff| = {float((ours - grpo).abs().max()):.2e}")
 
     # 2. Critic GAE with the KL reward: the wrapper reads values and log-probs from the DataProto.
     algorithm = OmegaConf.create({"adv_estimator": "areal", "gamma": 1.0, "lam": 0.95, "use_pf_ppo": False,
-                                  "areal_config": str(PRESETS / "ppo.yaml")})
+                                  "areal_config": "preset:ppo"})
     data = areal_compute_advantage(rollout_batch(), adv_estimator="areal", config=algorithm)
     adv = data.batch["advantages"]
     mask = data.batch["response_mask"].bool()

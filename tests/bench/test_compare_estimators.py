@@ -60,7 +60,7 @@ def test_each_run_is_the_base_run_with_the_presets_algorithm(campaign: Path):
     configs = campaign / "runs" / "all" / "configs"
     base = load_config(ROOT / "examples" / "real_model" / "grpo_smollm2.yaml")
     for name in ESTIMATORS:
-        path = ROOT / "examples" / "presets" / f"{name}.yaml"
+        path = ROOT / "areal" / "presets" / f"{name}.yaml"
         algorithm = yaml.safe_load(path.read_text())["actor"]
         cfg, preset = load_config(configs / f"{name}.yaml"), load_config(path)
         assert {"reward_norm", "adv_norm", "advantage"} <= set(algorithm), name

@@ -60,7 +60,10 @@ def test_pipeline_layout_is_the_response_layout_shifted_by_one_prompt_token(seed
     keys = [batch.group_ids[i] for i in order]
     assert list(converted.meta.traj_group_sizes) == [keys.count(k) for k in dict.fromkeys(keys)]
     idx = torch.tensor(order)
-    aligned = lambda t: torch.roll(t, shifts=-1, dims=-1)[:, :R]  # what the pipeline does to unshifted fields
+
+    def aligned(t):  # what the pipeline does to unshifted fields
+        return torch.roll(t, shifts=-1, dims=-1)[:, :R]
+
     assert data["input_ids"].shape == (B, R + 1)
     assert torch.equal(aligned(data["loss_mask"]), batch.response_mask[idx])
     assert torch.equal(aligned(data["logprobs"]), batch.logprobs[idx])

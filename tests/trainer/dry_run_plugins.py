@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from areal.trainer.ppo.advantage import AdvantageResult, OutcomeResult, compute_default_advantages
 from areal.trainer.ppo.advantage_algorithms import TemporalResult, token_gae
 
@@ -63,3 +61,25 @@ def reward_answer_or_default(prompts, completions, answer, solution=None):
 
 def reward_multiline_error(prompts, completions, **kwargs):
     raise ValueError("first line\n  second line")
+
+
+def reward_nan_when_empty(prompts, completions, **kwargs):
+    """Fine on any text, NaN on an empty completion (a policy that stops at once)."""
+    return [1.0 if c.strip() else float("nan") for c in completions]
+
+
+def reward_raises_when_long(prompts, completions, *, max_chars: int, **kwargs):
+    """Raises on a completion longer than `max_chars` (e.g. one cut at the generation budget)."""
+    for c in completions:
+        if len(c) > max_chars:
+            raise ValueError(f"no closing tag in {len(c)} characters")
+    return [1.0] * len(completions)
+
+
+#: The completion-id lengths `reward_records_lengths` saw, call by call.
+SEEN_LENGTHS: list[list[int]] = []
+
+
+def reward_records_lengths(prompts, completions, completion_ids, **kwargs):
+    SEEN_LENGTHS.append([len(ids) for ids in completion_ids])
+    return [0.0] * len(completions)

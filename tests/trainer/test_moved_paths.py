@@ -1,4 +1,4 @@
-"""The module paths from before issue 23's packages still import, as the moved modules themselves."""
+"""The module paths from before the regrouping into packages still import, as the moved modules themselves."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def test_the_old_path_warns_with_the_new_one() -> None:
     code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
             "try:\n    import areal.trainer.engine\nexcept DeprecationWarning as e:\n    print(e)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert "areal.trainer.engine moved to areal.trainer.parallel.engine" in proc.stdout, proc.stderr[-2000:]
+    assert "areal.trainer.engine moved to areal.trainer.parallel.engine in areal 0.1.0; import it from there" \
+        in proc.stdout, proc.stderr[-2000:]
 
 
 def test_an_unknown_path_still_fails_as_before() -> None:

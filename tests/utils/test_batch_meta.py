@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -36,7 +38,7 @@ def test_rollout_group_keeps_float_tensor_dtype_and_copies():
 
 def test_rollout_group_is_frozen():
     group = RolloutGroup((1,))
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         group.row_counts = (2,)  # type: ignore[misc]
 
 

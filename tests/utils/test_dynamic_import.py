@@ -51,7 +51,7 @@ def test_the_part_that_does_not_resolve_is_named(in_user_folder: Path, path: str
 
 def test_the_working_directory_is_importable_without_python_m(tmp_path: Path) -> None:
     """As under the `areal` console script: sys.path[0] is the script's folder, not the working directory."""
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent("""
         import os, sys
         sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
         from areal.utils.dynamic_import import import_object

@@ -39,7 +39,7 @@ def _check_spec(spec: PipelineSpec) -> None:
     """What GRPOTrainer cannot provide: a critic and per-token reference log-probs for a KL reward."""
     if spec.critic_enabled:
         raise ConfigError(f"{_WHERE}: {spec.source} enables a critic (critic.enabled: true); GRPOTrainer trains no "
-                          "value model, so use a critic-free config (e.g. examples/presets/grpo.yaml)")
+                          "value model, so use a critic-free config (e.g. preset:grpo)")
     if spec.actor.kl_ctl != 0:
         raise ConfigError(
             f"{_WHERE}: actor.kl_ctl={spec.actor.kl_ctl} asks for a KL reward, but GRPOTrainer regularises KL with its "
@@ -50,8 +50,8 @@ def _check_spec(spec: PipelineSpec) -> None:
 class AReaLGRPOTrainer(GRPOTrainer):
     """A `trl.GRPOTrainer` whose advantages come from the areal pipeline.
 
-    `areal_config` is a pipeline YAML path (an `actor:` section, e.g. one of
-    `examples/presets/*.yaml`) or a `PPOActorConfig`; `areal_overrides` are dotted
+    `areal_config` is a pipeline YAML path (an `actor:` section, e.g. a
+    preset such as `preset:grpo`, areal/presets/) or a `PPOActorConfig`; `areal_overrides` are dotted
     overrides of the YAML. Outcome shaping, reward normalisation over each prompt's
     `num_generations` completions, the estimator, advantage normalisation and
     process shaping are the pipeline's, including any configured plugin.

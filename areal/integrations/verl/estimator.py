@@ -66,7 +66,7 @@ def resolve_pipeline(config: Any, areal_config: Any = None, areal_overrides: Any
     if source is None:
         raise ConfigError(
             f"algorithm.adv_estimator={ESTIMATOR_NAME}: no pipeline config; name a YAML with an 'actor:' section "
-            f"(e.g. examples/presets/grpo.yaml) as +algorithm.{CONFIG_KEY}=/path/to/pipeline.yaml on verl's command "
+            f"(e.g. preset:grpo) as +algorithm.{CONFIG_KEY}=/path/to/pipeline.yaml on verl's command "
             f"line, or in the environment variable {ENV_CONFIG}"
         )
     overrides = areal_overrides if areal_overrides is not None else _config_get(config, OVERRIDES_KEY)

@@ -4,8 +4,8 @@ An idle thread of libgomp (the OpenMP runtime of torch's CPU build) spins for a
 few milliseconds before it sleeps, so that the next parallel region starts at
 once. On a machine whose cores other processes keep busy, the spinning threads
 take the time slices the working thread needs: 100 default steps took 133 s
-with two busy-loop processes beside them, 9 s with passive waiting (issue 20;
-docs/performance.md, "Threads"). The runtime reads its environment once, when
+with two busy-loop processes beside them, 9 s with passive waiting
+(docs/performance.md, "Threads"). The runtime reads its environment once, when
 torch's library loads, so this must run before `import torch`: the first line
 of `areal.trainer.main` (hence `python -m areal.trainer[.main]`,
 `scripts/train.sh` and every torchrun rank), `areal.cli` (the `areal` console script)

@@ -1,12 +1,12 @@
 """The advantage pipeline and the PPO update, as packages that import only downwards (top first):
 
-the orchestration at this level (`advantage`, the seed's path: the pipeline stage
+the orchestration at this level (`advantage`, the public path: the pipeline stage
 by stage; `actor.PPOActor`; `stage_resolution`: config -> stage functions;
 `fused`, `placement`, `outputs`, `output_guard`, which bounds the outputs by the
 resolved stages) > `training` (update, loss, critic) > `estimators` (peer
 algorithms, GDPO, KRPO/SPO, GiGPO/MT-GRPO, entropy shaping, lambda schedules) >
 `rewards` (components, outcome scores) > `checks` (batch checks, contracts, aux
-fields) > the stage API, also at this level at the seed's paths (`stage_types`,
+fields) > the stage API, also at this level at the public paths (`stage_types`,
 `stage_state`, `gae`, `advantage_algorithms`: the types, state and built-in
 stages a plugin imports) > `kernels`. The whole package may import
 `areal.trainer.parallel`, `areal.trainer.lm`, `areal.api` and `areal.utils`;

@@ -1,4 +1,4 @@
-"""The advantage pipeline: the seed's list of stages, in order (advantage.md §4).
+"""The advantage pipeline: the specified list of stages, in order (advantage.md §4).
 
 1. length penalty            -> `rewards.apply_length_penalty`
 2. outcome reward shaping    -> `actor.advantage.outcome_reward_shaping` (replaceable)
@@ -13,7 +13,7 @@ On CPU, steps 4-6 of the built-in GAE estimators run in fused kernels
 (`fused`, same results) unless something in the batch or config needs the
 tensor steps. `actor.advantage.compute` replaces the whole list. The public stage types live in
 `stage_types` and stage resolution in `stage_resolution`; both are re-exported
-here, the seed's module path for plugins. The caller's batch is never modified;
+here, the public module path for plugins. The caller's batch is never modified;
 a new dict is returned.
 """
 
@@ -300,7 +300,8 @@ def _output_fields(steps: StepFields, advantages: torch.Tensor, rewards: torch.T
         "loss_mask": steps.loss_mask,
         "logprobs": steps.logprobs,
         "kl_rewards": steps.kl_rewards,
-        "tot_rewards": steps.temporal.total_rewards,
+        "total_rewards": steps.temporal.total_rewards,  # the name of TemporalResult's and AdvantageResult's field
+        "tot_rewards": steps.temporal.total_rewards,  # the same tensor under AReaL 1.0.4's output key
         "prox_logp": steps.prox_logp,
         "is_truncated": steps.is_truncated,
         "rewards": rewards,
@@ -329,7 +330,7 @@ def compute_default_advantages(inputs: AdvantageInputs) -> AdvantageResult:
     extras = {k: fields[k] for k in ALLOWED_EXTRAS if k in fields}
     return AdvantageResult(
         advantages=fields["advantages"], returns=fields["returns"], loss_mask=fields["loss_mask"],
-        logprobs=fields["logprobs"], rewards=fields["rewards"], total_rewards=fields["tot_rewards"],
+        logprobs=fields["logprobs"], rewards=fields["rewards"], total_rewards=fields["total_rewards"],
         kl_rewards=fields["kl_rewards"], extras=extras,
     )
 
@@ -350,6 +351,6 @@ def _run_full_replacement(
     result = check_full_result(stage, call_stage(stage, inputs), tuple(ids.shape), ids.device)
     return {
         "advantages": result.advantages, "returns": result.returns, "loss_mask": result.loss_mask.to(torch.float32),
-        "logprobs": result.logprobs, "rewards": result.rewards, "tot_rewards": result.total_rewards,
-        "kl_rewards": result.kl_rewards, **dict(result.extras or {}),
+        "logprobs": result.logprobs, "rewards": result.rewards, "total_rewards": result.total_rewards,
+        "tot_rewards": result.total_rewards, "kl_rewards": result.kl_rewards, **dict(result.extras or {}),
     }

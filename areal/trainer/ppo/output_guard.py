@@ -51,8 +51,8 @@ INF = math.inf
 SAFE_MAGNITUDE = 1e15
 #: KLEstimator clamps every per-token estimate to [-10, 10] (and never returns NaN for finite inputs), and so
 #: do the fused kernels, which compute its bits: the guard trusts this bound and never reads kl_rewards
-#: (issue 21: the kernels' k3 once gave exp(inf) - inf = NaN, unseen; tests/trainer/ppo/test_fused_pipeline.py
-#: now checks both paths on extreme finite log-probs).
+#: (before 0.1.0 the kernels' k3 could give exp(inf) - inf = NaN, unseen; tests/trainer/ppo/test_fused_pipeline.py
+#: checks both paths on extreme finite log-probs).
 KL_CLAMP = 10.0
 #: [B, T] outputs computed by the pipeline's arithmetic (the others are masked copies of finite inputs).
 GUARDED_FIELDS = ("kl_rewards", "tot_rewards", "returns", "advantages")

@@ -4,7 +4,7 @@ A stage function takes one of the `*Inputs` types and returns the matching
 `*Result` (or a tensor, for process shaping). They live here, apart from the
 orchestrator and the built-in stages, so that `advantage.py`,
 `advantage_algorithms.py` and `peer_algorithms.py` can all import them without
-importing each other. User plugins keep importing them from the seed's paths:
+importing each other. User plugins keep importing them from their public paths:
 `areal.trainer.ppo.advantage` and `areal.trainer.ppo.advantage_algorithms`
 re-export every name (advantage.md §1).
 """

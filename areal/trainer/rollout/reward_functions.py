@@ -116,8 +116,27 @@ def _snippet(prompt: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_values(values: Any, n: int, where: str, prompts: Sequence[Any]) -> list[float]:
-    """`n` finite numbers, or an error naming `where` and the offending row."""
+def _completion_text(completion: Any) -> str:
+    """The text of a completion: as is, or the content of TRL's `[{"role": "assistant", "content": ...}]`."""
+    if isinstance(completion, list) and completion and isinstance(completion[-1], Mapping):
+        return str(completion[-1].get("content", completion))
+    return completion if isinstance(completion, str) else str(completion)
+
+
+def _pair(i: int, prompts: Sequence[Any], completions: Sequence[Any] | None) -> str:
+    """`(prompt '...', completion '...')` of row `i`."""
+    shown = "" if completions is None else f", completion {_snippet(_completion_text(completions[i]))!r}"
+    return f"(prompt {_snippet(prompts[i])!r}{shown})"
+
+
+def row_label(i: int, prompts: Sequence[Any], completions: Sequence[Any] | None) -> str:
+    """`row i (prompt '...', completion '...')`: what a per-row error names, so the failing pair can be rerun."""
+    return f"row {i} {_pair(i, prompts, completions)}"
+
+
+def check_values(values: Any, n: int, where: str, prompts: Sequence[Any],
+                 completions: Sequence[Any] | None = None) -> list[float]:
+    """`n` finite numbers, or an error naming `where` and the offending row (its prompt and completion)."""
     if isinstance(values, torch.Tensor):
         values = values.tolist()
     if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
@@ -128,10 +147,10 @@ def check_values(values: Any, n: int, where: str, prompts: Sequence[Any]) -> lis
     out = []
     for i, v in enumerate(values):
         if not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
-            raise RewardFunctionError(f"{where}: row {i} (prompt {_snippet(prompts[i])!r}): got {v!r}, "
+            raise RewardFunctionError(f"{where}: {row_label(i, prompts, completions)}: got {v!r}, "
                                       "expected a finite number")
         if not fits_float32(float(v)):
-            raise RewardFunctionError(f"{where}: row {i} (prompt {_snippet(prompts[i])!r}): got {v!r}, expected a "
+            raise RewardFunctionError(f"{where}: {row_label(i, prompts, completions)}: got {v!r}, expected a "
                                       f"finite number within the float32 range (|x| <= {FLOAT32_MAX:.3g}); the "
                                       "batch stores rewards as float32, where it would be inf")
         out.append(float(v))
@@ -150,33 +169,47 @@ def call_reward_function(rf: RewardFunction, prompts: Sequence[Any], completions
     try:
         values = rf.fn(prompts=list(prompts), completions=list(completions), **kwargs)
     except Exception as exc:
-        row, row_exc = first_failing_row(rf, prompts, completions, kwargs)
-        if row is None:
-            found = "; called again one row at a time, no row raised alone"
-        else:
-            alone = "" if f"{row_exc}" == f"{exc}" and type(row_exc) is type(exc) else \
-                f": {type(row_exc).__name__}: {row_exc}"
-            found = (f"; first failing row: {row} (prompt {_snippet(prompts[row])!r}, completion "
-                     f"{_snippet(completions[row])!r}){alone}")
+        found, cause = _rescore_rows(rf, exc, prompts, completions, kwargs)
         raise RewardFunctionError(f"{rf.where}: raised {type(exc).__name__}: {exc} (on {len(prompts)} completions; "
-                                  f"columns passed: {sorted(kwargs)}){found}") from (row_exc or exc)
-    return check_values(values, len(prompts), rf.where, prompts)
+                                  f"columns passed: {sorted(kwargs)}); {found}") from (cause or exc)
+    return check_values(values, len(prompts), rf.where, prompts, completions)
 
 
-def first_failing_row(rf: RewardFunction, prompts: Sequence[Any], completions: Sequence[Any],
-                      kwargs: Mapping[str, list[Any]]) -> tuple[int | None, BaseException | None]:
-    """After a batch call raised: call `rf` on one row at a time, (index, exception) of the first that raises.
+def _call_rows(rf: RewardFunction, rows: Sequence[int], prompts: Sequence[Any], completions: Sequence[Any],
+               kwargs: Mapping[str, list[Any]]) -> BaseException | None:
+    """Call `rf` on the rows `rows` only; the exception it raises, or None."""
+    try:
+        rf.fn(prompts=[prompts[i] for i in rows], completions=[completions[i] for i in rows],
+              **{k: [v[i] for i in rows] for k, v in kwargs.items()})
+    except Exception as exc:
+        return exc
+    return None
 
-    So the error can name the row; a reward function may therefore be called
-    again after it failed (docs/training.md, "Reward functions"). (None, None)
-    when every row alone scores (the failure needs the whole batch).
+
+def _rescore_rows(rf: RewardFunction, exc: BaseException, prompts: Sequence[Any], completions: Sequence[Any],
+                  kwargs: Mapping[str, list[Any]]) -> tuple[str, BaseException | None]:
+    """After a batch call raised: which rows reproduce the failure, said in words (and the row's own exception).
+
+    Every row is scored alone; the rows that raise alone are the cause only if
+    the batch without them scores (a function that indexes a neighbouring row
+    fails alone and in any batch, so no row is to blame). A reward function may
+    therefore be called again after it failed (docs/training.md, "Reward functions").
     """
-    for i in range(len(prompts)):
-        try:
-            rf.fn(prompts=[prompts[i]], completions=[completions[i]], **{k: [v[i]] for k, v in kwargs.items()})
-        except Exception as exc:
-            return i, exc
-    return None, None
+    n = len(prompts)
+    alone = {i: e for i in range(n) if (e := _call_rows(rf, [i], prompts, completions, kwargs)) is not None}
+    if not alone:
+        return "no single row reproduces it: called again one row at a time, every row scored", None
+    first, row_exc = next(iter(alone.items()))
+    rest = [i for i in range(n) if i not in alone]
+    if n > 1 and (not rest or _call_rows(rf, rest, prompts, completions, kwargs) is not None):
+        which = "every row also fails alone" if not rest else \
+            f"rows {sorted(alone)} fail alone, and the batch without them fails too"
+        return (f"no single row reproduces it: {which}, e.g. {row_label(first, prompts, completions)}: "
+                f"{type(row_exc).__name__}: {row_exc}"), row_exc
+    same = f"{row_exc}" == f"{exc}" and type(row_exc) is type(exc)
+    more = f" ({len(alone)} rows fail alone: {sorted(alone)})" if len(alone) > 1 else ""
+    return (f"first failing row: {first} {_pair(first, prompts, completions)}"
+            f"{'' if same else f': {type(row_exc).__name__}: {row_exc}'}{more}"), row_exc
 
 
 class RewardSet:
@@ -212,23 +245,24 @@ class RewardSet:
         values = torch.tensor(cols, dtype=torch.float64).T.reshape(n, len(self.names))
         weights = torch.tensor(self.weights, dtype=torch.float64)
         total = values @ weights
-        self._check_fits(values, total, prompts)
+        self._check_fits(values, total, prompts, completions)
         return RewardBreakdown(self.names, self.weights, values, total)
 
-    def _check_fits(self, values: torch.Tensor, total: torch.Tensor, prompts: Sequence[Any]) -> None:
+    def _check_fits(self, values: torch.Tensor, total: torch.Tensor, prompts: Sequence[Any],
+                    completions: Sequence[Any]) -> None:
         """Every component (the task's accumulated score included) and the weighted total fit in float32."""
         bad_values = ~(torch.isfinite(values) & (values.abs() <= FLOAT32_MAX))
         if bool(bad_values.any()):
             row, k = bad_values.nonzero()[0].tolist()
             where = f"task score {self.names[k]!r} (summed over the episode's turns)" if self.task_name and k == 0 \
                 else f"reward function {self.names[k]!r}"
-            raise RewardFunctionError(f"reward: row {row} (prompt {_snippet(prompts[row])!r}): {where} is "
+            raise RewardFunctionError(f"reward: {row_label(row, prompts, completions)}: {where} is "
                                       f"{float(values[row, k])!r}, beyond the float32 range of the batch's rewards "
                                       f"(|x| <= {FLOAT32_MAX:.3g})")
         bad_total = ~(torch.isfinite(total) & (total.abs() <= FLOAT32_MAX))
         if bool(bad_total.any()):
             row = int(bad_total.nonzero()[0])
             terms = ", ".join(f"{name}={float(v)!r} x {w!r}" for name, v, w in zip(self.names, values[row], self.weights))
-            raise RewardFunctionError(f"reward: row {row} (prompt {_snippet(prompts[row])!r}): the weighted sum of the "
+            raise RewardFunctionError(f"reward: {row_label(row, prompts, completions)}: the weighted sum of the "
                                       f"components ({terms}) is {float(total[row])!r}, beyond the float32 range of the "
                                       f"batch's rewards (|x| <= {FLOAT32_MAX:.3g}); lower the weights or the values")

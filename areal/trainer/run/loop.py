@@ -64,6 +64,7 @@ from areal.trainer.run.plot import plot_curves
 from areal.trainer.run.preflight import check_before_launch
 from areal.trainer.run.progress import Progress
 from areal.trainer.run.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
+from areal.trainer.run.run_summary import start_block
 from areal.trainer.run.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
 from areal.trainer.run.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
 from areal.utils.data import concat_batch
@@ -158,7 +159,7 @@ class Trainer:
         # draws from torch's global RNG: sample_continuations seeds a forked global RNG from this generator
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + 1_000_003 * self.ctx.rank)
         # task and reward plugins are imported here, on every rank; any rank's failure stops all of them
-        parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
+        parts = self.parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
         self.tokenizer = build_tokenizer(cfg.model, getattr(parts.task, "vocabulary", None),
                                          getattr(parts.task, "stop_words", ()) or ())
         self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
@@ -398,6 +399,8 @@ class Trainer:
         cfg, main = self.cfg, self.ctx.is_main
         start, records = self._restore()
         if main:
+            print(start_block(cfg, self.actor, self.parts, num_threads=self.num_threads, device=self.device,
+                              world_size=self.ctx.world_size), flush=True)
             prepare_run_dir(self.plan, start)
             (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
         loggers = open_loggers(cfg, self.run_dir, records=records, start_step=start, is_main=main)

@@ -99,7 +99,7 @@ def ref_turn_gae(rewards, values, mask, turn_ids, gamma, lam, bootstrap):
                 turns[-1][2] += float(rewards[b, t])
                 turns[-1][3].append(t)
         nextv, last = float(bootstrap[b]), 0.0
-        for k, first, r, positions in reversed(turns):
+        for _k, first, r, positions in reversed(turns):
             v = float(values[b, first])
             last = r + gamma * nextv - v + gamma * float(lam[b]) * last
             nextv = v
@@ -148,7 +148,9 @@ def ref_pipeline(data, meta, cfg, mode="additive", gvpo=(0.2, 0.4, 1e-6)):
         for t in range(T - 1):
             mask[b, t] = float(raw_mask[b, t + 1])
         mask[b, T - 1] = float(raw_mask[b, 0])
-    roll = lambda x: torch.roll(x, -1, -1)
+    def roll(x):
+        return torch.roll(x, -1, -1)
+
     if cfg.recompute_logprob and not cfg.use_decoupled_loss:
         old = data["prox_logp"] * mask
     else:
@@ -209,7 +211,7 @@ def ref_pipeline(data, meta, cfg, mode="additive", gvpo=(0.2, 0.4, 1e-6)):
 
 
 def _ref_split_norm(rewards, unpen, score, meta, cfg):
-    refs, members, firsts, supplied = [], [], [], []
+    refs, members = [], []
     row = 0
     groups = meta.rollout_groups
     for g, size in zip(groups, meta.traj_group_sizes):

@@ -24,7 +24,7 @@ def assert_same(out, ref, keys=OUT_KEYS):
         if a.dtype == torch.bool or b.dtype == torch.bool:
             assert torch.equal(a.bool(), b.bool()), key
             continue
-        torch.testing.assert_close(a.double(), b.double(), rtol=1e-5, atol=1e-5, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(a.double(), b.double(), rtol=1e-5, atol=1e-5, msg=lambda m, key=key: f"{key}: {m}")
 
 
 norms = st.one_of(
@@ -139,3 +139,16 @@ def test_list_of_groups_equals_concatenated_batch():
     batch, meta = concat_batch(groups)
     out_batch = PPOActor(cfg).compute_advantages(batch, meta)
     assert_same(out_list, out_batch)
+
+
+@pytest.mark.parametrize("compute", [None, "areal.trainer.ppo.advantage.compute_default_advantages"],
+                         ids=["pipeline", "full-replacement"])
+def test_total_rewards_is_the_output_name_and_tot_rewards_its_areal_alias(compute):
+    batch, meta = make_batch(0)
+    config = PPOActorConfig(kl_ctl=0.1)
+    if compute is not None:
+        config.advantage.compute.implementation = compute
+    out = PPOActor(config).compute_advantages(batch, meta)
+    assert out["total_rewards"] is out["tot_rewards"]
+    ref = ref_pipeline(batch, meta, PPOActorConfig(kl_ctl=0.1))
+    torch.testing.assert_close(out["total_rewards"].double(), ref["tot_rewards"].double(), rtol=1e-5, atol=1e-5)

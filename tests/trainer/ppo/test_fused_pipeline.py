@@ -82,7 +82,7 @@ def assert_identical(fast, plain, *, exact: bool):
         if exact or a.dtype == torch.bool:
             assert torch.equal(a, b), f"{key}: max |diff| {(a.double() - b.double()).abs().max()}"
         else:
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=lambda m: f"{key}: {m}")
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=lambda m, key=key: f"{key}: {m}")
 
 
 def snapshot(batch):

@@ -44,7 +44,7 @@ def score(reward_set: RewardSet, task_scores: list[float] | None = None):
 @pytest.mark.parametrize("value", [1e39, -3.5e38, 1e300])
 def test_a_reward_function_value_beyond_float32_names_the_function_and_row(value: float) -> None:
     reward_set = RewardSet([function("huge", constant(0.0, value, 1.0))], None)
-    with pytest.raises(RewardFunctionError, match=r"reward\[0\] \(huge\) .*row 1 \(prompt '2 \+ 2 ='\).*float32 range"):
+    with pytest.raises(RewardFunctionError, match=r"reward\[0\] \(huge\) .*row 1 \(prompt '2 \+ 2 =', completion '4'\).*float32 range"):
         score(reward_set)
 
 
@@ -61,7 +61,7 @@ def test_the_largest_float32_value_is_accepted_and_stays_finite_in_the_batch() -
 ])
 def test_a_weighted_sum_beyond_float32_names_every_component(values, weights, needle) -> None:
     fns = [function(name, constant(v, 0.0, 0.0), w) for name, v, w in zip("ab", values, weights)]
-    with pytest.raises(RewardFunctionError, match=r"reward: row 0 \(prompt '1 \+ 1 ='\): the weighted sum") as info:
+    with pytest.raises(RewardFunctionError, match=r"reward: row 0 \(prompt '1 \+ 1 =', completion '2'\): the weighted sum") as info:
         score(RewardSet(fns, None))
     assert needle in str(info.value)
 

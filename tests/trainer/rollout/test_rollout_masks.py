@@ -116,7 +116,7 @@ def test_split_rows_one_row_per_turn_with_rollout_group(explicit: bool) -> None:
             assert group.rewards is None
         row = 0
         for rec in records:
-            for k, (start, end) in enumerate(rec.turn_spans):
+            for _k, (start, end) in enumerate(rec.turn_spans):
                 n = end
                 assert d["input_ids"][row, :n].tolist() == rec.tokens[:end]
                 assert d["attention_mask"][row].sum() == n

@@ -8,6 +8,7 @@ the line names the first failing row.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,8 @@ def test_a_raising_reward_function_ends_with_one_line_naming_it_and_the_row(tmp_
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"error in step 0 > rollout: RewardFunctionError: reward[0] (reward_raises) "
                            f"'{BAD}.reward_raises': raised ZeroDivisionError: boom (on 8 completions; columns "
-                           "passed: ['a', 'answer', 'b', 'completion_ids']); first failing row: 0 (prompt '"), last
+                           "passed: ['a', 'answer', 'b', 'completion_ids']); no single row reproduces it: every row "
+                           "also fails alone, e.g. row 0 (prompt '"), last
     log = run_dir / "error.log"
     assert last.endswith(f"(traceback in {log}; AREAL_TRACEBACK=1 or --debug prints it)")
     text = log.read_text()
@@ -73,6 +75,8 @@ def test_stage_and_task_errors_are_one_line_too(tmp_path, capsys, override, star
     assert code == 1 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith(start), err
     assert "Traceback (most recent call last)" in (run_dir / "error.log").read_text()
+    if "TaskError" in start:  # the task's own score names the completion it scored, as reward functions do
+        assert re.search(r"score\(row, completion\), row 0 .*, completion '[^']*': ", err), err
 
 
 def test_an_error_of_ours_keeps_its_traceback_on_the_terminal(tmp_path, capsys, monkeypatch) -> None:
@@ -99,7 +103,7 @@ def _score(fn, completions: list[str]) -> None:
                          [[i] for i in range(len(completions))])
 
 
-def test_the_first_failing_row_is_found_one_row_at_a_time() -> None:
+def test_the_failing_rows_are_found_one_row_at_a_time() -> None:
     calls = []
 
     def fails_on_b(prompts, completions, **columns):
@@ -110,8 +114,10 @@ def test_the_first_failing_row_is_found_one_row_at_a_time() -> None:
     with pytest.raises(RewardFunctionError) as info:
         _score(fails_on_b, ["a", "a", "b", "a", "b"])
     assert str(info.value) == ("reward[0] (fn) 'pkg.fn': raised KeyError: 'b' (on 5 completions; columns passed: "
-                               "['answer', 'completion_ids']); first failing row: 2 (prompt 'p2', completion 'b')")
-    assert calls == [["a", "a", "b", "a", "b"], ["a"], ["a"], ["b"]]  # the batch, then rows until one fails
+                               "['answer', 'completion_ids']); first failing row: 2 (prompt 'p2', completion 'b') "
+                               "(2 rows fail alone: [2, 4])")
+    # the batch, each row alone, then the batch without the rows that failed alone (it scores: they are the cause)
+    assert calls == [["a", "a", "b", "a", "b"], ["a"], ["a"], ["b"], ["a"], ["b"], ["a", "a", "a"]]
     assert isinstance(info.value.__cause__, KeyError)  # error.log shows the row's own traceback
 
 
@@ -122,17 +128,54 @@ def test_a_row_failing_differently_alone_and_a_batch_only_failure_say_so() -> No
         return [0.0]
 
     with pytest.raises(RewardFunctionError, match=r"raised ValueError: needs one row \(on 3 completions; .*\); "
-                                                  r"called again one row at a time, no row raised alone$"):
+                                                  r"no single row reproduces it: called again one row at a time, "
+                                                  r"every row scored$"):
         _score(batch_only, ["a", "b", "c"])
 
     def differs(prompts, completions, **columns):
-        if len(prompts) > 1:
+        if len(prompts) > 1 and "a" in completions:
             raise ValueError("batch")
-        raise TypeError(f"row {completions[0]}")
+        if completions == ["a"]:
+            raise TypeError("row a")
+        return [0.0] * len(prompts)
 
     with pytest.raises(RewardFunctionError, match=r"first failing row: 0 \(prompt 'p0', completion 'a'\): "
                                                   r"TypeError: row a$"):
         _score(differs, ["a", "b"])
+
+
+def test_a_failure_of_the_whole_batch_is_not_blamed_on_a_row() -> None:
+    """A function reading the next row's answer fails on any batch, and on each row alone: no row is the cause."""
+    def next_answer(prompts, completions, answer, **columns):
+        return [float(c == answer[i + 1]) for i, c in enumerate(completions)]
+
+    with pytest.raises(RewardFunctionError) as info:
+        _score(next_answer, ["0", "1", "2"])
+    message = str(info.value)
+    assert "first failing row" not in message
+    assert message.endswith("no single row reproduces it: every row also fails alone, e.g. row 0 (prompt 'p0', "
+                            "completion '0'): IndexError: list index out of range"), message
+
+    def every_other_row(prompts, completions, answer, **columns):  # fails when rows 0 and 1 meet, not alone
+        if len(completions) > 1 and completions[0] == "0" and completions[1] == "1":
+            raise RuntimeError("rows 0 and 1 together")
+        if completions == ["2"]:
+            raise RuntimeError("row 2 alone")
+        return [0.0] * len(completions)
+
+    with pytest.raises(RewardFunctionError, match=r"no single row reproduces it: rows \[2\] fail alone, and the "
+                                                  r"batch without them fails too, e.g. row 2 \(prompt 'p2', "
+                                                  r"completion '2'\): RuntimeError: row 2 alone$"):
+        _score(every_other_row, ["0", "1", "2"])
+
+
+@pytest.mark.parametrize("fn, needle", [
+    (lambda prompts, completions, **kw: [float("nan")] * len(completions), "got nan, expected a finite number"),
+    (lambda prompts, completions, **kw: ["1"] * len(completions), "got '1', expected a finite number"),
+], ids=["nan", "wrong-type"])
+def test_every_per_row_reward_error_shows_the_completion(fn, needle) -> None:
+    with pytest.raises(RewardFunctionError, match=rf"row 0 \(prompt 'p0', completion 'x'\): {needle}"):
+        _score(fn, ["x", "y"])
 
 
 def test_a_raising_task_sample_is_a_task_error_naming_it() -> None:

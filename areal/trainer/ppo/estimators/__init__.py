@@ -1,4 +1,4 @@
-"""Advantage estimators and shaping beyond the seed's built-ins, each a plain stage function.
+"""Advantage estimators and shaping beyond the pipeline's original built-ins, each a plain stage function.
 
 Holds the peer algorithms (`peer_algorithms`: OPO, GPG, pass@k, ReMax, MaxRL,
 REINFORCE(++)), GDPO (`gdpo`), the stateful KRPO and SPO baselines

@@ -4,7 +4,7 @@ Registered by name in `areal.api.builtin_stages.PEER_STAGE_IMPLEMENTATIONS`, so 
 config can say `outcome_reward_shaping: {implementation: gpg}` or
 `estimator: {implementation: reinforce_return}`. Together with `reward_norm` and
 `adv_norm` they let every algorithm in `docs/algorithms.md` be a preset of the one
-pipeline (`examples/presets/*.yaml`) instead of a separate code path.
+pipeline (the presets, `areal/presets/*.yaml`) instead of a separate code path.
 
 Outcome stages work on *logical* rollouts: a sampled episode exported as several
 tensor rows is one sample of its prompt group. Group statistics (baselines, stds,

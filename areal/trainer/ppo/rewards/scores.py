@@ -99,8 +99,8 @@ def normalize_rollout_rewards(
     if norm.mean_level is None and norm.std_level is None:
         return scale_scores(row_rewards, bias=bias, scaling=scaling, clip=clip).float()
     # In float64, as the references: a row without an explicit reference is its rollout's reference, and a
-    # float32 rounding of one against the other would be divided by the group's std (issue 21: 1.6e-4 for a
-    # group of two rewards 7e-4 apart).
+    # float32 rounding of one against the other would be divided by the group's std (1.6e-4 for a
+    # group of two rewards 7e-4 apart, measured).
     scores = scale_scores(row_rewards.to(torch.float64), bias=bias, scaling=scaling, clip=clip)
     device = row_rewards.device
     starts, member, reference, supplied = logical_layout(meta, device)

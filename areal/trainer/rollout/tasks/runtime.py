@@ -115,7 +115,8 @@ class TaskRuntime:
                                 "(or an (observation, reward, done) tuple)")
             _check_result(result)
         except Exception as exc:
-            raise TaskError(f"{self.where(method, episode.index, episode.row)}: {type(exc).__name__}: {exc}") from exc
+            raise TaskError(f"{self.where(method, episode.index, episode.row)}, completion {_snippet(action)!r}: "
+                            f"{type(exc).__name__}: {exc}") from exc
         return result
 
     def score(self, episodes: list[Episode], completions: list[str], completion_ids: list[list[int]],

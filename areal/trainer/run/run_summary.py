@@ -1,0 +1,97 @@
+"""What a run will run, as a table: the same rows for `areal validate` and the trainer's start.
+
+`stage_rows` lists every advantage stage as the actor resolved it, then the task,
+each reward function and the prompt datasets; `stage_table` lays them out.
+`matching_presets` names the estimator presets whose algorithm the config uses
+(every key a preset file sets, compared on the resolved config), and
+`start_block` adds the thread count and the device: the block the trainer prints
+before its first step, so a log says what ran without opening `config.yaml`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["matching_presets", "stage_rows", "stage_table", "start_block"]
+
+
+def stage_table(rows: Sequence[tuple[str, str, str]]) -> str:
+    """`stage / implementation / kwargs` columns, each as wide as its widest cell."""
+    headers = ("stage", "implementation", "kwargs")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join("{:<" + str(w) + "}" for w in widths)
+    out = [line.format(*headers), line.format(*("-" * w for w in widths))]
+    out += [line.format(*r) for r in rows]
+    return "\n".join(out)
+
+
+def task_rows(config: Any, parts: Any) -> list[tuple[str, str, str]]:
+    """The task and each reward function as `stage / implementation / kwargs` rows, then the prompt datasets."""
+    task = config.task
+    kind = "multi-turn" if getattr(parts.task, "multi_turn", False) else "single-turn"
+    rows = [(f"task ({kind})", task.implementation, str(task.kwargs))]
+    rows += [
+        (f"reward/{r.name} x{r.weight:g}", spec.implementation, str(spec.kwargs))
+        for r, spec in zip(parts.reward_functions, config.reward)
+    ]
+    for name, data in (("data.train", parts.train_data), ("data.eval", parts.eval_data)):
+        if data is not None:
+            rows.append((name, getattr(config.data, name.split(".")[1]), f"{len(data)} rows"))
+    return rows
+
+
+def stage_rows(config: Any, actor: Any, parts: Any) -> list[tuple[str, str, str]]:
+    """Every resolved advantage stage (`actor.resolved`), then the task side (`task_rows`)."""
+    return [*actor.resolved.describe(config.actor), *task_rows(config, parts)]
+
+
+@functools.cache
+def _preset_settings(name: str) -> tuple[tuple[str, str, Any], ...]:
+    """(section, key, resolved value) for every `section.key` the preset's own file sets (not its defaults),
+    and `critic.enabled` always: with or without a critic is part of every algorithm."""
+    import yaml
+
+    from areal.api.cli_args import load_config
+    from areal.api.presets import preset_path
+
+    raw = yaml.safe_load(preset_path(name).read_text(encoding="utf-8")) or {}
+    cfg = load_config(f"preset:{name}")
+    keys = {(section, key) for section, body in raw.items() if isinstance(body, dict) for key in body}
+    return tuple(
+        (section, key, getattr(getattr(cfg, section), key)) for section, key in sorted(keys | {("critic", "enabled")})
+    )
+
+
+def matching_presets(config: Any) -> list[str]:
+    """The estimator presets (every preset but the default run) whose every setting `config` has too."""
+    from areal.api.presets import DEFAULT_RUN, preset_names
+
+    found = []
+    for name in preset_names():
+        settings = _preset_settings(name) if name != DEFAULT_RUN else ()
+        if settings and all(getattr(getattr(config, s), k, object()) == v for s, k, v in settings):
+            found.append(name)
+    return found
+
+
+def start_block(config: Any, actor: Any, parts: Any, *, num_threads: int, device: Any, world_size: int) -> str:
+    """The trainer's opening lines: the stage table, the matching preset, threads and device."""
+    try:
+        presets = matching_presets(config)
+    except Exception as exc:  # a broken preset file must not stop a run that does not use it
+        presets, note = [], f" (presets not compared: {type(exc).__name__}: {exc})"
+    else:
+        note = ""
+    preset = ", ".join(f"preset:{p}" for p in presets) or f"none matches (`areal presets` lists them){note}"
+    threads = "train.num_threads" if config.train.num_threads is not None else "by the model's size"
+    ranks = f" x {world_size} ranks" if world_size > 1 else ""
+    return "\n".join(
+        [
+            f"[areal] {config.experiment_name}: what runs",
+            stage_table(stage_rows(config, actor, parts)),
+            f"estimator preset: {preset}",
+            f"threads: {num_threads} per process ({threads}) | device: {device}{ranks}",
+        ]
+    )
