@@ -21,9 +21,9 @@ PEER_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "estimator": ("reinforce_return", "turn_reinforce_return"),
 }
 
-#: Multi-reward, stateful, step-level and entropy stages (GDPO, KRPO, SPO, GiGPO, MT-GRPO, entropy shaping).
+#: Multi-reward, stateful, step-level and entropy stages (GDPO, KRPO, SPO, RAE, GiGPO, MT-GRPO, entropy shaping).
 EXTENDED_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    "outcome_reward_shaping": ("gdpo", "krpo", "spo"),
+    "outcome_reward_shaping": ("gdpo", "krpo", "spo", "rae"),
     "estimator": ("gigpo", "mt_grpo"),
     "process_adv_shaping": ("entropy_advantage",),
 }
