@@ -139,6 +139,11 @@ def synthetic_batch(
         batch["values"] = torch.randn(shape, generator=gen) * batch["attention_mask"]
     if cfg.actor.recompute_logprob or cfg.actor.use_decoupled_loss:
         batch["prox_logp"] = -torch.rand(shape, generator=gen) * 3 * batch["attention_mask"]
+    if "role_ids" in fields:  # seats 0, 1, 0, ... over each prompt group's logical rollouts, one game
+        sizes = torch.as_tensor(meta.logical_group_sizes)
+        seat = (torch.arange(meta.n_logical) - (torch.cumsum(sizes, 0) - sizes)[meta.logical_group_index()]) % 2
+        batch["role_ids"] = seat[meta.logical_row_index()]
+        batch["game_ids"] = torch.zeros(shape[0], dtype=torch.long)
     if "token_entropy" in fields:
         entropy = torch.rand(shape, generator=gen) * 6.9 * batch["attention_mask"]
         entropy[:, 0] = 0.0

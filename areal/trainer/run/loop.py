@@ -56,7 +56,8 @@ from areal.trainer.rollout.episodes import (
     export_turn_rows,
     groups_to_device,
 )
-from areal.trainer.rollout.stage_fields import add_prompt_keys, behaviour_entropy, reward_components, stage_batch_fields
+from areal.trainer.rollout.stage_fields import (add_prompt_keys, add_seat_ids, behaviour_entropy, reward_components,
+                                               stage_batch_fields)
 from areal.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
 from areal.trainer.run.loggers import RunLoggers, open_loggers
 from areal.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
@@ -227,6 +228,8 @@ class Trainer:
             )
             dicts = [add_reward_baselines(d, g[0].reward) for d, g in zip(dicts, greedy)]
         dicts = add_prompt_keys(dicts, problems)  # per-prompt stage state (KRPO, SPO)
+        if "role_ids" in stage_batch_fields(self.actor.resolved):  # RAE: the seat and game of each problem row
+            dicts = add_seat_ids(dicts, problems)
         if self.device.type != "cpu":
             dicts = groups_to_device(dicts, self.device)
         return dicts, [rec for g in groups for rec in g]
