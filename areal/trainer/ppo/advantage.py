@@ -48,7 +48,9 @@ from areal.trainer.ppo.placement import (
     reward_kl,
 )
 from areal.trainer.ppo.rewards.components import check_reduced, outcome_stage_inputs
+from areal.trainer.ppo.rewards.running_norm import running_normalise
 from areal.trainer.ppo.rewards.scores import normalise_scores
+from areal.trainer.ppo.stage_state import StageState
 from areal.trainer.ppo.stage_resolution import (
     PRM_MODES,
     CallOptions,
@@ -159,7 +161,8 @@ def _default_fields(
         # 2. Outcome reward shaping.
         outcome = _run_outcome(resolved.outcome, outcome_inputs)
         # 3. Reward scaling and normalisation.
-        score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete)
+        score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete,
+                                 resolved.norm_states.get("reward_norm"))
     except Exception:
         if fused:
             check_batch_values(data)  # a bad batch is reported first, as on the tensor path
@@ -198,7 +201,8 @@ def _tensor_steps(
     temporal = _run_temporal(estimator, temporal_inputs)
     del temporal_inputs
     # 6. Advantage normalisation.
-    advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete)
+    advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete,
+                                       resolved.norm_states.get("adv_norm"))
     return StepFields(aligned.loss_mask, aligned.old_logp, aligned.prox_logp, aligned.truncated,
                       aligned.mopd_behavior_logprobs, kl, temporal, advantages, token_adv)
 
@@ -252,11 +256,14 @@ def _run_temporal(stage: ResolvedStage, inputs: TemporalInputs) -> TemporalResul
 
 
 def _normalise_advantages(
-    advantages: torch.Tensor, loss_mask: torch.Tensor, config: PPOActorConfig, meta: TrajBatchMeta, meta_complete: bool
+    advantages: torch.Tensor, loss_mask: torch.Tensor, config: PPOActorConfig, meta: TrajBatchMeta, meta_complete: bool,
+    running: StageState | None = None,
 ) -> torch.Tensor:
-    """Token-weighted by the aligned mask; groups from the metadata when it is complete."""
+    """Token-weighted by the aligned mask; groups from the metadata when it is complete; `running`: level running."""
     if config.adv_norm is None:
         return advantages
+    if running is not None:  # the step's active tokens enter the running moments first
+        return running_normalise(advantages, loss_mask, config.adv_norm, running)
     return Normalization(config.adv_norm)(
         advantages,
         loss_mask,

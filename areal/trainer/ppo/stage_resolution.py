@@ -12,7 +12,7 @@ import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,6 +23,7 @@ from areal.trainer.ppo.checks.contracts import ResolvedStage
 from areal.trainer.ppo.estimators import (entropy_shaping, gdpo, peer_algorithms, role_baselines, stateful_baselines,
                                           step_credit)
 from areal.trainer.ppo.estimators.lambda_fn import BUILTIN_LAMBDAS
+from areal.trainer.ppo.rewards.running_norm import is_running, running_state
 from areal.trainer.ppo.stage_state import STATE_PARAMETER, StageState
 from areal.utils.dynamic_import import PluginResolutionError, bind_kwargs, import_object, resolve_function
 
@@ -50,11 +51,12 @@ class ResolvedAdvantage:
     gae_lambda: float | Callable[..., torch.Tensor]
     gae_lambda_kwargs: Mapping[str, Any]
     gae_lambda_source: str
+    norm_states: Mapping[str, StageState] = field(default_factory=dict)  # reward_norm / adv_norm at level running
 
     def stage_states(self) -> dict[str, StageState]:
-        """The state objects bound to stateful stages, by stage name (empty when no stage keeps state)."""
+        """The state objects bound to stateful stages and running normalisations, by name (empty: none)."""
         stages = (self.compute, self.outcome, self.estimator, self.process)
-        return {s.stage: s.state for s in stages if s is not None and s.state is not None}
+        return {**{s.stage: s.state for s in stages if s is not None and s.state is not None}, **self.norm_states}
 
     def describe(self, config: PPOActorConfig) -> list[tuple[str, str, str]]:
         """(stage, implementation, kwargs) rows for `areal validate`."""
@@ -154,7 +156,8 @@ def resolve_advantage(config: PPOActorConfig) -> ResolvedAdvantage:
     if adv.estimator is not None:
         estimator = _resolve_stage("estimator", adv.estimator, ESTIMATOR_BUILTINS, f"{config.gae_timestep_unit}_gae")
     process = _resolve_process(adv.process_adv_shaping)
-    return ResolvedAdvantage(None, outcome, estimator, process, gae_lambda, lambda_kwargs, lambda_source)
+    norm_states = {name: running_state(name) for name in ("reward_norm", "adv_norm") if is_running(getattr(config, name))}
+    return ResolvedAdvantage(None, outcome, estimator, process, gae_lambda, lambda_kwargs, lambda_source, norm_states)
 
 
 def default_estimator(resolved: ResolvedAdvantage, config: PPOActorConfig) -> ResolvedStage:

@@ -68,7 +68,8 @@ class RollRunningMoments:
         old_sum = self.var * self.count + delta**2 * self.count * n / tot
         self.mean += delta * n / tot
         self.var = (old_sum + xs_var * n) / tot
-        self.std = math.sqrt(self.var * tot / (tot - 1))
+        # ROLL's tensors give inf after a lone first sample (tot - 1 == 0); the stage uses std 1 there
+        self.std = math.sqrt(self.var * tot / (tot - 1)) if tot - 1 > 0 else math.inf
         self.count = tot
 
     def normalise(self, xs: list[float], *, centre: bool = True, scale: bool = True, eps: float = 1e-6) -> list[float]:

@@ -38,6 +38,9 @@ CASES: dict[str, tuple[dict, list[int], bool]] = {
                              "estimator": {"implementation": "reinforce_return"}}), [1] * N_GROUPS, False),
     "rae": (_base(advantage={"outcome_reward_shaping": {"implementation": "rae", "kwargs": {"decay": 0.8}},
                              "estimator": {"implementation": "reinforce_return"}}), [2, 2, 3, 2, 2, 4], False),
+    "running_norm": (_base(reward_norm=NormConfig(mean_level="running", std_level="running", eps=1e-6),
+                           adv_norm=NormConfig(mean_level="running", std_level="running", eps=1e-6),
+                           advantage={"estimator": {"implementation": "reinforce_return"}}), [3, 2, 4, 2, 3, 2], True),
     "gigpo_batch_norm": (_base(adv_norm=NormConfig(mean_level="batch", std_level="batch"),
                                advantage={"estimator": {"implementation": "gigpo", "kwargs": {"step_discount": 0.9}}}),
                          [3, 2, 4, 2, 3, 2], True),
@@ -47,6 +50,9 @@ CASES: dict[str, tuple[dict, list[int], bool]] = {
 #: Cases whose state runs through the step's samples in sequence: every rank gathers them rank 0's first, so the
 #: 1-process reference takes the groups in that order (rank 0's share, then rank 1's).
 RANK_ORDERED = frozenset({"rae"})
+#: Cases whose state sums the step's values: the ranks merge their moments (Chan et al.), so the state equals one
+#: process's on the whole batch up to float64 rounding (and is bit-identical on every rank).
+MERGED_MOMENTS = frozenset({"running_norm"})
 
 
 def make_config(name: str) -> PPOActorConfig:
