@@ -21,10 +21,11 @@ PEER_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "estimator": ("reinforce_return", "turn_reinforce_return"),
 }
 
-#: Multi-reward, stateful, step-level and entropy stages (GDPO, KRPO, SPO, RAE, GiGPO, MT-GRPO, entropy shaping).
+#: Multi-reward, stateful, step-level, entropy and combination stages (GDPO, KRPO, SPO, RAE, GiGPO, MT-GRPO,
+#: entropy shaping, `combine`).
 EXTENDED_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "outcome_reward_shaping": ("gdpo", "krpo", "spo", "rae"),
-    "estimator": ("gigpo", "mt_grpo"),
+    "estimator": ("gigpo", "mt_grpo", "combine"),
     "process_adv_shaping": ("entropy_advantage",),
 }
 

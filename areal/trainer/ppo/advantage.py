@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
-from areal.trainer.ppo.checks.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields, stage_reads
+from areal.trainer.ppo.checks.aux_fields import (aligned_anchor_ids, aligned_token_entropy, check_aux_fields,
+                                                 declared_fields, stage_reads)
 from areal.trainer.ppo.checks.batch_checks import BatchStats, check_batch_structure, check_batch_values, check_meta
 from areal.trainer.ppo.checks.contracts import (
     call_stage,
@@ -35,6 +36,7 @@ from areal.trainer.ppo.checks.contracts import (
     check_temporal_result,
     check_tensor,
 )
+from areal.trainer.ppo.estimators.combine import LOGP_FIELDS
 from areal.trainer.ppo.fused import run_fused_steps, use_fused
 from areal.trainer.ppo.output_guard import GuardContext, guard_outputs
 from areal.trainer.ppo.outputs import unalias
@@ -50,7 +52,6 @@ from areal.trainer.ppo.placement import (
 from areal.trainer.ppo.rewards.components import check_reduced, outcome_stage_inputs
 from areal.trainer.ppo.rewards.running_norm import running_normalise
 from areal.trainer.ppo.rewards.scores import normalise_scores
-from areal.trainer.ppo.stage_state import StageState
 from areal.trainer.ppo.stage_resolution import (
     PRM_MODES,
     CallOptions,
@@ -60,6 +61,7 @@ from areal.trainer.ppo.stage_resolution import (
     resolve_advantage,
     select_process,
 )
+from areal.trainer.ppo.stage_state import StageState
 from areal.trainer.ppo.stage_types import (
     ALLOWED_EXTRAS,
     AdvantageInputs,
@@ -197,6 +199,12 @@ def _tensor_steps(
     # 5. Temporal estimator (the placed outcome and folded rewards are freed when it returns).
     temporal_inputs = _temporal_inputs(aligned, kl, place_outcome(score, aligned, config), folded, config, resolved, meta,
                                        aligned_anchor_ids(data, stage_reads(estimator)))
+    wanted = declared_fields(estimator.fn)
+    if wanted & set(LOGP_FIELDS):  # e.g. `combine` with a distillation term
+        temporal_inputs = dataclasses.replace(temporal_inputs, **{
+            "logprobs": aligned.old_logp if "logprobs" in wanted else None,
+            "ref_logp": data.get("ref_logp") if "ref_logp" in wanted else None,
+            "teacher_logp": data.get("teacher_logp") if "teacher_logp" in wanted else None})
     del folded
     temporal = _run_temporal(estimator, temporal_inputs)
     del temporal_inputs

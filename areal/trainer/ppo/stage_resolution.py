@@ -19,9 +19,10 @@ import torch
 
 from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
 from areal.trainer.ppo import advantage_algorithms as algos
-from areal.trainer.ppo.checks.contracts import ResolvedStage
-from areal.trainer.ppo.estimators import (entropy_shaping, gdpo, peer_algorithms, role_baselines, stateful_baselines,
-                                          step_credit)
+from areal.trainer.ppo.checks.aux_fields import declared_fields
+from areal.trainer.ppo.checks.contracts import ResolvedStage, call_stage, check_temporal_result
+from areal.trainer.ppo.estimators import (combine, entropy_shaping, gdpo, peer_algorithms, role_baselines,
+                                          stateful_baselines, step_credit)
 from areal.trainer.ppo.estimators.lambda_fn import BUILTIN_LAMBDAS
 from areal.trainer.ppo.rewards.running_norm import is_running, running_state
 from areal.trainer.ppo.stage_state import STATE_PARAMETER, StageState
@@ -114,6 +115,41 @@ def _resolve_stage(stage: str, spec: StageSpec, builtins: Mapping[str, Callable[
     return ResolvedStage(stage, name, fn, custom=custom, kwargs=dict(spec.kwargs), state=state)
 
 
+def _run_term(stage: ResolvedStage, inputs: Any) -> Any:
+    result = call_stage(stage, inputs)
+    if not stage.custom:
+        return result
+    return check_temporal_result(stage, result, tuple(inputs.loss_mask.shape), inputs.loss_mask.device)
+
+
+def _resolve_combine(spec: StageSpec, default: str) -> ResolvedStage:
+    """`combine`: resolve every estimator term now (bad names fail at start-up) and bind them to the sum."""
+    where = "actor.advantage.estimator"
+    if set(spec.kwargs) - {"terms"}:
+        raise PluginResolutionError(where, "combine", f"got kwargs {sorted(spec.kwargs)}, expected only 'terms'")
+    try:
+        parsed = combine.parse_terms(spec.kwargs.get("terms"))
+    except ValueError as exc:
+        raise PluginResolutionError(where, "combine", str(exc)) from exc
+    terms, fields = [], {"logprobs"}
+    for i, term in enumerate(parsed):
+        label = f"terms[{i}] ({term.get('estimator', term.get('term'))})"
+        if "term" in term:
+            fields.add(term["teacher"])
+            terms.append(combine.CombineTerm(label, term["weight"], teacher=term["teacher"],
+                                             kl_estimator=term["kl_estimator"]))
+            continue
+        sub = _resolve_stage("estimator", StageSpec(term["estimator"], term["kwargs"]), ESTIMATOR_BUILTINS, default)
+        if sub.state is not None:
+            raise PluginResolutionError(where, "combine", f"{label} keeps state across steps; a combine term must "
+                                        "be stateless (configure the stateful stage on its own)")
+        fields |= declared_fields(sub.fn)
+        terms.append(combine.CombineTerm(label, term["weight"], run=functools.partial(_run_term, sub)))
+    fn = functools.partial(combine.combine, terms=tuple(terms))
+    fn.batch_fields = tuple(sorted(fields))
+    return ResolvedStage("estimator", "combine", fn, custom=False, kwargs=dict(spec.kwargs))
+
+
 def _resolve_gae_lambda(config: PPOActorConfig) -> tuple[float | Callable[..., torch.Tensor], str]:
     value = config.gae_lambda
     if not isinstance(value, str):
@@ -154,7 +190,11 @@ def resolve_advantage(config: PPOActorConfig) -> ResolvedAdvantage:
     outcome = _resolve_stage("outcome_reward_shaping", outcome_spec, OUTCOME_BUILTINS, "identity")
     estimator = None
     if adv.estimator is not None:
-        estimator = _resolve_stage("estimator", adv.estimator, ESTIMATOR_BUILTINS, f"{config.gae_timestep_unit}_gae")
+        default = f"{config.gae_timestep_unit}_gae"
+        if adv.estimator.implementation == "combine":
+            estimator = _resolve_combine(adv.estimator, default)
+        else:
+            estimator = _resolve_stage("estimator", adv.estimator, ESTIMATOR_BUILTINS, default)
     process = _resolve_process(adv.process_adv_shaping)
     norm_states = {name: running_state(name) for name in ("reward_norm", "adv_norm") if is_running(getattr(config, name))}
     return ResolvedAdvantage(None, outcome, estimator, process, gae_lambda, lambda_kwargs, lambda_source, norm_states)

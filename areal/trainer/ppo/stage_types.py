@@ -97,6 +97,10 @@ class TemporalInputs:
     gae_lambda_source: str = "actor.gae_lambda"
     meta: Any = None  # TrajBatchMeta
     anchor_ids: torch.Tensor | None = None  # [B, T] long anchor-state key of each generated token's turn, or None
+    # Log-probs, given to estimators that declare them in `batch_fields` (None otherwise):
+    logprobs: torch.Tensor | None = None  # [B, T] behaviour (old) log-probs, aligned and masked, when declared
+    ref_logp: torch.Tensor | None = None  # [B, T] the batch's ref_logp as given (aligned), when declared
+    teacher_logp: torch.Tensor | None = None  # [B, T] the batch's teacher_logp (aligned like ref_logp), when declared
 
     def compute_lambda(self, timestep_unit: str) -> torch.Tensor:
         """Per-row lambda, resolving a callable `gae_lambda` in `timestep_unit` lengths."""

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from areal.trainer.ppo.estimators.combine import reads_reference
 from areal.trainer.rollout.episodes import EpisodeRecord, add_reward_baselines, export_episodes, export_turn_rows
 from areal.trainer.rollout.stage_fields import add_prompt_keys, stage_batch_fields
 from areal.utils.data import concat_batch
@@ -133,7 +134,8 @@ def synthetic_batch(
     batch, meta = concat_batch(_groups(cfg, rng, task))
     gen = torch.Generator().manual_seed(seed)
     shape = batch["input_ids"].shape
-    if cfg.actor.kl_ctl != 0:
+    estimator = cfg.actor.advantage.estimator
+    if cfg.actor.kl_ctl != 0 or (estimator is not None and reads_reference(estimator.implementation, estimator.kwargs)):
         batch["ref_logp"] = -torch.rand(shape, generator=gen) * 3 * batch["attention_mask"]
     if cfg.critic.enabled:
         batch["values"] = torch.randn(shape, generator=gen) * batch["attention_mask"]

@@ -47,6 +47,7 @@ from areal.trainer.parallel.distributed import (
 from areal.trainer.parallel.engine import PolicyEngine, ValueEngine, reference_logprobs
 from areal.trainer.parallel.failures import staged
 from areal.trainer.ppo.actor import PPOActor
+from areal.trainer.ppo.estimators.combine import reads_reference
 from areal.trainer.ppo.training.critic import PPOCritic
 from areal.trainer.rollout.episodes import (
     EpisodeRecord,
@@ -174,7 +175,10 @@ class Trainer:
         broadcast_module(self.policy, self.ctx)
         parallel = cfg.train.parallel
         # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP
-        self.reference = frozen_copy(self.policy) if cfg.actor.kl_ctl != 0 else None
+        # the KL reward reads the reference; so does a `combine` estimator distilling against ref_logp
+        estimator = cfg.actor.advantage.estimator
+        wants_reference = estimator is not None and reads_reference(estimator.implementation, estimator.kwargs)
+        self.reference = frozen_copy(self.policy) if cfg.actor.kl_ctl != 0 or wants_reference else None
         self.engine = PolicyEngine(self.policy, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                                    grad_clip=cfg.train.grad_clip, ctx=self.ctx, parallel=parallel)
         self.policy = self.engine.rollout_model  # the plain module (under FSDP: the full sampling copy)
