@@ -60,6 +60,7 @@ from areal.trainer.rollout.episodes import (
 from areal.trainer.rollout.stage_fields import (add_prompt_keys, add_seat_ids, behaviour_entropy, reward_components,
                                                stage_batch_fields)
 from areal.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
+from areal.trainer.run.group_filter import filter_zero_advantage_groups
 from areal.trainer.run.loggers import RunLoggers, open_loggers
 from areal.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
 from areal.trainer.run.plot import plot_curves
@@ -295,9 +296,13 @@ class Trainer:
             batch = self.prepare(batch)
         with timer.phase("advantages"):
             data = self.compute_advantages(batch, meta)
+        filtered = None
+        if self.cfg.rollout.filter_zero_advantage:  # the update sees only groups with a non-zero advantage
+            filtered = filter_zero_advantage_groups(data, meta.traj_group_sizes, self.ctx)
+            data = filtered.data
         with timer.phase("update"):
-            stats = self.actor.ppo_update(data)
-            if self.critic is not None:
+            stats = {} if filtered is not None and filtered.skip_update else self.actor.ppo_update(data)
+            if self.critic is not None and stats:
                 stats.update(self.critic.ppo_update(data))
             self.engine.sync_rollout_model()  # FSDP: the sampling copy takes the new weights (no-op otherwise)
             self.engine.release_gradients()
@@ -305,6 +310,9 @@ class Trainer:
                 self.critic.engine.release_gradients()
         seconds = time.perf_counter() - start
         row = self._metrics(step, records, data, stats, seconds)
+        if filtered is not None:  # over all ranks (the same number on every rank)
+            row["filtered_groups"] = filtered.filtered
+            row["filtered_group_frac"] = filtered.filtered / filtered.groups
         counts = {"generated": float(sum(r.generated_tokens for r in records)),
                   "trained": float(data["attention_mask"].sum())}
         if self.ctx.is_distributed:
