@@ -81,15 +81,22 @@ def test_the_loss_averages_over_the_kept_groups_tokens():
 def test_the_trainer_logs_the_filtered_groups(tmp_path: Path) -> None:
     tiny = ["train.steps=2", "rollout.batch_size=4", "rollout.n_samples=3", "model.hidden_size=32", "model.num_heads=2",
             "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-            "train.save_every=0", f"output.dir={tmp_path}"]
+            "train.save_every=0", f"output.dir={tmp_path}",
+            # the guess task with a small range: some groups all win or all lose, others are mixed
+            "task={implementation: guess, kwargs: {num_range: 3, max_turns: 1}}", "actor.max_new_tokens=2"]
     trainer = Trainer(load_config(PRESET, tiny))
     rows = read_metrics(trainer.run().metrics_path)
     assert all("filtered_groups" in r and 0 <= r["filtered_groups"] <= 4 for r in rows)
-    out = trainer.step(2)
-    rewards = [rec.reward for rec in out.records]
-    expected = sum(len(set(rewards[i:i + 3])) == 1 for i in range(0, len(rewards), 3))
-    assert out.metrics["filtered_groups"] == expected
-    assert out.metrics["filtered_group_frac"] == pytest.approx(expected / 4)
-    assert out.data["input_ids"].shape[0] == (3 * (4 - expected) if expected < 4 else 12)
-    if expected == 4:
-        assert out.metrics["policy_loss"] is None  # nothing to train on: the update was skipped
+    partial = 0
+    for step in range(2, 8):  # the guess task: some steps drop some groups and train on the rest
+        out = trainer.step(step)
+        rewards = [rec.reward for rec in out.records]
+        expected = sum(len(set(rewards[i:i + 3])) == 1 for i in range(0, len(rewards), 3))
+        assert out.metrics["filtered_groups"] == expected
+        assert out.metrics["filtered_group_frac"] == pytest.approx(expected / 4)
+        if expected == 4:  # nothing to train on: the update was skipped
+            assert out.metrics["policy_loss"] is None and out.data["input_ids"].shape[0] == 12
+        else:
+            assert out.data["input_ids"].shape[0] == 3 * (4 - expected) and out.metrics["policy_loss"] is not None
+            partial += 0 < expected
+    assert partial >= 1
