@@ -53,6 +53,9 @@ class NormConfig:
                 "(cumulative over the run, as ROLL's norm_*_type: running) combine only with running or null"
             )
         _check_bool("NormConfig.mean_leave1out", self.mean_leave1out)
+        if self.mean_level == "running" and self.mean_leave1out:
+            raise ConfigError("NormConfig.mean_leave1out: true with mean_level='running'; the running mean spans the "
+                              "whole run, so there is no sample to leave out (set mean_leave1out: false)")
         _check_bool("NormConfig.std_unbiased", self.std_unbiased)
         _check_number("NormConfig.eps", self.eps, low=0.0)
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:

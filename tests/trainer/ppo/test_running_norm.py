@@ -119,6 +119,8 @@ def test_running_combines_only_with_running_or_null():
     with pytest.raises(ConfigError, match="mean_level='running' with std_level='batch'"):
         NormConfig(mean_level="running", std_level="batch")
     NormConfig(mean_level=None, std_level="running")
+    with pytest.raises(ConfigError, match="mean_leave1out: true with mean_level='running'"):
+        NormConfig(mean_level="running", std_level="running", mean_leave1out=True)
 
 
 def test_the_preset_equals_rolls_loop_step_after_step():
