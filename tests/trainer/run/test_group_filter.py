@@ -100,3 +100,19 @@ def test_the_trainer_logs_the_filtered_groups(tmp_path: Path) -> None:
             assert out.data["input_ids"].shape[0] == 3 * (4 - expected) and out.metrics["policy_loss"] is not None
             partial += 0 < expected
     assert partial >= 1
+
+
+def test_a_rank_left_without_groups_keeps_one_with_no_active_token(monkeypatch):
+    """Under data parallelism another rank kept groups: this one still joins the update, with no tokens."""
+    import areal.trainer.run.group_filter as group_filter
+
+    actor = PPOActor(load_config(PRESET).actor)
+    batch, meta = concat_batch(ref.make_peer_groups(2, [3, 2], binary=True))
+    batch["rewards"] = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0])  # both groups: all equal
+    data = actor.compute_advantages(batch, meta)
+    # the other rank: 3 groups, none filtered (what the SUM all-reduce would add)
+    monkeypatch.setattr(group_filter, "all_reduce_tensor", lambda t, ctx: t + torch.tensor([0.0, 3.0], dtype=t.dtype))
+    result = filter_zero_advantage_groups(data, meta.traj_group_sizes)
+    assert (result.filtered, result.groups, result.skip_update) == (2, 5, False)
+    assert result.data["input_ids"].shape[0] == 3 and float(result.data["loss_mask"].sum()) == 0.0
+    assert float(data["loss_mask"].sum()) > 0  # the input batch is untouched
