@@ -603,6 +603,13 @@ def check_turn_gae_gvpo_yaml(snippet: Snippet, project: Project) -> None:
     assert re.search(r"process_adv_shaping\s+gvpo\s", out) and "process rewards" in out
 
 
+def check_combine_yaml(snippet: Snippet, project: Project) -> None:
+    """"Your own mix in YAML": GRPO + GiGPO + distillation on the guess task, dry-run (the reference is kept)."""
+    path = on_default_run(project, snippet.text, base=ROOT / "examples/guess_gigpo.yaml")
+    out = validate(str(path))
+    assert re.search(r"estimator\s+combine\s", out) and "reference log-probs" in out and "dry run OK" in out
+
+
 def check_stage_plugin(snippet: Snippet, project: Project) -> None:
     """An outcome stage plugin: written to a module, named in YAML, run by `validate --dry-run`."""
     project.package("snippet_plugins", {"stage": snippet.text})
@@ -785,6 +792,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/algorithms.md: python -m areal.trainer.main --config preset:gdpo # needs >=': check_shell,
     'docs/custom-advantage.md: actor:': check_default_pipeline_yaml,
     'docs/custom-advantage.md: actor: [2]': check_turn_gae_gvpo_yaml,
+    'docs/custom-advantage.md: actor: [3]': check_combine_yaml,
     'docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco': check_stage_plugin,
     'docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco [2]': check_stage_plugin,
     'docs/custom-advantage.md: .venv/bin/python -m areal.cli validate examples/custom_advan':

@@ -25,7 +25,7 @@ from areal.api.config_checks import is_import_path as _is_import_path
 from areal.api.config_values import plain
 from areal.utils.suggest import did_you_mean
 
-_NORM_LEVELS = ("batch", "group", None)
+_NORM_LEVELS = ("batch", "group", "running", None)
 
 
 @dataclass
@@ -46,7 +46,16 @@ class NormConfig:
     def __post_init__(self) -> None:
         _check_choice("NormConfig.mean_level", self.mean_level, _NORM_LEVELS)
         _check_choice("NormConfig.std_level", self.std_level, _NORM_LEVELS)
+        levels = (self.mean_level, self.std_level)
+        if "running" in levels and not set(levels) <= {"running", None}:
+            raise ConfigError(
+                f"NormConfig: mean_level={self.mean_level!r} with std_level={self.std_level!r}; running statistics "
+                "(cumulative over the run, as ROLL's norm_*_type: running) combine only with running or null"
+            )
         _check_bool("NormConfig.mean_leave1out", self.mean_leave1out)
+        if self.mean_level == "running" and self.mean_leave1out:
+            raise ConfigError("NormConfig.mean_leave1out: true with mean_level='running'; the running mean spans the "
+                              "whole run, so there is no sample to leave out (set mean_leave1out: false)")
         _check_bool("NormConfig.std_unbiased", self.std_unbiased)
         _check_number("NormConfig.eps", self.eps, low=0.0)
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:

@@ -21,11 +21,11 @@ PEER_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "estimator": ("reinforce_return", "turn_reinforce_return"),
 }
 
-#: Multi-reward, stateful, step-level, token-baseline and entropy stages (GDPO, KRPO, SPO, GiGPO, MT-GRPO, OTB,
-#: entropy shaping).
+#: Multi-reward, stateful, step-level, token-baseline, entropy and combination stages (GDPO, KRPO, SPO, RAE, GiGPO,
+#: MT-GRPO, OTB, entropy shaping, `combine`).
 EXTENDED_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    "outcome_reward_shaping": ("gdpo", "krpo", "spo"),
-    "estimator": ("gigpo", "mt_grpo", "optimal_token_baseline", "tir_optimal_token_baseline"),
+    "outcome_reward_shaping": ("gdpo", "krpo", "spo", "rae"),
+    "estimator": ("gigpo", "mt_grpo", "optimal_token_baseline", "tir_optimal_token_baseline", "combine"),
     "process_adv_shaping": ("entropy_advantage",),
 }
 

@@ -341,6 +341,11 @@ class RolloutConfig:
     tensor row per generated turn with `RolloutGroup` metadata (split rollouts).
     `greedy_baseline` also runs one greedy episode per prompt and ships its reward
     as `reward_baselines` (one per row), the baseline ReMax subtracts.
+    `filter_zero_advantage` drops the prompt groups whose advantages are 0 on every
+    generated token (e.g. GRPO groups whose samples all got the same reward) before
+    the update, which then averages its loss over the kept groups' tokens only; the
+    step's `filtered_groups` metric counts them (DAPO's dynamic sampling without
+    the re-sampling; see `areal.trainer.run.group_filter`).
     """
 
     batch_size: int = 16
@@ -350,6 +355,7 @@ class RolloutConfig:
     export: str = "episode"
     explicit_rollout_rewards: bool = False
     greedy_baseline: bool = False
+    filter_zero_advantage: bool = False
     prm: PRMConfig = field(default_factory=PRMConfig)
 
     def __post_init__(self) -> None:
@@ -362,6 +368,7 @@ class RolloutConfig:
         _check_choice("rollout.export", self.export, _EXPORTS)
         _check_bool("rollout.explicit_rollout_rewards", self.explicit_rollout_rewards)
         _check_bool("rollout.greedy_baseline", self.greedy_baseline)
+        _check_bool("rollout.filter_zero_advantage", self.filter_zero_advantage)
         if self.explicit_rollout_rewards and self.export != "per_turn":
             raise ConfigError(
                 "rollout.explicit_rollout_rewards: only meaningful with rollout.export=per_turn "

@@ -317,3 +317,42 @@ def test_patch_makes_verls_trainer_call_the_wrapper_and_other_estimators_delegat
     expected = VERL(reference, adv_estimator="gae", lam=0.95, config=cfg).batch
     ours = ray_trainer.compute_advantage(batch.proto(), adv_estimator="areal", config=cfg).batch  # values, log-probs
     assert max_diff(ours["advantages"], expected["advantages"], batch.tensors["response_mask"]) <= 1e-5
+
+
+# ---------------------------------------------------------------------------
+# 2026 options through verl: GRPO + on-policy distillation (combine)
+# ---------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(sizes=sizes_st, seed=st.integers(0, 100_000))
+def test_grpo_distill_preset_through_the_wrapper_equals_verl_grpo_minus_the_reverse_kl(sizes, seed):
+    """ROLL's mixed OPD on verl's own GRPO: A = A_grpo - 0.1 * (old_log_probs - ref_log_prob) per response token."""
+    batch = vb.make_batch(seed, sizes, binary=True)
+    mask = batch.tensors["response_mask"]
+    grpo = VERL(batch.proto(), adv_estimator="grpo", config=algo("grpo")).batch["advantages"]
+    kl = batch.tensors["old_log_probs"] - batch.tensors["ref_log_prob"]
+    ours = areal_verl.compute_advantage(batch.proto(), adv_estimator="areal", config=algo("grpo_distill")).batch
+    assert max_diff(ours["advantages"], (grpo - 0.1 * kl) * mask, mask) <= 1e-5
+
+
+def test_registry_refuses_a_distillation_term():
+    data = vb.make_batch(0, [2, 2])
+    with pytest.raises(ConfigError, match=r"distillation term needs old_log_probs"):
+        VERL(data.proto("response_mask", "token_level_rewards"), adv_estimator="areal", config=algo("grpo_distill"))
+
+
+def test_running_norm_preset_keeps_its_moments_across_verl_calls():
+    """The cached pipeline's running moments persist from one compute_advantage call to the next (ROLL's loop)."""
+    sys.path.insert(0, str(ROOT / "tests" / "trainer" / "ppo"))
+    import selfplay_reference as sref
+
+    reference = sref.RollRunningMoments()
+    cfg = algo("running_norm", "actor.reward_norm.group_size=7")  # its own cached pipeline (group_size is unused)
+    for seed in range(4):
+        batch = vb.make_batch(seed, [3, 2, 4])
+        mask = batch.tensors["response_mask"]
+        scores = batch.tensors["token_level_rewards"].sum(dim=1).double().tolist()
+        expected = torch.tensor(reference.normalise(scores), dtype=torch.float64)[:, None] * mask
+        ours = VERL(batch.proto("response_mask", "token_level_rewards"), adv_estimator="areal", config=cfg).batch
+        assert max_diff(ours["advantages"], expected, mask) <= 1e-5

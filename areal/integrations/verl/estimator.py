@@ -101,6 +101,13 @@ def check_registry_config(spec: PipelineSpec, actor: PPOActor | None = None) -> 
             f"{spec.source}: critic.enabled is true, but verl's estimator registry call passes no critic values; "
             f"for critic GAE {WRAPPER_HINT} and set critic.enable=True in verl"
         )
+    estimator = spec.actor.advantage.estimator
+    if estimator is not None and estimator.implementation == "combine" and any(
+            isinstance(t, dict) and "term" in t for t in (estimator.kwargs.get("terms") or ())):
+        raise ConfigError(
+            f"{spec.source}: the combine estimator's distillation term needs old_log_probs and the teacher's "
+            f"log-probs, which verl's estimator registry call does not pass; {WRAPPER_HINT}"
+        )
     if spec.actor.kl_ctl != 0:
         raise ConfigError(
             f"{spec.source}: actor.kl_ctl={spec.actor.kl_ctl} needs old_log_probs and ref_log_prob, which verl's "

@@ -33,6 +33,7 @@ from areal.trainer.ppo.checks.aux_fields import (
     aligned_token_entropy,
     aligned_token_values,
     check_aux_fields,
+    declared_fields,
     stage_reads,
 )
 from areal.trainer.ppo.checks.batch_checks import BatchStats, check_batch_structure, check_batch_values, check_meta
@@ -43,6 +44,7 @@ from areal.trainer.ppo.checks.contracts import (
     check_temporal_result,
     check_tensor,
 )
+from areal.trainer.ppo.estimators.combine import LOGP_FIELDS
 from areal.trainer.ppo.fused import run_fused_steps, use_fused
 from areal.trainer.ppo.output_guard import GuardContext, guard_outputs
 from areal.trainer.ppo.outputs import unalias
@@ -56,6 +58,7 @@ from areal.trainer.ppo.placement import (
     reward_kl,
 )
 from areal.trainer.ppo.rewards.components import check_reduced, outcome_stage_inputs
+from areal.trainer.ppo.rewards.running_norm import running_normalise
 from areal.trainer.ppo.rewards.scores import normalise_scores
 from areal.trainer.ppo.stage_resolution import (
     PRM_MODES,
@@ -66,6 +69,7 @@ from areal.trainer.ppo.stage_resolution import (
     resolve_advantage,
     select_process,
 )
+from areal.trainer.ppo.stage_state import StageState
 from areal.trainer.ppo.stage_types import (
     ALLOWED_EXTRAS,
     AdvantageInputs,
@@ -167,7 +171,8 @@ def _default_fields(
         # 2. Outcome reward shaping.
         outcome = _run_outcome(resolved.outcome, outcome_inputs)
         # 3. Reward scaling and normalisation.
-        score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete)
+        score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete,
+                                 resolved.norm_states.get("reward_norm"))
     except Exception:
         if fused:
             check_batch_values(data)  # a bad batch is reported first, as on the tensor path
@@ -203,11 +208,17 @@ def _tensor_steps(
     reads = stage_reads(estimator)
     temporal_inputs = _temporal_inputs(aligned, kl, place_outcome(score, aligned, config), folded, config, resolved, meta,
                                        aligned_anchor_ids(data, reads), _token_fields(data, aligned.loss_mask, reads))
+    wanted = declared_fields(estimator.fn)
+    if wanted & {"ref_logp", "teacher_logp"}:  # e.g. `combine` with a distillation term
+        temporal_inputs = dataclasses.replace(temporal_inputs, **{
+            "ref_logp": data.get("ref_logp") if "ref_logp" in wanted else None,
+            "teacher_logp": data.get("teacher_logp") if "teacher_logp" in wanted else None})
     del folded
     temporal = _run_temporal(estimator, temporal_inputs)
     del temporal_inputs
     # 6. Advantage normalisation.
-    advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete)
+    advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete,
+                                       resolved.norm_states.get("adv_norm"))
     return StepFields(aligned.loss_mask, aligned.old_logp, aligned.prox_logp, aligned.truncated,
                       aligned.mopd_behavior_logprobs, kl, temporal, advantages, token_adv)
 
@@ -269,11 +280,14 @@ def _run_temporal(stage: ResolvedStage, inputs: TemporalInputs) -> TemporalResul
 
 
 def _normalise_advantages(
-    advantages: torch.Tensor, loss_mask: torch.Tensor, config: PPOActorConfig, meta: TrajBatchMeta, meta_complete: bool
+    advantages: torch.Tensor, loss_mask: torch.Tensor, config: PPOActorConfig, meta: TrajBatchMeta, meta_complete: bool,
+    running: StageState | None = None,
 ) -> torch.Tensor:
-    """Token-weighted by the aligned mask; groups from the metadata when it is complete."""
+    """Token-weighted by the aligned mask; groups from the metadata when it is complete; `running`: level running."""
     if config.adv_norm is None:
         return advantages
+    if running is not None:  # the step's active tokens enter the running moments first
+        return running_normalise(advantages, loss_mask, config.adv_norm, running)
     return Normalization(config.adv_norm)(
         advantages,
         loss_mask,

@@ -50,6 +50,8 @@ def fused_blockers(data: Mapping[str, Any], config: PPOActorConfig, resolved: Re
     estimator = default_estimator(resolved, config)
     if estimator.custom or estimator.implementation not in ("token_gae", "turn_gae"):
         blockers.append(f"the estimator is {estimator.implementation!r}, not the built-in token_gae or turn_gae")
+    if resolved.norm_states.get("adv_norm") is not None:
+        blockers.append("adv_norm uses running statistics")
     if callable(resolved.gae_lambda):
         blockers.append(f"gae_lambda is a function ({resolved.gae_lambda_source})")
     if data.get("token_rewards") is not None:

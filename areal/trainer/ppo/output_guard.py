@@ -142,6 +142,8 @@ def normalised(bound: Bound, norm: NormConfig) -> Bound:
         return Bound(INF)
     if norm.mean_level is None and norm.std_level is None:
         return bound
+    if "running" in (norm.mean_level, norm.std_level):
+        return UNKNOWN  # the statistics span earlier steps, which the bound does not see
     numerator = 4.0 * bound.value if norm.mean_level is not None else bound.value
     if norm.std_level is None:
         return Bound(numerator)

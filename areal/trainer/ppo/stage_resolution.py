@@ -12,23 +12,27 @@ import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
 from areal.trainer.ppo import advantage_algorithms as algos
-from areal.trainer.ppo.checks.contracts import ResolvedStage
+from areal.trainer.ppo.checks.aux_fields import declared_fields
+from areal.trainer.ppo.checks.contracts import ResolvedStage, call_stage, check_temporal_result
 from areal.trainer.ppo.estimators import (
+    combine,
     entropy_shaping,
     gdpo,
     peer_algorithms,
+    role_baselines,
     stateful_baselines,
     step_credit,
     token_baseline,
 )
 from areal.trainer.ppo.estimators.lambda_fn import BUILTIN_LAMBDAS
+from areal.trainer.ppo.rewards.running_norm import is_running, running_state
 from areal.trainer.ppo.stage_state import STATE_PARAMETER, StageState
 from areal.utils.dynamic_import import PluginResolutionError, bind_kwargs, import_object, resolve_function
 
@@ -56,11 +60,12 @@ class ResolvedAdvantage:
     gae_lambda: float | Callable[..., torch.Tensor]
     gae_lambda_kwargs: Mapping[str, Any]
     gae_lambda_source: str
+    norm_states: Mapping[str, StageState] = field(default_factory=dict)  # reward_norm / adv_norm at level running
 
     def stage_states(self) -> dict[str, StageState]:
-        """The state objects bound to stateful stages, by stage name (empty when no stage keeps state)."""
+        """The state objects bound to stateful stages and running normalisations, by name (empty: none)."""
         stages = (self.compute, self.outcome, self.estimator, self.process)
-        return {s.stage: s.state for s in stages if s is not None and s.state is not None}
+        return {**{s.stage: s.state for s in stages if s is not None and s.state is not None}, **self.norm_states}
 
     def describe(self, config: PPOActorConfig) -> list[tuple[str, str, str]]:
         """(stage, implementation, kwargs) rows for `areal validate`."""
@@ -79,7 +84,8 @@ class ResolvedAdvantage:
         return rows
 
 
-OUTCOME_BUILTINS = {**algos.BUILTIN_OUTCOME, **peer_algorithms.OUTCOME, **gdpo.OUTCOME, **stateful_baselines.OUTCOME}
+OUTCOME_BUILTINS = {**algos.BUILTIN_OUTCOME, **peer_algorithms.OUTCOME, **gdpo.OUTCOME, **stateful_baselines.OUTCOME,
+                    **role_baselines.OUTCOME}
 ESTIMATOR_BUILTINS = {**algos.BUILTIN_ESTIMATORS, **peer_algorithms.ESTIMATORS, **step_credit.ESTIMATORS,
                       **token_baseline.ESTIMATORS}
 PROCESS_BUILTINS = {**algos.BUILTIN_PROCESS, **entropy_shaping.PROCESS}
@@ -116,6 +122,41 @@ def _resolve_stage(stage: str, spec: StageSpec, builtins: Mapping[str, Callable[
     fn = import_object(name, stage=f"actor.advantage.{stage}") if custom else builtins[name]
     fn, state = _bind(stage, name, fn, spec.kwargs, custom)
     return ResolvedStage(stage, name, fn, custom=custom, kwargs=dict(spec.kwargs), state=state)
+
+
+def _run_term(stage: ResolvedStage, inputs: Any) -> Any:
+    result = call_stage(stage, inputs)
+    if not stage.custom:
+        return result
+    return check_temporal_result(stage, result, tuple(inputs.loss_mask.shape), inputs.loss_mask.device)
+
+
+def _resolve_combine(spec: StageSpec, default: str) -> ResolvedStage:
+    """`combine`: resolve every estimator term now (bad names fail at start-up) and bind them to the sum."""
+    where = "actor.advantage.estimator"
+    if set(spec.kwargs) - {"terms"}:
+        raise PluginResolutionError(where, "combine", f"got kwargs {sorted(spec.kwargs)}, expected only 'terms'")
+    try:
+        parsed = combine.parse_terms(spec.kwargs.get("terms"))
+    except ValueError as exc:
+        raise PluginResolutionError(where, "combine", str(exc)) from exc
+    terms, fields = [], {"logprobs"}
+    for i, term in enumerate(parsed):
+        label = f"terms[{i}] ({term.get('estimator', term.get('term'))})"
+        if "term" in term:
+            fields.add(term["teacher"])
+            terms.append(combine.CombineTerm(label, term["weight"], teacher=term["teacher"],
+                                             kl_estimator=term["kl_estimator"]))
+            continue
+        sub = _resolve_stage("estimator", StageSpec(term["estimator"], term["kwargs"]), ESTIMATOR_BUILTINS, default)
+        if sub.state is not None:
+            raise PluginResolutionError(where, "combine", f"{label} keeps state across steps; a combine term must "
+                                        "be stateless (configure the stateful stage on its own)")
+        fields |= declared_fields(sub.fn)
+        terms.append(combine.CombineTerm(label, term["weight"], run=functools.partial(_run_term, sub)))
+    fn = functools.partial(combine.combine, terms=tuple(terms))
+    fn.batch_fields = tuple(sorted(fields))
+    return ResolvedStage("estimator", "combine", fn, custom=False, kwargs=dict(spec.kwargs))
 
 
 def _resolve_gae_lambda(config: PPOActorConfig) -> tuple[float | Callable[..., torch.Tensor], str]:
@@ -158,9 +199,14 @@ def resolve_advantage(config: PPOActorConfig) -> ResolvedAdvantage:
     outcome = _resolve_stage("outcome_reward_shaping", outcome_spec, OUTCOME_BUILTINS, "identity")
     estimator = None
     if adv.estimator is not None:
-        estimator = _resolve_stage("estimator", adv.estimator, ESTIMATOR_BUILTINS, f"{config.gae_timestep_unit}_gae")
+        default = f"{config.gae_timestep_unit}_gae"
+        if adv.estimator.implementation == "combine":
+            estimator = _resolve_combine(adv.estimator, default)
+        else:
+            estimator = _resolve_stage("estimator", adv.estimator, ESTIMATOR_BUILTINS, default)
     process = _resolve_process(adv.process_adv_shaping)
-    return ResolvedAdvantage(None, outcome, estimator, process, gae_lambda, lambda_kwargs, lambda_source)
+    norm_states = {name: running_state(name) for name in ("reward_norm", "adv_norm") if is_running(getattr(config, name))}
+    return ResolvedAdvantage(None, outcome, estimator, process, gae_lambda, lambda_kwargs, lambda_source, norm_states)
 
 
 def default_estimator(resolved: ResolvedAdvantage, config: PPOActorConfig) -> ResolvedStage:

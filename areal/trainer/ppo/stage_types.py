@@ -100,6 +100,9 @@ class TemporalInputs:
     old_logp: torch.Tensor | None = None  # [B, T] the PPO ratio's old log-probs x loss_mask (the pipeline sets it)
     sum_pi_squared: torch.Tensor | None = None  # [B, T] aligned Σπ² x loss_mask, or None
     rollout_is_weights: torch.Tensor | None = None  # [B, T] aligned rollout importance weights x loss_mask, or None
+    # Teacher log-probs, given to estimators that declare them in `batch_fields` (None otherwise):
+    ref_logp: torch.Tensor | None = None  # [B, T] the batch's ref_logp as given (aligned), when declared
+    teacher_logp: torch.Tensor | None = None  # [B, T] the batch's teacher_logp (aligned like ref_logp), when declared
 
     def compute_lambda(self, timestep_unit: str) -> torch.Tensor:
         """Per-row lambda, resolving a callable `gae_lambda` in `timestep_unit` lengths."""

@@ -17,6 +17,10 @@
   the optimal token baseline (`optimal_token_baseline`, `tir_optimal_token_baseline`
   declare it). When both are read, one forward pass gives both.
 
+* `role_ids` / `game_ids` [rows] int64 (RAE's seat and game): from each problem
+  row's `role_id` (an integer) and optional `game_id` (an integer, or a string that
+  is hashed to one), added only when a configured stage declares it reads them.
+
 * `anchor_ids` (GiGPO's per-turn state keys): the rollout records, before each
   turn, `anchor_key(env, context)` — the environment's own `state_key()` when it
   has one (the guess task: the interval the feedback still allows and the turn),
@@ -37,8 +41,8 @@ import torch
 from areal.trainer.lm.logprobs import entropy_from_logp, sum_pi_squared_from_logp
 from areal.trainer.ppo.checks.aux_fields import BATCH_FIELDS_ATTRIBUTE, declared_fields
 
-__all__ = ["BATCH_FIELDS_ATTRIBUTE", "BEHAVIOUR_FIELDS", "add_prompt_keys", "anchor_key", "behaviour_entropy",
-           "behaviour_token_stats", "prompt_key", "reward_components", "stage_batch_fields"]
+__all__ = ["BATCH_FIELDS_ATTRIBUTE", "BEHAVIOUR_FIELDS", "add_prompt_keys", "add_seat_ids", "anchor_key",
+           "behaviour_entropy", "behaviour_token_stats", "prompt_key", "reward_components", "stage_batch_fields"]
 
 #: The per-token fields `behaviour_token_stats` computes from the behaviour policy's next-token distribution.
 BEHAVIOUR_FIELDS = ("token_entropy", "sum_pi_squared")
@@ -85,6 +89,32 @@ def add_prompt_keys(groups: Sequence[Mapping[str, Any]], problems: Sequence[Any]
     for group, problem in zip(groups, problems):
         rows = group["input_ids"].shape[0]
         out.append({**group, "prompt_keys": torch.full((rows,), prompt_key(problem), dtype=torch.long)})
+    return out
+
+
+def _seat_id(problem: Any, name: str, required: bool) -> int:
+    value = problem.get(name) if isinstance(problem, Mapping) else getattr(problem, name, None)
+    if value is None and not required:
+        return 0
+    if isinstance(value, str):
+        return _key(b"game:" + value.encode("utf-8")) & 0x7FFFFFFF
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise ValueError(f"the problem row's {name!r} is {value!r:.60}, expected an integer in [0, 2^31)"
+                         + (" or a string" if name == "game_id" else "") + f"; the configured stage reads {name}s "
+                         "(RAE: the seat the policy played and the game), so the task's rows must carry one")
+    return value
+
+
+def add_seat_ids(groups: Sequence[Mapping[str, Any]], problems: Sequence[Any]) -> list[dict[str, Any]]:
+    """New trajectory-group dicts with `role_ids` / `game_ids` [rows] from each problem's `role_id` / `game_id`."""
+    if len(groups) != len(problems):
+        raise ValueError(f"add_seat_ids: {len(groups)} trajectory groups for {len(problems)} problems")
+    out = []
+    for group, problem in zip(groups, problems):
+        rows = group["input_ids"].shape[0]
+        role, game = _seat_id(problem, "role_id", True), _seat_id(problem, "game_id", False)
+        out.append({**group, "role_ids": torch.full((rows,), role, dtype=torch.long),
+                    "game_ids": torch.full((rows,), game, dtype=torch.long)})
     return out
 
 

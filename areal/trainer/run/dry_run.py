@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from areal.trainer.ppo.estimators.combine import reads_reference
 from areal.trainer.rollout.episodes import EpisodeRecord, add_reward_baselines, export_episodes, export_turn_rows
 from areal.trainer.rollout.stage_fields import add_prompt_keys, stage_batch_fields
 from areal.utils.data import concat_batch
@@ -138,12 +139,18 @@ def synthetic_batch(
     batch, meta = concat_batch(_groups(cfg, rng, task))
     gen = torch.Generator().manual_seed(seed)
     shape = batch["input_ids"].shape
-    if cfg.actor.kl_ctl != 0:
+    estimator = cfg.actor.advantage.estimator
+    if cfg.actor.kl_ctl != 0 or (estimator is not None and reads_reference(estimator.implementation, estimator.kwargs)):
         batch["ref_logp"] = -torch.rand(shape, generator=gen) * 3 * batch["attention_mask"]
     if cfg.critic.enabled:
         batch["values"] = torch.randn(shape, generator=gen) * batch["attention_mask"]
     if cfg.actor.recompute_logprob or cfg.actor.use_decoupled_loss:
         batch["prox_logp"] = -torch.rand(shape, generator=gen) * 3 * batch["attention_mask"]
+    if "role_ids" in fields:  # seats 0, 1, 0, ... over each prompt group's logical rollouts, one game
+        sizes = torch.as_tensor(meta.logical_group_sizes)
+        seat = (torch.arange(meta.n_logical) - (torch.cumsum(sizes, 0) - sizes)[meta.logical_group_index()]) % 2
+        batch["role_ids"] = seat[meta.logical_row_index()]
+        batch["game_ids"] = torch.zeros(shape[0], dtype=torch.long)
     if "token_entropy" in fields:
         entropy = torch.rand(shape, generator=gen) * 6.9 * batch["attention_mask"]
         entropy[:, 0] = 0.0

@@ -47,6 +47,7 @@ from areal.trainer.parallel.distributed import (
 from areal.trainer.parallel.engine import PolicyEngine, ValueEngine, reference_logprobs
 from areal.trainer.parallel.failures import staged
 from areal.trainer.ppo.actor import PPOActor
+from areal.trainer.ppo.estimators.combine import reads_reference
 from areal.trainer.ppo.training.critic import PPOCritic
 from areal.trainer.rollout.episodes import (
     EpisodeRecord,
@@ -56,8 +57,15 @@ from areal.trainer.rollout.episodes import (
     export_turn_rows,
     groups_to_device,
 )
-from areal.trainer.rollout.stage_fields import add_prompt_keys, behaviour_token_stats, reward_components, stage_batch_fields
+from areal.trainer.rollout.stage_fields import (
+    add_prompt_keys,
+    add_seat_ids,
+    behaviour_token_stats,
+    reward_components,
+    stage_batch_fields,
+)
 from areal.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
+from areal.trainer.run.group_filter import filter_zero_advantage_groups
 from areal.trainer.run.loggers import RunLoggers, open_loggers
 from areal.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
 from areal.trainer.run.plot import plot_curves
@@ -174,7 +182,10 @@ class Trainer:
         broadcast_module(self.policy, self.ctx)
         parallel = cfg.train.parallel
         # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP
-        self.reference = frozen_copy(self.policy) if cfg.actor.kl_ctl != 0 else None
+        # the KL reward reads the reference; so does a `combine` estimator distilling against ref_logp
+        estimator = cfg.actor.advantage.estimator
+        wants_reference = estimator is not None and reads_reference(estimator.implementation, estimator.kwargs)
+        self.reference = frozen_copy(self.policy) if cfg.actor.kl_ctl != 0 or wants_reference else None
         self.engine = PolicyEngine(self.policy, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                                    grad_clip=cfg.train.grad_clip, ctx=self.ctx, parallel=parallel)
         self.policy = self.engine.rollout_model  # the plain module (under FSDP: the full sampling copy)
@@ -228,6 +239,8 @@ class Trainer:
             )
             dicts = [add_reward_baselines(d, g[0].reward) for d, g in zip(dicts, greedy)]
         dicts = add_prompt_keys(dicts, problems)  # per-prompt stage state (KRPO, SPO)
+        if "role_ids" in stage_batch_fields(self.actor.resolved):  # RAE: the seat and game of each problem row
+            dicts = add_seat_ids(dicts, problems)
         if self.device.type != "cpu":
             dicts = groups_to_device(dicts, self.device)
         return dicts, [rec for g in groups for rec in g]
@@ -289,9 +302,13 @@ class Trainer:
             batch = self.prepare(batch)
         with timer.phase("advantages"):
             data = self.compute_advantages(batch, meta)
+        filtered = None
+        if self.cfg.rollout.filter_zero_advantage:  # the update sees only groups with a non-zero advantage
+            filtered = filter_zero_advantage_groups(data, meta.traj_group_sizes, self.ctx)
+            data = filtered.data
         with timer.phase("update"):
-            stats = self.actor.ppo_update(data)
-            if self.critic is not None:
+            stats = {} if filtered is not None and filtered.skip_update else self.actor.ppo_update(data)
+            if self.critic is not None and stats:
                 stats.update(self.critic.ppo_update(data))
             self.engine.sync_rollout_model()  # FSDP: the sampling copy takes the new weights (no-op otherwise)
             self.engine.release_gradients()
@@ -299,6 +316,9 @@ class Trainer:
                 self.critic.engine.release_gradients()
         seconds = time.perf_counter() - start
         row = self._metrics(step, records, data, stats, seconds)
+        if filtered is not None:  # over all ranks (the same number on every rank)
+            row["filtered_groups"] = filtered.filtered
+            row["filtered_group_frac"] = filtered.filtered / filtered.groups
         counts = {"generated": float(sum(r.generated_tokens for r in records)),
                   "trained": float(data["attention_mask"].sum())}
         if self.ctx.is_distributed:

@@ -307,3 +307,21 @@ def mt_grpo(groups: list[list[dict]], coef: float = 1.0, eps: float = 1e-4,
 
 def entropy_shaped(advantage: float, entropy: float, alpha: float, kappa: float) -> float:
     return advantage + min(alpha * entropy, abs(advantage) / kappa)
+
+
+def mt_grpo_unbiased(groups: list[list[dict]], coef: float = 1.0, eps: float = 1e-4) -> list[list[list[float]]]:
+    """`turn_baseline: unbiased`: A_outcome + coef * (G_ik - mean of G_jk over the other episodes reaching turn k)."""
+    out = []
+    for episodes in groups:
+        a_out = normalise([ep["outcome"] for ep in episodes], eps)
+        to_go = [[sum(ep["turn_rewards"][k:]) for k in range(len(ep["turn_rewards"]))] for ep in episodes]
+        per_group = []
+        for i, ep in enumerate(episodes):
+            turns = []
+            for k in range(len(ep["turn_rewards"])):
+                others = [to_go[j][k] for j in range(len(episodes)) if j != i and len(to_go[j]) > k]
+                baseline = sum(others) / len(others) if others else 0.0
+                turns.append(a_out[i] + coef * (to_go[i][k] - baseline))
+            per_group.append(turns)
+        out.append(per_group)
+    return out

@@ -78,3 +78,25 @@ def test_dropping_the_stage_state_changes_the_run(tmp_path: Path, monkeypatch: p
     resumed = Trainer(load_config(PRESETS / "krpo.yaml", [
         *common, "experiment_name=run", f"train.resume={first.run_dir / 'checkpoints' / 'step_2'}"])).run()
     assert _rows(resumed.run_dir) != _rows(reference.run_dir)
+
+
+@pytest.mark.parametrize("config, stage", [
+    (PRESETS / "running_norm.yaml", "reward_norm"),  # ROLL's running moments
+    (ROOT / "examples" / "self_play" / "rae_nim.yaml", "outcome_reward_shaping"),  # RAE's (game, role) EMAs
+])
+def test_resume_restores_running_moments_and_role_baselines(tmp_path: Path, config: Path, stage: str) -> None:
+    common = [*TINY, f"output.dir={tmp_path}", "eval.every=null"]
+    if "self_play" in str(config):  # its own task: drop the arith kwargs
+        common = [o for o in common if not o.startswith("task.")]
+    reference = Trainer(load_config(config, [*common, "experiment_name=ref"])).run()
+    first = Trainer(load_config(config, [*common, "experiment_name=run", "train.steps=2"])).run()
+    resumed = Trainer(load_config(config, [
+        *common, "experiment_name=run", f"train.resume={first.run_dir / 'checkpoints' / 'step_2'}"])).run()
+    assert resumed.steps_done == STEPS
+    assert _rows(resumed.run_dir) == _rows(reference.run_dir)
+    mine, theirs = _policy(resumed.run_dir), _policy(reference.run_dir)
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    saved, expected = _state(resumed.run_dir)["stages"][stage]["values"], _state(reference.run_dir)["stages"][stage]["values"]
+    assert saved.keys() == expected.keys() and len(expected) > 0
+    for key, value in expected.items():
+        assert torch.equal(saved[key], value) if torch.is_tensor(value) else saved[key] == value, key

@@ -2,8 +2,10 @@
 
 Holds the peer algorithms (`peer_algorithms`: OPO, GPG, pass@k, ReMax, MaxRL,
 REINFORCE(++)), GDPO (`gdpo`), the stateful KRPO and SPO baselines
-(`stateful_baselines`, with `prompt_table`), step-level credit (`step_credit`:
-GiGPO, MT-GRPO), the optimal token baseline (`token_baseline`: OTB, TIR-OTB), entropy shaping (`entropy_shaping`) and the built-in
+(`stateful_baselines`, with `prompt_table`), RAE's role baselines
+(`role_baselines`), step-level credit (`step_credit`: GiGPO, MT-GRPO), the optimal
+token baseline (`token_baseline`: OTB, TIR-OTB), entropy shaping (`entropy_shaping`),
+the `combine` estimator (`combine`) and the built-in
 GAE-lambda schedules (`lambda_fn`). It may import `areal.trainer.ppo.rewards`,
 `areal.trainer.ppo.checks`, the stage types, stage state, GAE primitives and
 built-in stages at `areal.trainer.ppo`'s top level, `areal.api` and `areal.utils`;

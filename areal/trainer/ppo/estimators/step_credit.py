@@ -24,7 +24,9 @@ taken once, from the rollout's last row.
   the same turn index, and turn k's tokens get A_outcome + turn_weight * (the sum
   of the normalised turn rewards from turn k on; `turn_credit: own` keeps only
   turn k's). For the authors' two-turn case (a turn reward on the first turn
-  only) both are their advantage.
+  only) both are their advantage. `turn_baseline: unbiased` replaces the sum of
+  per-turn-index baselines, whose length is the episode's own stopping turn, by a
+  baseline that does not depend on the episode's own actions (see `mt_grpo`).
 
 Token KL is a local penalty added to the advantages (as in the turn-level GAE and
 REINFORCE estimators); `returns` hold each step's discounted return (GiGPO) or
@@ -42,13 +44,14 @@ import torch
 
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
-__all__ = ["GIGPO_EPISODE_STATS", "GIGPO_MODES", "MT_GRPO_CREDIT", "StepLayout", "gigpo", "mt_grpo", "step_layout",
+__all__ = ["GIGPO_EPISODE_STATS", "GIGPO_MODES", "MT_GRPO_BASELINES", "MT_GRPO_CREDIT", "StepLayout", "gigpo", "mt_grpo", "step_layout",
            "ESTIMATORS"]
 
 GIGPO_MODES = ("mean_norm", "mean_std_norm")
 #: What the episode-level group statistics run over: every step (verl-agent's default) or every episode once.
 GIGPO_EPISODE_STATS = ("steps", "episodes")
 MT_GRPO_CREDIT = ("to_go", "own")
+MT_GRPO_BASELINES = ("per_turn", "unbiased")
 
 
 @dataclass(frozen=True, eq=False)
@@ -284,6 +287,7 @@ def mt_grpo(
     turn_weight: float = 1.0,
     eps: float = 1e-4,
     turn_credit: str = "to_go",
+    turn_baseline: str = "per_turn",
     allow_singletons: bool = False,
 ) -> TemporalResult:
     """MT-GRPO-style turn-level advantage: A_outcome + turn_weight x normalised turn rewards.
@@ -293,10 +297,26 @@ def mt_grpo(
     index (a turn only one rollout reached gets 0). `turn_credit: to_go` credits
     turn k with the normalised rewards of turns k, k+1, ...; `own` with turn k's.
     eps defaults to the authors' 1e-4.
+
+    `turn_baseline: per_turn` (the default) is that per-turn-index normalisation.
+    With `to_go` credit it subtracts sum_{j=k}^{K_i} mean_j from episode i's
+    reward-to-go: a baseline whose number of terms is the episode's own stopping
+    turn K_i, i.e. one that depends on the actions it scores, which biases the
+    policy gradient whenever the policy decides when to stop (verl RFC #7244).
+    `turn_baseline: unbiased` credits turn k with G_ik - b_ik, G_ik = sum_{j >= k}
+    r_ij the episode's turn reward-to-go and b_ik the mean of G_jk over the group's
+    *other* episodes that reached turn k (0 when none did): b_ik does not depend on
+    episode i's own actions, so E[b_ik grad log pi(a_ik)] = 0. It is not divided
+    by a std (a std over the group would include the episode's own return).
     """
     where = "estimator 'mt_grpo'"
     if turn_credit not in MT_GRPO_CREDIT:
         raise ValueError(f"{where}: turn_credit must be one of {list(MT_GRPO_CREDIT)}, got {turn_credit!r}")
+    if turn_baseline not in MT_GRPO_BASELINES:
+        raise ValueError(f"{where}: turn_baseline must be one of {list(MT_GRPO_BASELINES)}, got {turn_baseline!r}")
+    if turn_baseline == "unbiased" and turn_credit != "to_go":
+        raise ValueError(f"{where}: turn_baseline 'unbiased' baselines the reward-to-go, so it needs turn_credit "
+                         f"'to_go', got {turn_credit!r}")
     weight = _check_number(where, "turn_weight", turn_weight, 0.0)
     eps = _check_number(where, "eps", eps, 0.0)
     steps = step_layout(inputs, where)
@@ -306,11 +326,24 @@ def mt_grpo(
     n_groups = steps.group_sizes.shape[0]
     width = int(steps.index.max()) + 1 if steps.n_steps else 1
     turn_group = steps.group * width + steps.index
-    turn_adv = normalise_within(turn_rewards, turn_group, n_groups * width, by_std=True, eps=eps)
-    credit = discounted_to_go(turn_adv, steps, 1.0) if turn_credit == "to_go" else turn_adv
+    if turn_baseline == "unbiased":
+        credit = _leave_one_out_to_go(turn_rewards, steps, turn_group, n_groups * width)
+    else:
+        turn_adv = normalise_within(turn_rewards, turn_group, n_groups * width, by_std=True, eps=eps)
+        credit = discounted_to_go(turn_adv, steps, 1.0) if turn_credit == "to_go" else turn_adv
     advantages = _to_tokens(outcome_adv[steps.rollout] + weight * credit, steps) + inputs.kl_rewards
     total = inputs.outcome_rewards + inputs.process_rewards + inputs.kl_rewards
     return TemporalResult(advantages=advantages, returns=advantages.clone(), total_rewards=total)
+
+
+def _leave_one_out_to_go(turn_rewards: torch.Tensor, steps: StepLayout, turn_group: torch.Tensor,
+                         n_segments: int) -> torch.Tensor:
+    """[S]: G_ik minus the mean of G_jk over the other episodes of the group that reached turn k (0 if none)."""
+    to_go = discounted_to_go(turn_rewards, steps, 1.0)
+    count = segment_sum(torch.ones_like(to_go), turn_group, n_segments)[turn_group]
+    others = segment_sum(to_go, turn_group, n_segments)[turn_group] - to_go
+    baseline = torch.where(count > 1, others / torch.clamp(count - 1, min=1.0), torch.zeros_like(to_go))
+    return to_go - baseline
 
 
 gigpo.batch_fields = ("anchor_ids",)

@@ -13,6 +13,8 @@ import torch
 
 from areal.api.cli_args import NormConfig, PPOActorConfig
 from areal.trainer.ppo.checks.contracts import ResolvedStage, StageContractError
+from areal.trainer.ppo.rewards.running_norm import running_normalise
+from areal.trainer.ppo.stage_state import StageState
 from areal.trainer.ppo.stage_types import OutcomeResult
 from areal.utils.data import Normalization, TrajBatchMeta
 
@@ -178,11 +180,25 @@ def normalise_scores(
     config: PPOActorConfig,
     meta: TrajBatchMeta,
     meta_complete: bool,
+    running: StageState | None = None,
 ) -> torch.Tensor:
-    """Step 3: bias/scale/clip, then reward normalisation (per logical rollout when split)."""
+    """Step 3: bias/scale/clip, then reward normalisation (per logical rollout when split).
+
+    `running`: the state of `reward_norm` at level running (its statistics see one
+    value per logical rollout: the scaled score of the rollout's first row).
+    """
     scale_kw = dict(bias=config.reward_bias, scaling=config.reward_scaling, clip=config.reward_clip)
     if config.reward_norm is None:
         return scale_scores(outcome.rewards, **scale_kw)
+    if running is not None:
+        scores = scale_scores(outcome.rewards, **scale_kw)
+        observed = None
+        if meta_complete and meta.rollout_groups is not None:
+            rows = meta.logical_row_index(scores.device)
+            first = torch.full((meta.n_logical,), scores.shape[0], dtype=torch.long, device=scores.device)
+            first = first.scatter_reduce(0, rows, torch.arange(scores.shape[0], device=scores.device), reduce="amin")
+            observed = scores[first]
+        return running_normalise(scores, None, config.reward_norm, running, observed)
     warn_singleton_centering(config.reward_norm, meta)
     norm = Normalization(config.reward_norm)
     _check_shaped_references(outcome, stage, meta, meta_complete)
