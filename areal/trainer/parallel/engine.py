@@ -33,11 +33,13 @@ their losses *before* backward, and every rank raises the same
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import functools
 import inspect
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -177,6 +179,7 @@ class _OptimEngine:
         self.parallel: str | None = parallel if self.ctx.is_distributed else None  # None: one process, no wrapper
         self.grad_clip = grad_clip
         self.model = model
+        self._keep_gradients = False  # inside a later micro-batch: the forward keeps the accumulated gradients
         # FSDP2 shards `model` in place: keep its structure (no storage) for full copies in checkpoints
         self._skeleton = None
         if self.parallel == "fsdp" and self._keeps_skeleton:
@@ -224,8 +227,41 @@ class _OptimEngine:
         Returns the pre-clip gradient norm, identical on every rank.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        self._agree_finite(loss)
+        self.backward(loss)
+        return self.apply_gradients()
+
+    @contextlib.contextmanager
+    def micro_batch(self, index: int, count: int) -> Iterator[None]:
+        """The forward and `backward` of micro-batch `index` of `count`, accumulating into one gradient.
+
+        The first micro-batch's forward frees the previous gradients, the
+        others add to them. Under DDP every micro-batch but the last runs under
+        `no_sync` (gradients stay local; the last backward all-reduces their
+        sum once). FSDP2 reduce-scatters every backward into the sharded
+        gradients, which accumulate there. `apply_gradients` then steps once.
+        """
+        self._keep_gradients = index > 0
+        local = self.parallel == "ddp" and index < count - 1
+        try:
+            with self.train_module.no_sync() if local else contextlib.nullcontext():
+                yield
+        finally:
+            self._keep_gradients = False
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Agree on finiteness, then add this loss's gradient (x `backward_scale`) to the accumulated one.
+
+        On a non-finite loss every gradient accumulated so far is dropped as well.
+        """
+        try:
+            self._agree_finite(loss)
+        except NonFiniteLossError:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise
         (loss * self.backward_scale if self.parallel is not None else loss).backward()
+
+    def apply_gradients(self) -> float:
+        """Clip the accumulated (synchronised) gradient's global norm and step; returns the pre-clip norm."""
         norm = torch.nn.utils.clip_grad_norm_(self.train_module.parameters(), self.grad_clip)
         norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         if not math.isfinite(norm):  # the gradient is synchronised, so every rank sees the same norm
@@ -354,7 +390,8 @@ class PolicyEngine(_OptimEngine):
         only those positions are computed and rows sharing a prompt are packed
         (`areal.trainer.lm.logprobs`); the other positions are 0.
         """
-        self.release_gradients()  # the previous step's: not resident beside this forward's activations
+        if not self._keep_gradients:  # the previous step's: not resident beside this forward's activations
+            self.release_gradients()
         return token_logprobs(self.train_module, input_ids, attention_mask, temperature, wanted=wanted,
                               with_entropy=with_entropy)
 

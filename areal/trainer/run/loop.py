@@ -46,6 +46,7 @@ from areal.trainer.parallel.distributed import (
 )
 from areal.trainer.parallel.engine import PolicyEngine, ValueEngine, reference_logprobs
 from areal.trainer.parallel.failures import staged
+from areal.trainer.parallel.micro_batches import chunked_rows, micro_slices
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.training.critic import PPOCritic
 from areal.trainer.rollout.episodes import (
@@ -236,14 +237,18 @@ class Trainer:
         """Add the aligned model outputs the advantage pipeline reads."""
         ids, mask, temp = batch["input_ids"], batch["attention_mask"], self.cfg.sampling_temperature
         wanted = aligned_from_rollout(batch["loss_mask"])  # the only positions the pipeline and the loss read
+        size = self.cfg.actor.ppo_micro_batch_size
+        chunks = micro_slices(ids.shape[0], size, self.ctx)  # the update's micro-batch size bounds these too
         if self.reference is not None:
-            batch["ref_logp"] = reference_logprobs(self.reference, ids, mask, temp, wanted=wanted)
+            batch["ref_logp"] = chunked_rows(lambda i, m, w: reference_logprobs(self.reference, i, m, temp, wanted=w),
+                                             chunks, ids, mask, wanted)
         if self.critic is not None:
             batch["values"] = self.critic.compute_values(batch)
         if self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss:
-            batch["prox_logp"] = self.engine.compute_logprobs(ids, mask, temp, wanted=wanted)
+            batch["prox_logp"] = chunked_rows(lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w),
+                                              chunks, ids, mask, wanted)
         if "token_entropy" in stage_batch_fields(self.actor.resolved):  # the behaviour policy, before the update
-            batch["token_entropy"] = behaviour_entropy(self.engine.model, ids, mask, temp)
+            batch["token_entropy"] = behaviour_entropy(self.engine.model, ids, mask, temp, rows_per_chunk=size or 16)
         return batch
 
     @staged("advantages")

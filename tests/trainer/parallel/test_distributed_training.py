@@ -189,8 +189,14 @@ def _update(batch: dict[str, torch.Tensor], ctx: DistContext | None, parallel: s
     critic = PPOCritic(CriticConfig(enabled=True, ppo_n_minibatches=N_MINIBATCHES),
                        ValueEngine(critic_model, lr=1e-2, ctx=ctx, parallel=parallel, grad_clip=1e9))
     stats.update(critic.ppo_update(batch))
+    # the same policy update in micro-batches of 2 rows (DDP: all-reduced on the last one only)
+    torch.manual_seed(5)
+    micro = PolicyEngine(build_policy(MODEL, VOCAB, SPECIAL), lr=1e-2, ctx=ctx, parallel=parallel)
+    micro_stats = ppo_update(PPOActorConfig(ppo_n_minibatches=N_MINIBATCHES, ppo_micro_batch_size=2, temperature=1.0),
+                             micro, batch)
     return {"policy": _flat(engine.model), "critic": _flat(critic.engine.model), "stats": stats,
             "policy_grad": _flat_grads(engine), "critic_grad": _flat_grads(critic.engine),
+            "micro_grad": _flat_grads(micro), "micro_stats": micro_stats,
             "engine": engine, "critic_engine": critic.engine}
 
 
@@ -315,6 +321,12 @@ def test_two_rank_update_equals_one_process_update(two_rank_updates: Path, paral
     assert errors[0]["failed_ranks"] == [1] and errors[0]["message"].startswith("non-finite loss on rank(s) [1]")
     assert all(r["non_finite"]["unchanged"] and r["non_finite"]["no_grads"] for r in ranks)
     assert all(r["round_trip"] for r in ranks)
+    # micro-batches of 2 rows: the accumulated, reduced gradient is the one-pass gradient
+    for rank in ranks:
+        micro_diff = (rank["micro_grad"] - rank["policy_grad"]).abs().max().item()
+        assert micro_diff <= 1e-6 and rank["policy_grad"].abs().max().item() > 1e-3, micro_diff
+        for key in ("policy_loss", "entropy", "clip_frac", "grad_norm"):
+            assert rank["micro_stats"][key] == pytest.approx(rank["stats"][key], rel=1e-5, abs=1e-6), key
 
 
 if __name__ == "__main__":
