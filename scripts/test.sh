@@ -10,5 +10,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-./scripts/setup.sh test verl trl reasoning wandb gguf data
+./scripts/setup.sh test verl trl reasoning wandb gguf data lora
 exec .venv/bin/python -m pytest -n "${AREAL_TEST_WORKERS:-3}" --dist loadgroup "$@"

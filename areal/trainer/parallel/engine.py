@@ -173,9 +173,12 @@ class _OptimEngine:
     _keeps_skeleton = True  # FSDP: keep a storage-free copy of the module to gather full copies into
 
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 ctx: DistContext | None = None, parallel: str = "ddp") -> None:
+                 ctx: DistContext | None = None, parallel: str = "ddp", mixed_precision: str | None = None) -> None:
         self.ctx = ctx if ctx is not None else DistContext()
         _check_parallel(parallel)
+        if mixed_precision not in (None, "bf16"):
+            raise ValueError(f"engine mixed_precision: got {mixed_precision!r}, expected None or 'bf16'")
+        self.mixed_precision = mixed_precision
         self.parallel: str | None = parallel if self.ctx.is_distributed else None  # None: one process, no wrapper
         self.grad_clip = grad_clip
         self.model = model
@@ -187,6 +190,18 @@ class _OptimEngine:
         self.train_module = self._wrap(model)
         self.optimizer = make_adamw([p for p in self.train_module.parameters() if p.requires_grad], lr=lr,
                                     weight_decay=weight_decay, sharded=self.parallel == "fsdp")
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The forward's precision: `torch.autocast` to bfloat16 under `mixed_precision='bf16'`, else unchanged.
+
+        Matrix products run in bfloat16 (on CPU through oneDNN, which uses
+        AVX512-BF16 where the CPU has it); parameters, gradients and AdamW
+        state keep the model's dtype (float32 master weights), and the
+        log-softmax over the vocabulary stays float32 (`areal.trainer.lm.logprobs`).
+        """
+        if self.mixed_precision is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.ctx.device.type, dtype=torch.bfloat16)
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.parallel == "ddp":
@@ -392,17 +407,26 @@ class PolicyEngine(_OptimEngine):
         """
         if not self._keep_gradients:  # the previous step's: not resident beside this forward's activations
             self.release_gradients()
-        return token_logprobs(self.train_module, input_ids, attention_mask, temperature, wanted=wanted,
-                              with_entropy=with_entropy)
+        with self.autocast():
+            return token_logprobs(self.train_module, input_ids, attention_mask, temperature, wanted=wanted,
+                                  with_entropy=with_entropy)
 
     @torch.no_grad()
     def compute_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, *,
-                         wanted: torch.Tensor | None = None) -> torch.Tensor:
-        """Aligned log-probs without gradients (proximal log-probs), through the plain (or sharded) module."""
+                         wanted: torch.Tensor | None = None, base: bool = False) -> torch.Tensor:
+        """Aligned log-probs without gradients (proximal log-probs), through the plain (or sharded) module.
+
+        `base=True` (a LoRA policy only): with the adapters disabled, i.e. under
+        the frozen base model, which is the KL reference policy.
+        """
+        if base and not callable(getattr(self.model, "disable_adapter", None)):
+            raise ValueError("compute_logprobs(base=True) needs a LoRA (peft) policy; a full fine-tuning run "
+                             "keeps a frozen reference copy instead")
         was_training = self.model.training
         self.model.eval()
         try:
-            return token_logprobs(self.model, input_ids, attention_mask, temperature, wanted=wanted)[0]
+            with self.model.disable_adapter() if base else contextlib.nullcontext(), self.autocast():
+                return token_logprobs(self.model, input_ids, attention_mask, temperature, wanted=wanted)[0]
         finally:
             self.model.train(was_training)
 
@@ -420,13 +444,15 @@ class ValueEngine(_OptimEngine):
     def forward_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Aligned values [B, T] with gradients (the training forward): position t = value before token t+1."""
         self.release_gradients()  # the previous step's: not resident beside this forward's activations
-        return self.train_module(input_ids, attention_mask).float()
+        with self.autocast():
+            return self.train_module(input_ids, attention_mask).float()
 
     @torch.no_grad()
     def compute_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Aligned values without gradients, through the plain (or sharded) module in eval mode."""
         was_training = self.model.training
         self.model.eval()
-        values = self.model(input_ids, attention_mask).float()
+        with self.autocast():
+            values = self.model(input_ids, attention_mask).float()
         self.model.train(was_training)
         return values
