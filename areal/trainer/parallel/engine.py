@@ -25,6 +25,12 @@ shares sum to the global token mean). DDP and FSDP average gradients over the W
 ranks, so the engine backpropagates `share * W` (`backward_scale`): the reduced
 gradient is then the gradient of the global token mean, as in one process.
 
+Gradient accumulation (`actor.ppo_micro_batch_size`): `optimizer_step(loss)` is
+one forward's step; with micro-batches the update runs each forward and
+`backward` inside `micro_batch(j, n)` and then `apply_gradients()` once (DDP
+synchronises only the last micro-batch's backward). `mixed_precision='bf16'`
+runs every forward under `torch.autocast` (`autocast()`), float32 state kept.
+
 Non-finite losses: DDP/FSDP reduce inside `backward()`, so a rank that skipped
 backward would leave the others waiting there. The ranks therefore all-reduce
 their losses *before* backward, and every rank raises the same
