@@ -1,4 +1,9 @@
-"""`areal` command line: `areal validate CONFIG [key=value ...] [--dry-run]`, `areal presets`.
+"""`areal` command line: `areal validate CONFIG [key=value ...] [--dry-run]`, `areal presets`, `areal train`,
+`areal export`.
+
+`train [--config FILE] [key=value ...]` is `python -m areal.trainer.main` (what
+scripts/train.sh runs). `export RUN_DIR OUT_DIR [--step N]` writes a run's
+policy as a `save_pretrained` folder with its tokenizer (LoRA merged).
 
 `validate` loads a config the way the trainer does, then resolves every stage the
 way an actor worker would and the task, reward functions and prompt datasets the
@@ -120,16 +125,52 @@ def presets() -> int:
     return 0
 
 
+def train(argv: Sequence[str]) -> int:
+    """`areal train ...`: the trainer's own entry point, arguments as for `python -m areal.trainer.main`."""
+    from areal.trainer.main import main as train_main
+
+    return train_main(list(argv))
+
+
+def export(argv: Sequence[str]) -> int:
+    """`areal export RUN_DIR OUT_DIR [--step N]`: the run's policy as a plain transformers model folder."""
+    from areal.trainer.run.export import export_run
+    from areal.utils.checkpoint_folders import CheckpointError
+
+    p = argparse.ArgumentParser(prog="areal export", description="write a run's trained policy as a "
+                                "save_pretrained folder (weights, config, tokenizer, chat template; LoRA merged)")
+    p.add_argument("run_dir", help="the run directory (or one of its checkpoints/step_N folders)")
+    p.add_argument("out_dir", help="a new or empty folder for the model")
+    p.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
+    args = p.parse_args(argv)
+    try:
+        done = export_run(args.run_dir, args.out_dir, args.step)
+    except (CheckpointError, ConfigError, FileExistsError) as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    merged = " (LoRA adapters merged)" if done.merged_lora else ""
+    print(f"exported {done.checkpoint} to {done.out_dir}{merged}: AutoModelForCausalLM.from_pretrained"
+          f"({str(done.out_dir)!r}) loads it")
+    return 0
+
+
+_COMMANDS = {"train": train, "export": export}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["validate"]:  # its own parser, so --dry-run may come before, between or after overrides
         args = _validate_parser().parse_intermixed_args(argv[1:])
         return validate(args.config, args.overrides, dry_run=args.dry_run)
+    if argv[:1] and argv[0] in _COMMANDS:  # each parses its own arguments
+        return _COMMANDS[argv[0]](argv[1:])
     parser = argparse.ArgumentParser(prog="areal", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("validate", help="load a config and resolve every advantage stage, the task and the rewards "
                    "(areal validate -h)")
     sub.add_parser("presets", help="list the presets shipped with the package (use one as preset:NAME)")
+    sub.add_parser("train", help="train: the same as python -m areal.trainer.main (areal train -h)")
+    sub.add_parser("export", help="a run's policy as a save_pretrained model folder (areal export -h)")
     args = parser.parse_args(argv)
     if args.command == "presets":
         return presets()

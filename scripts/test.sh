@@ -11,7 +11,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-./scripts/setup.sh test verl trl reasoning wandb gguf data
+./scripts/setup.sh test verl trl reasoning wandb gguf data lora
 # lint and formatting first (ruff, from the `test` extra, configured in pyproject.toml): seconds, and a
 # finding stops the run before the suite's minutes
 .venv/bin/ruff check areal tests bench examples

@@ -298,6 +298,10 @@ class PPOActorConfig:
     c_clip: float | None = None
     behav_imp_weight_cap: float | None = None
     ppo_n_minibatches: int = 1
+    # rows per forward/backward on each rank (verl: ppo_micro_batch_size_per_gpu); None: a whole minibatch.
+    # Gradients accumulate over the micro-batches into one optimiser step per minibatch, equal to the
+    # one-pass gradient; the no-grad log-prob and reference passes are chunked alike. Bounds activation memory.
+    ppo_micro_batch_size: int | None = None
     temperature: float = 1.0
     # Pluggable advantage computation
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
@@ -368,6 +372,10 @@ class PPOActorConfig:
         if isinstance(self.ppo_n_minibatches, bool) or not isinstance(self.ppo_n_minibatches, int) \
                 or self.ppo_n_minibatches < 1:
             raise ConfigError(f"{p}ppo_n_minibatches: got {self.ppo_n_minibatches!r}, expected an integer >= 1")
+        if self.ppo_micro_batch_size is not None and (isinstance(self.ppo_micro_batch_size, bool) or not isinstance(
+                self.ppo_micro_batch_size, int) or self.ppo_micro_batch_size < 1):
+            raise ConfigError(f"{p}ppo_micro_batch_size: got {self.ppo_micro_batch_size!r}, expected null (the whole "
+                              "minibatch) or an integer >= 1 (rows per forward on each rank)")
         _check_number(p + "temperature", self.temperature, low=0.0, low_open=True)
         if isinstance(self.advantage, Mapping):
             self.advantage = _build(f"{p}advantage", AdvantageConfig, self.advantage)

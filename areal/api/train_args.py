@@ -62,6 +62,35 @@ TINY_ARCHITECTURE: dict[str, Any] = {
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
+_MIXED_PRECISION = (None, "bf16")
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters (through `peft`): only the adapters train; the base weights stay frozen.
+
+    `r`: adapter rank; `alpha`: scale numerator (the update is alpha / r x B A);
+    `dropout`: on the adapter's input; `target_modules`: module names to adapt
+    (peft's `target_modules`; null: peft's default for the architecture).
+    """
+
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        check_int("model.lora.r", self.r, 1)
+        check_number("model.lora.alpha", self.alpha, low=0.0, low_open=True)
+        check_number("model.lora.dropout", self.dropout, low=0.0, high=1.0)
+        if self.target_modules is not None and (
+                isinstance(self.target_modules, str) or not all(isinstance(m, str) and m for m in self.target_modules)):
+            raise ConfigError(f"model.lora.target_modules: got {self.target_modules!r}, expected null or a list of "
+                              "module names such as [q_proj, v_proj]")
+        if self.target_modules is not None:
+            self.target_modules = list(self.target_modules)
+
+
 @dataclass
 class ModelConfig:
     """The policy: a local Hugging Face checkpoint, or (path null) a tiny random model.
@@ -86,10 +115,19 @@ class ModelConfig:
     max_position_embeddings: int | None = None
     attn_implementation: str = "eager"
     dtype: str = "float32"
+    # bf16: forward and backward under torch.autocast (bfloat16 matmuls), weights and AdamW state stay `dtype`
+    mixed_precision: str | None = None
+    lora: LoraConfig | None = None
 
     def __post_init__(self) -> None:
         _check_choice("model.attn_implementation", self.attn_implementation, _ATTN)
         _check_choice("model.dtype", self.dtype, _DTYPES)
+        _check_choice("model.mixed_precision", self.mixed_precision, _MIXED_PRECISION)
+        if isinstance(self.lora, dict):
+            self.lora = LoraConfig(**self.lora)
+        elif self.lora is not None and not isinstance(self.lora, LoraConfig):
+            raise ConfigError(f"model.lora: got {self.lora!r}, expected null or a mapping {{r, alpha, dropout, "
+                              "target_modules}")
         if self.gguf_file is not None and self.path is None:
             self._split_gguf_path()
         if self.path is None:

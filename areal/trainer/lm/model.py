@@ -17,7 +17,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForCausalLM, LlamaConfig, PretrainedConfig, PreTrainedModel, Qwen2Config
 
 from areal.api.config_checks import ConfigError
-from areal.api.train_args import ModelConfig
+from areal.api.train_args import LoraConfig, ModelConfig
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
@@ -78,8 +78,36 @@ def build_policy(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> 
     else:
         model = _load(AutoModelForCausalLM, cfg)
         _check_vocab(model, vocab_size, cfg)
+    if cfg.lora is not None:
+        model = with_lora(model, cfg.lora)
     model.train()
     return model
+
+
+def with_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
+    """`model` wrapped by peft with LoRA adapters: only the adapters require gradients.
+
+    peft initialises B to zero, so the wrapped model starts as `model`; with
+    `disable_adapter()` it *is* `model` again, which makes it the KL
+    reference without a second copy of the weights.
+    """
+    try:
+        from peft import LoraConfig as PeftLoraConfig
+        from peft import get_peft_model
+    except ImportError as exc:
+        raise ConfigError(f"model.lora: needs the peft package ({exc}); install the lora extra: "
+                          "pip install 'areal[lora]'") from exc
+    config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                            target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:  # e.g. target modules the model does not have
+        raise ConfigError(f"model.lora.target_modules: {exc}") from exc
+
+
+def is_lora(model: nn.Module) -> bool:
+    """Whether `model` is a peft model with adapters (checkpoints save and load only the adapters)."""
+    return callable(getattr(model, "disable_adapter", None)) and hasattr(model, "peft_config")
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

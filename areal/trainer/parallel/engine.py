@@ -25,6 +25,12 @@ shares sum to the global token mean). DDP and FSDP average gradients over the W
 ranks, so the engine backpropagates `share * W` (`backward_scale`): the reduced
 gradient is then the gradient of the global token mean, as in one process.
 
+Gradient accumulation (`actor.ppo_micro_batch_size`): `optimizer_step(loss)` is
+one forward's step; with micro-batches the update runs each forward and
+`backward` inside `micro_batch(j, n)` and then `apply_gradients()` once (DDP
+synchronises only the last micro-batch's backward). `mixed_precision='bf16'`
+runs every forward under `torch.autocast` (`autocast()`), float32 state kept.
+
 Non-finite losses: DDP/FSDP reduce inside `backward()`, so a rank that skipped
 backward would leave the others waiting there. The ranks therefore all-reduce
 their losses *before* backward, and every rank raises the same
@@ -33,11 +39,13 @@ their losses *before* backward, and every rank raises the same
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import functools
 import inspect
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -171,12 +179,16 @@ class _OptimEngine:
     _keeps_skeleton = True  # FSDP: keep a storage-free copy of the module to gather full copies into
 
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 ctx: DistContext | None = None, parallel: str = "ddp") -> None:
+                 ctx: DistContext | None = None, parallel: str = "ddp", mixed_precision: str | None = None) -> None:
         self.ctx = ctx if ctx is not None else DistContext()
         _check_parallel(parallel)
+        if mixed_precision not in (None, "bf16"):
+            raise ValueError(f"engine mixed_precision: got {mixed_precision!r}, expected None or 'bf16'")
+        self.mixed_precision = mixed_precision
         self.parallel: str | None = parallel if self.ctx.is_distributed else None  # None: one process, no wrapper
         self.grad_clip = grad_clip
         self.model = model
+        self._keep_gradients = False  # inside a later micro-batch: the forward keeps the accumulated gradients
         # FSDP2 shards `model` in place: keep its structure (no storage) for full copies in checkpoints
         self._skeleton = None
         if self.parallel == "fsdp" and self._keeps_skeleton:
@@ -184,6 +196,18 @@ class _OptimEngine:
         self.train_module = self._wrap(model)
         self.optimizer = make_adamw([p for p in self.train_module.parameters() if p.requires_grad], lr=lr,
                                     weight_decay=weight_decay, sharded=self.parallel == "fsdp")
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The forward's precision: `torch.autocast` to bfloat16 under `mixed_precision='bf16'`, else unchanged.
+
+        Matrix products run in bfloat16 (on CPU through oneDNN, which uses
+        AVX512-BF16 where the CPU has it); parameters, gradients and AdamW
+        state keep the model's dtype (float32 master weights), and the
+        log-softmax over the vocabulary stays float32 (`areal.trainer.lm.logprobs`).
+        """
+        if self.mixed_precision is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.ctx.device.type, dtype=torch.bfloat16)
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.parallel == "ddp":
@@ -224,8 +248,41 @@ class _OptimEngine:
         Returns the pre-clip gradient norm, identical on every rank.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        self._agree_finite(loss)
+        self.backward(loss)
+        return self.apply_gradients()
+
+    @contextlib.contextmanager
+    def micro_batch(self, index: int, count: int) -> Iterator[None]:
+        """The forward and `backward` of micro-batch `index` of `count`, accumulating into one gradient.
+
+        The first micro-batch's forward frees the previous gradients, the
+        others add to them. Under DDP every micro-batch but the last runs under
+        `no_sync` (gradients stay local; the last backward all-reduces their
+        sum once). FSDP2 reduce-scatters every backward into the sharded
+        gradients, which accumulate there. `apply_gradients` then steps once.
+        """
+        self._keep_gradients = index > 0
+        local = self.parallel == "ddp" and index < count - 1
+        try:
+            with self.train_module.no_sync() if local else contextlib.nullcontext():
+                yield
+        finally:
+            self._keep_gradients = False
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Agree on finiteness, then add this loss's gradient (x `backward_scale`) to the accumulated one.
+
+        On a non-finite loss every gradient accumulated so far is dropped as well.
+        """
+        try:
+            self._agree_finite(loss)
+        except NonFiniteLossError:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise
         (loss * self.backward_scale if self.parallel is not None else loss).backward()
+
+    def apply_gradients(self) -> float:
+        """Clip the accumulated (synchronised) gradient's global norm and step; returns the pre-clip norm."""
         norm = torch.nn.utils.clip_grad_norm_(self.train_module.parameters(), self.grad_clip)
         norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         if not math.isfinite(norm):  # the gradient is synchronised, so every rank sees the same norm
@@ -354,18 +411,28 @@ class PolicyEngine(_OptimEngine):
         only those positions are computed and rows sharing a prompt are packed
         (`areal.trainer.lm.logprobs`); the other positions are 0.
         """
-        self.release_gradients()  # the previous step's: not resident beside this forward's activations
-        return token_logprobs(self.train_module, input_ids, attention_mask, temperature, wanted=wanted,
-                              with_entropy=with_entropy)
+        if not self._keep_gradients:  # the previous step's: not resident beside this forward's activations
+            self.release_gradients()
+        with self.autocast():
+            return token_logprobs(self.train_module, input_ids, attention_mask, temperature, wanted=wanted,
+                                  with_entropy=with_entropy)
 
     @torch.no_grad()
     def compute_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, *,
-                         wanted: torch.Tensor | None = None) -> torch.Tensor:
-        """Aligned log-probs without gradients (proximal log-probs), through the plain (or sharded) module."""
+                         wanted: torch.Tensor | None = None, base: bool = False) -> torch.Tensor:
+        """Aligned log-probs without gradients (proximal log-probs), through the plain (or sharded) module.
+
+        `base=True` (a LoRA policy only): with the adapters disabled, i.e. under
+        the frozen base model, which is the KL reference policy.
+        """
+        if base and not callable(getattr(self.model, "disable_adapter", None)):
+            raise ValueError("compute_logprobs(base=True) needs a LoRA (peft) policy; a full fine-tuning run "
+                             "keeps a frozen reference copy instead")
         was_training = self.model.training
         self.model.eval()
         try:
-            return token_logprobs(self.model, input_ids, attention_mask, temperature, wanted=wanted)[0]
+            with self.model.disable_adapter() if base else contextlib.nullcontext(), self.autocast():
+                return token_logprobs(self.model, input_ids, attention_mask, temperature, wanted=wanted)[0]
         finally:
             self.model.train(was_training)
 
@@ -383,13 +450,15 @@ class ValueEngine(_OptimEngine):
     def forward_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Aligned values [B, T] with gradients (the training forward): position t = value before token t+1."""
         self.release_gradients()  # the previous step's: not resident beside this forward's activations
-        return self.train_module(input_ids, attention_mask).float()
+        with self.autocast():
+            return self.train_module(input_ids, attention_mask).float()
 
     @torch.no_grad()
     def compute_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Aligned values without gradients, through the plain (or sharded) module in eval mode."""
         was_training = self.model.training
         self.model.eval()
-        values = self.model(input_ids, attention_mask).float()
+        with self.autocast():
+            values = self.model(input_ids, attention_mask).float()
         self.model.train(was_training)
         return values

@@ -46,6 +46,7 @@ from areal.trainer.parallel.distributed import (
 )
 from areal.trainer.parallel.engine import PolicyEngine, ValueEngine, reference_logprobs
 from areal.trainer.parallel.failures import staged
+from areal.trainer.parallel.micro_batches import chunked_rows, micro_slices
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.estimators.combine import reads_reference
 from areal.trainer.ppo.training.critic import PPOCritic
@@ -181,13 +182,17 @@ class Trainer:
         self.evaluator = Evaluator(cfg.eval, eval_rows, cfg.train.steps)
         broadcast_module(self.policy, self.ctx)
         parallel = cfg.train.parallel
-        # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP
-        # the KL reward reads the reference; so does a `combine` estimator distilling against ref_logp
+        # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP. The KL reward
+        # reads the reference; so does a `combine` estimator distilling against ref_logp. With LoRA the reference
+        # is the policy with its adapters disabled (the frozen base), not a second copy
         estimator = cfg.actor.advantage.estimator
-        wants_reference = estimator is not None and reads_reference(estimator.implementation, estimator.kwargs)
-        self.reference = frozen_copy(self.policy) if cfg.actor.kl_ctl != 0 or wants_reference else None
+        wants_reference = cfg.actor.kl_ctl != 0 or (
+            estimator is not None and reads_reference(estimator.implementation, estimator.kwargs))
+        self.reference_is_base = wants_reference and cfg.model.lora is not None
+        self.reference = frozen_copy(self.policy) if wants_reference and cfg.model.lora is None else None
         self.engine = PolicyEngine(self.policy, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
-                                   grad_clip=cfg.train.grad_clip, ctx=self.ctx, parallel=parallel)
+                                   grad_clip=cfg.train.grad_clip, ctx=self.ctx, parallel=parallel,
+                                   mixed_precision=cfg.model.mixed_precision)
         self.policy = self.engine.rollout_model  # the plain module (under FSDP: the full sampling copy)
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
@@ -199,7 +204,8 @@ class Trainer:
             self.critic = PPOCritic(cfg.critic, ValueEngine(model, lr=cfg.critic.lr,
                                                              weight_decay=cfg.critic.weight_decay,
                                                              grad_clip=cfg.critic.grad_clip, ctx=self.ctx,
-                                                             parallel=parallel))
+                                                             parallel=parallel,
+                                                             mixed_precision=cfg.model.mixed_precision))
         # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
         torch.manual_seed(cfg.seed + 2 + 1_000_003 * self.ctx.rank)
         # a resumed run appends to the samples it already wrote
@@ -250,15 +256,27 @@ class Trainer:
         """Add the aligned model outputs the advantage pipeline reads."""
         ids, mask, temp = batch["input_ids"], batch["attention_mask"], self.cfg.sampling_temperature
         wanted = aligned_from_rollout(batch["loss_mask"])  # the only positions the pipeline and the loss read
-        if self.reference is not None:
-            batch["ref_logp"] = reference_logprobs(self.reference, ids, mask, temp, wanted=wanted)
+        size = self.cfg.actor.ppo_micro_batch_size
+        chunks = micro_slices(ids.shape[0], size, self.ctx)  # the update's micro-batch size bounds these too
+        if self.reference is not None or self.reference_is_base:
+            batch["ref_logp"] = chunked_rows(self._reference_logprobs, chunks, ids, mask, wanted, temperature=temp)
         if self.critic is not None:
             batch["values"] = self.critic.compute_values(batch)
         if self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss:
-            batch["prox_logp"] = self.engine.compute_logprobs(ids, mask, temp, wanted=wanted)
+            batch["prox_logp"] = chunked_rows(lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w),
+                                              chunks, ids, mask, wanted)
         # the behaviour policy's entropy and Σπ², before the update, in one pass; only the fields a stage reads
-        batch.update(behaviour_token_stats(self.engine.model, ids, mask, temp, stage_batch_fields(self.actor.resolved)))
+        batch.update(behaviour_token_stats(self.engine.model, ids, mask, temp, stage_batch_fields(self.actor.resolved),
+                                           rows_per_chunk=size or 16))
         return batch
+
+    def _reference_logprobs(self, ids: torch.Tensor, mask: torch.Tensor, wanted: torch.Tensor, *,
+                            temperature: float) -> torch.Tensor:
+        """The KL reference's aligned log-probs: the frozen copy, or the LoRA policy's base (adapters disabled)."""
+        if self.reference_is_base:
+            return self.engine.compute_logprobs(ids, mask, temperature, wanted=wanted, base=True)
+        with self.engine.autocast():
+            return reference_logprobs(self.reference, ids, mask, temperature, wanted=wanted)
 
     @staged("advantages")
     def compute_advantages(self, batch: dict[str, Any], meta: Any) -> dict[str, Any]:

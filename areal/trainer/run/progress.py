@@ -77,24 +77,37 @@ class Progress:
         self.name, self.total, self.every, self.enabled = name, total, every, enabled
         self.out = out
         self.begin, self.start = time.perf_counter(), start
+        self._restarted = False  # the clock restarts after the first step
         self.bar = None
         if enabled and interactive:
-            self.bar = tqdm(total=total, initial=start, desc=name, dynamic_ncols=True)
+            # smoothing=0: the rate is steps / seconds since `start_t`, which `_restart_clock` moves past step 1
+            self.bar = tqdm(total=total, initial=start, desc=name, dynamic_ncols=True, smoothing=0)
+
+    def _restart_clock(self, done: int) -> None:
+        """After this process's first step, time from here: that step also loads kernels and allocates the
+        optimiser state, so counting it would make the ETA of a long run far too high."""
+        self.begin, self.start = time.perf_counter(), done
+        if self.bar is not None:
+            self.bar.start_t, self.bar.initial = self.bar._time(), self.bar.n
 
     def update(self, done: int, row: Mapping[str, Any]) -> None:
+        """Report `done` steps; the rate and ETA count only the steps after this process's first one."""
         if not self.enabled:
             return
+        first = not self._restarted
         if self.bar is not None:
             self.bar.update(1)
             if done % self.every == 0:
                 timing = {"step": f"{row['time/step']:.1f}s"} if isinstance(row.get("time/step"), float) else {}
                 self.bar.set_postfix(reward=f"{row.get('reward_mean', 0.0):.2f}",
                                      success=f"{row.get('success_rate', 0.0):.2f}", **timing)
-            return
-        if done % self.every == 0 or done == self.total:
+        elif done % self.every == 0 or done == self.total:
             elapsed = time.perf_counter() - self.begin
-            rate = (done - self.start) / elapsed if elapsed > 0 else None
+            rate = (done - self.start) / elapsed if elapsed > 0 and not first else None
             print(progress_line(self.name, done, self.total, row, rate), file=self.out or sys.stdout, flush=True)
+        if first:
+            self._restarted = True
+            self._restart_clock(done)
 
     def close(self) -> None:
         if self.bar is not None:

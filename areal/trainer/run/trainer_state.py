@@ -4,7 +4,7 @@ A checkpoint folder (`areal.utils.checkpoint_folders` makes it atomic) contains:
 
 | file | content |
 | --- | --- |
-| `policy/` | the policy via `save_pretrained` plus the tokenizer: loadable with `model.path=` |
+| `policy/` | the policy via `save_pretrained` plus the tokenizer: loadable with `model.path=` (with `model.lora`: the adapters only, peft's format; `areal export` merges them into a model folder) |
 | `critic/` | the critic's backbone via `save_pretrained` plus `value_head.safetensors` (PPO only) |
 | `optimizer.pt`, `critic_optimizer.pt` | the AdamW states (`optimizer.state_dict()`) |
 | `trainer_state.pt` | step, every RNG of every rank, the data position, the stages' state, checksums |
@@ -183,11 +183,38 @@ def _load_exact(module: torch.nn.Module, state: dict[str, torch.Tensor], where: 
         raise CheckpointError(f"{where}: the checkpoint lacks weights {untied[:5]} of the model being resumed")
 
 
+def _load_adapters(module: torch.nn.Module, folder: Path) -> None:
+    """A LoRA policy's checkpoint holds its adapters only (peft's `save_pretrained`); the base is `model.path`."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    path = folder / "adapter_model.safetensors"
+    if not path.is_file():
+        raise CheckpointError(f"{folder}: no adapter_model.safetensors, but model.lora is set; the checkpoint was "
+                              "written by a run without LoRA (resume it without model.lora)")
+    state = load_file(str(path))
+    result = set_peft_model_state_dict(module, state)
+    if result.unexpected_keys:
+        raise CheckpointError(f"{folder}: adapter weights {sorted(result.unexpected_keys)[:5]} do not exist in the "
+                              "model being resumed (a different model.lora.target_modules?)")
+    adapters = [k for k in result.missing_keys if "lora_" in k]
+    if adapters:
+        raise CheckpointError(f"{folder}: the checkpoint lacks adapter weights {adapters[:5]} of the model being "
+                              "resumed (a different model.lora.target_modules or r?)")
+
+
 def load_module(module: torch.nn.Module, folder: Path) -> None:
     """Load what `save_module` wrote into the existing module, in place (the optimiser keeps its params)."""
     from safetensors.torch import load_file
 
-    if hasattr(module, "save_pretrained"):
+    from areal.trainer.lm.model import is_lora
+
+    if is_lora(module):
+        _load_adapters(module, folder)
+    elif (folder / "adapter_model.safetensors").is_file():
+        raise CheckpointError(f"{folder}: holds LoRA adapters only, but this run has no model.lora; resume it with "
+                              "the model.lora of the run that wrote it")
+    elif hasattr(module, "save_pretrained"):
         _load_exact(module, _read_hf_weights(folder), folder)
     else:
         _load_exact(module.backbone, _read_hf_weights(folder), folder)

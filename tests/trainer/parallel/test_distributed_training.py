@@ -31,11 +31,11 @@ import torch  # noqa: E402
 from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
 
 from areal.api.cli_args import PPOActorConfig  # noqa: E402
-from areal.api.train_args import CriticConfig, ModelConfig  # noqa: E402
+from areal.api.train_args import CriticConfig, LoraConfig, ModelConfig  # noqa: E402
 from areal.trainer.parallel.distributed import DistContext, assign_prompts_to_ranks  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 
-from areal.trainer.lm.model import build_critic, build_policy  # noqa: E402
+from areal.trainer.lm.model import build_critic, build_policy, with_lora  # noqa: E402
 from areal.trainer.parallel.checksum import module_checksum  # noqa: E402
 from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, full_state_dict  # noqa: E402
 from areal.trainer.ppo.training.critic import PPOCritic  # noqa: E402
@@ -189,9 +189,31 @@ def _update(batch: dict[str, torch.Tensor], ctx: DistContext | None, parallel: s
     critic = PPOCritic(CriticConfig(enabled=True, ppo_n_minibatches=N_MINIBATCHES),
                        ValueEngine(critic_model, lr=1e-2, ctx=ctx, parallel=parallel, grad_clip=1e9))
     stats.update(critic.ppo_update(batch))
+    # the same policy update in micro-batches of 2 rows (DDP: all-reduced on the last one only)
+    torch.manual_seed(5)
+    micro = PolicyEngine(build_policy(MODEL, VOCAB, SPECIAL), lr=1e-2, ctx=ctx, parallel=parallel)
+    micro_stats = ppo_update(PPOActorConfig(ppo_n_minibatches=N_MINIBATCHES, ppo_micro_batch_size=2, temperature=1.0),
+                             micro, batch)
     return {"policy": _flat(engine.model), "critic": _flat(critic.engine.model), "stats": stats,
             "policy_grad": _flat_grads(engine), "critic_grad": _flat_grads(critic.engine),
+            "micro_grad": _flat_grads(micro), "micro_stats": micro_stats, **_lora_update(batch, ctx, parallel),
             "engine": engine, "critic_engine": critic.engine}
+
+
+def _lora_update(batch: dict[str, torch.Tensor], ctx: DistContext | None, parallel: str) -> dict[str, object]:
+    """A LoRA policy's update (adapters only, micro-batches of 2) and its base log-probs (adapters disabled)."""
+    torch.manual_seed(5)
+    model = with_lora(build_policy(MODEL, VOCAB, SPECIAL), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    engine = PolicyEngine(model, lr=1e-2, ctx=ctx, parallel=parallel)
+    base = engine.compute_logprobs(batch["input_ids"], batch["attention_mask"], 1.0, base=True)
+    ppo_update(PPOActorConfig(ppo_n_minibatches=N_MINIBATCHES, ppo_micro_batch_size=2, temperature=1.0), engine, batch)
+    grads = [p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+             for p in engine.train_module.parameters() if p.requires_grad]
+    after = engine.compute_logprobs(batch["input_ids"], batch["attention_mask"], 1.0, base=True)
+    weights = {k: v for k, v in full_state_dict(engine.model).items() if "lora_" in k}
+    return {"lora": torch.cat([w.reshape(-1) for w in weights.values()]),
+            "lora_grad": torch.cat([g.reshape(-1) for g in grads]), "lora_base_logp": base,
+            "lora_base_unchanged": torch.equal(base, after)}
 
 
 def _non_finite_loss(ctx: DistContext, parallel: str) -> dict[str, object]:
@@ -315,6 +337,24 @@ def test_two_rank_update_equals_one_process_update(two_rank_updates: Path, paral
     assert errors[0]["failed_ranks"] == [1] and errors[0]["message"].startswith("non-finite loss on rank(s) [1]")
     assert all(r["non_finite"]["unchanged"] and r["non_finite"]["no_grads"] for r in ranks)
     assert all(r["round_trip"] for r in ranks)
+    # LoRA: the adapters' update on 2 ranks equals the 1-process one; the base (adapters off) never moves
+    for rank in ranks:
+        assert rank["lora_base_unchanged"]
+        assert (rank["lora"] - whole["lora"]).abs().max().item() <= UPDATE_TOL
+        assert (rank["lora_grad"] - whole["lora_grad"]).abs().max().item() <= 1e-4 * whole["lora_grad"].abs().max()
+    assert (whole["lora"] - start["lora"]).abs().max().item() > 100 * UPDATE_TOL
+    for rank in ranks:  # adapters disabled = the plain base model (same seed, no adapters)
+        torch.manual_seed(5)
+        plain = PolicyEngine(build_policy(MODEL, VOCAB, SPECIAL), lr=1e-2)
+        mine = _cat([groups[i] for i in rank["groups"]])
+        expected = plain.compute_logprobs(mine["input_ids"], mine["attention_mask"], 1.0)
+        torch.testing.assert_close(rank["lora_base_logp"], expected, rtol=0, atol=1e-5)
+    # micro-batches of 2 rows: the accumulated, reduced gradient is the one-pass gradient
+    for rank in ranks:
+        micro_diff = (rank["micro_grad"] - rank["policy_grad"]).abs().max().item()
+        assert micro_diff <= 1e-6 and rank["policy_grad"].abs().max().item() > 1e-3, micro_diff
+        for key in ("policy_loss", "entropy", "clip_frac", "grad_norm"):
+            assert rank["micro_stats"][key] == pytest.approx(rank["stats"][key], rel=1e-5, abs=1e-6), key
 
 
 if __name__ == "__main__":

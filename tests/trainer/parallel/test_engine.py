@@ -107,3 +107,22 @@ def test_fsdp_shards_every_transformer_block() -> None:
 def test_parallel_config_errors_name_the_field(override: str, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         load_config(DEFAULT_CONFIG, [override])
+
+
+def test_bf16_mixed_precision_keeps_float32_weights_gradients_and_adamw_state() -> None:
+    fp32, mixed = engine(), engine(mixed_precision="bf16")
+    reference, loss = loss_of(fp32), loss_of(mixed)
+    assert loss.dtype == torch.float32 and loss.item() != reference.item()  # the matmuls did run in bfloat16
+    assert loss.item() == pytest.approx(reference.item(), rel=2e-2)
+    norm = mixed.optimizer_step(loss)
+    assert norm == pytest.approx(fp32.optimizer_step(reference), rel=5e-2)
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in mixed.model.parameters())
+    states = [s for state in mixed.optimizer.state.values() for k, s in state.items() if k != "step"]
+    assert states and all(s.dtype == torch.float32 for s in states)
+    values = ValueEngine(build_critic(MODEL, 24, SPECIAL), lr=1e-2, mixed_precision="bf16")
+    assert values.compute_values(IDS, MASK).dtype == torch.float32
+
+
+def test_unknown_mixed_precision_names_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"engine mixed_precision: got 'fp16', expected None or 'bf16'"):
+        engine(mixed_precision="fp16")

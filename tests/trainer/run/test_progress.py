@@ -33,6 +33,37 @@ def test_not_a_terminal_one_line_every_n_steps_and_after_the_last() -> None:
     assert "\r" not in out.getvalue()
 
 
+def _eta_seconds(line: str) -> float:
+    minutes, seconds = re.search(r"eta (?:(\d+)m)?(\d+)s$", line).groups()
+    return 60 * int(minutes or 0) + int(seconds)
+
+
+@pytest.mark.parametrize("interactive", [False, True])
+def test_the_eta_counts_the_steps_after_the_first(monkeypatch: pytest.MonkeyPatch, interactive: bool) -> None:
+    """Step 1 takes 100 s (kernels load, optimiser state), later ones 1 s: 98 steps left take about 98 s."""
+    import areal.trainer.run.progress as progress_module
+
+    now = {"t": 0.0}
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now["t"])
+    out = io.StringIO()
+    progress = Progress(name="exp", total=100, start=0, every=1, enabled=True, interactive=interactive, out=out)
+    if progress.bar is not None:
+        monkeypatch.setattr(progress.bar, "_time", lambda: now["t"])
+    now["t"] = 100.0  # the first step ends
+    progress.update(1, ROW)
+    now["t"] = 101.0  # the second one
+    progress.update(2, ROW)
+    if interactive:
+        rate = progress.bar.format_dict["rate"] or (progress.bar.n - progress.bar.initial) / (
+            now["t"] - progress.bar.start_t)
+        assert (progress.bar.total - progress.bar.n) / rate == pytest.approx(98, abs=2)
+    else:
+        first, second = out.getvalue().splitlines()
+        assert "eta" not in first  # no step after the first yet: no estimate
+        assert _eta_seconds(second) == pytest.approx(98, abs=2)
+    progress.close()
+
+
 def test_a_resumed_run_counts_from_its_start() -> None:
     out = io.StringIO()
     _feed(Progress(name="exp", total=30, start=20, every=5, enabled=True, interactive=False, out=out), 20, 30)

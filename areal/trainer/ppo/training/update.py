@@ -4,7 +4,9 @@
 `PPOActor.compute_advantages`: every per-position tensor the loss needs
 (`advantages`, `logprobs`, `loss_mask`, `prox_logp`) is next-token aligned.
 Minibatch scheduling is AReaL's: `ppo_n_minibatches` contiguous row slices,
-one optimiser step each, one pass per batch.
+one optimiser step each, one pass per batch. `ppo_micro_batch_size` splits each
+minibatch's forward and backward into chunks of that many rows whose gradients
+accumulate before the one step (`areal.trainer.parallel.micro_batches`).
 
 Data parallelism (the engine has a live `DistContext`): every rank runs the same
 number of minibatches (`ppo_n_minibatches` capped by the smallest rank's row
@@ -31,6 +33,7 @@ import torch.distributed as dist
 
 from areal.api.cli_args import PPOActorConfig
 from areal.trainer.parallel.distributed import DistContext, all_reduce_tensor
+from areal.trainer.parallel.micro_batches import micro_slices, near_equal_slices
 from areal.trainer.ppo.training.loss import masked_mean, ppo_policy_loss
 
 _REQUIRED = ("input_ids", "attention_mask", "loss_mask", "logprobs", "advantages")
@@ -53,9 +56,7 @@ class PolicyEngineLike(Protocol):
 
 def minibatch_slices(n_rows: int, n_minibatches: int) -> list[slice]:
     """Contiguous, near-equal row slices; never more slices than rows, none empty."""
-    n = max(1, min(n_minibatches, n_rows))
-    bounds = [round(i * n_rows / n) for i in range(n + 1)]
-    return [slice(bounds[i], bounds[i + 1]) for i in range(n)]
+    return near_equal_slices(n_rows, n_minibatches)
 
 
 @dataclass
@@ -131,35 +132,67 @@ def _check_batch(data: Mapping[str, Any]) -> None:
             raise ValueError(f"ppo_update: '{key}' has shape {tuple(data[key].shape)}, expected {tuple(shape)}")
 
 
+def _micro_loss(config: PPOActorConfig, engine: Any, data: Mapping[str, Any], proximal: torch.Tensor,
+                rows: slice, sparse: bool) -> tuple[torch.Tensor, dict[str, float]]:
+    """The token-mean policy loss of `rows` (training forward) and its detached statistics."""
+    width = int(data["attention_mask"][rows].sum(-1).max().item())
+    cut = (rows, slice(0, max(width, 1)))
+    mask = data["loss_mask"][cut]
+    logp, entropy = engine.forward_logprobs(
+        data["input_ids"][cut], data["attention_mask"][cut], config.temperature, with_entropy=True,
+        **({"wanted": mask} if sparse else {}),
+    )
+    loss, stats = ppo_policy_loss(
+        logp, proximal[cut].detach(), data["logprobs"][cut].detach(), data["advantages"][cut].detach(), mask,
+        eps_clip=config.eps_clip, eps_clip_higher=config.eps_clip_higher, c_clip=config.c_clip,
+        behav_imp_weight_cap=config.behav_imp_weight_cap, decoupled=config.use_decoupled_loss,
+    )
+    return loss, {"policy_loss": float(loss.detach()), "entropy": float(masked_mean(entropy.detach(), mask)),
+                  **vars(stats)}
+
+
+def _minibatch_update(config: PPOActorConfig, engine: Any, data: Mapping[str, Any], proximal: torch.Tensor,
+                      rows: slice, share: float, ctx: DistContext | None) -> dict[str, float]:
+    """One optimiser step on `rows`, accumulated over micro-batches of `actor.ppo_micro_batch_size` rows.
+
+    Micro-batch j's token-mean loss is weighted by its share of the minibatch's
+    active tokens (n_j / n), so the weighted losses sum to the minibatch's
+    token mean and the accumulated gradient is the one-pass gradient; the
+    token-mean statistics combine with the same weights.
+    """
+    sparse = _takes_wanted(engine)
+    micro = [slice(rows.start + m.start, rows.start + m.stop)
+             for m in micro_slices(rows.stop - rows.start, config.ppo_micro_batch_size, ctx)]
+    if len(micro) == 1:  # one pass: any engine with `optimizer_step`
+        loss, stats = _micro_loss(config, engine, data, proximal, rows, sparse)
+        grad_norm = engine.optimizer_step(loss * share if ctx is not None else loss)
+        return {**{k: v * share for k, v in stats.items()}, "grad_norm": grad_norm}
+    if not callable(getattr(engine, "micro_batch", None)):
+        raise TypeError(f"ppo_update: actor.ppo_micro_batch_size={config.ppo_micro_batch_size} needs an engine "
+                        f"with micro_batch/backward/apply_gradients (PolicyEngine); got {type(engine).__name__}")
+    tokens = [float(data["loss_mask"][sl].sum()) for sl in micro]
+    total = sum(tokens)
+    totals: dict[str, float] = {}
+    for j, sl in enumerate(micro):
+        weight = share * (tokens[j] / total if total > 0 else 1.0 / len(micro))
+        with engine.micro_batch(j, len(micro)):
+            loss, stats = _micro_loss(config, engine, data, proximal, sl, sparse)
+            engine.backward(loss * weight)
+        for key, value in stats.items():
+            totals[key] = totals.get(key, 0.0) + value * weight
+    return {**totals, "grad_norm": engine.apply_gradients()}
+
+
 def ppo_update(config: PPOActorConfig, engine: PolicyEngineLike, data: Mapping[str, Any]) -> dict[str, float]:
     """One PPO pass over `data`; returns minibatch-averaged statistics (global under data parallelism)."""
     _check_batch(data)
     proximal = _proximal(config, data)
     totals: dict[str, float] = {}
     plan = plan_minibatches(data, config.ppo_n_minibatches, engine)
-    slices = plan.slices
-    sparse = _takes_wanted(engine)
-    for i, sl in enumerate(slices):
-        width = int(data["attention_mask"][sl].sum(-1).max().item())
-        cut = (sl, slice(0, max(width, 1)))
-        mask = data["loss_mask"][cut]
-        logp, entropy = engine.forward_logprobs(
-            data["input_ids"][cut], data["attention_mask"][cut], config.temperature, with_entropy=True,
-            **({"wanted": mask} if sparse else {}),
-        )
-        loss, stats = ppo_policy_loss(
-            logp, proximal[cut].detach(), data["logprobs"][cut].detach(), data["advantages"][cut].detach(), mask,
-            eps_clip=config.eps_clip, eps_clip_higher=config.eps_clip_higher, c_clip=config.c_clip,
-            behav_imp_weight_cap=config.behav_imp_weight_cap, decoupled=config.use_decoupled_loss,
-        )
+    for i, sl in enumerate(plan.slices):
         share = 1.0 if plan.shares is None else plan.shares[i]
-        grad_norm = engine.optimizer_step(loss if plan.shares is None else loss * share)
-        step = {
-            "policy_loss": float(loss.detach()) * share,
-            "entropy": float(masked_mean(entropy.detach(), mask)) * share,
-            "grad_norm": grad_norm,  # of the synchronised gradient: the same on every rank
-            **{k: v * share for k, v in vars(stats).items()},
-        }
+        # grad_norm: of the synchronised gradient, the same on every rank
+        step = _minibatch_update(config, engine, data, proximal, sl, share, plan.ctx)
         for key, value in step.items():
-            totals[key] = totals.get(key, 0.0) + value / len(slices)
+            totals[key] = totals.get(key, 0.0) + value / len(plan.slices)
     return plan.reduce_stats(totals, global_keys=("grad_norm",))
