@@ -23,7 +23,9 @@ from dist_launch import free_port
 from areal.trainer.parallel import failures
 from areal.trainer.parallel.failures import FailureReport, FailureWatch, PeerFailure, RankFailure, report_for, stage, staged
 
-TIMEOUT_S = 1.0
+#: each wait's bound where a test expects the wait to end early (an acknowledgement, a SIGTERM): generous, so a
+#: loaded machine cannot turn a wait that ends early into a timeout (the tests of the bound set their own)
+TIMEOUT_S = 10.0
 
 
 class _Plugin(Exception):
@@ -141,6 +143,36 @@ def test_failing_rank_waits_until_the_peer_knows_the_root_cause(error_files: Pat
         assert str(healthy).endswith("rank 0 stopped because of it, after its own error: RuntimeError: "
                                      "Connection closed by peer")
         assert job.exits == {0: [], 1: []}
+    finally:
+        job.close()
+
+
+def test_a_rank_ends_with_the_same_failure_at_a_stage_boundary_as_in_a_collective(
+        error_files: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a healthy rank's watcher learns of the report before or after its main thread enters a collective
+    is timing (a loaded machine delays either side); the failure it ends with is a `RankFailure` either way.
+
+    Both orders are made explicit: rank 0 learnt it before its next stage boundary (`PeerFailure` there), rank 2
+    was already in a collective that then failed.
+    """
+    job = Job(3).start()
+    try:
+        root = job.watches[1].fail(_wrapped_failure())
+        at_boundary = job.watches[0]
+        monkeypatch.setattr(failures, "_ACTIVE", at_boundary)  # rank 0 is this process's rank for `stage()`
+        assert at_boundary.peer_report == root.report  # its watcher learnt it (fail waited for every acknowledgement)
+        with pytest.raises(PeerFailure) as info:
+            with stage("reference log-probs and values"):
+                pass
+        stopped = at_boundary.fail(info.value)
+        in_collective = job.watches[2].fail(RuntimeError("Connection closed by peer"))
+        for rank, failure in ((0, stopped), (2, in_collective)):
+            assert type(failure) is RankFailure and failure.report == root.report and failure.rank == rank
+            failures.write_error_file(failure)
+            message = json.loads(error_files.read_text())["message"]["message"]
+            assert message.startswith(f"RankFailure: {root.report.describe()}; rank {rank} stopped because of it, ")
+        assert str(stopped).endswith("rank 0 stopped because of it, at its next stage boundary")
+        assert stopped.__cause__ is info.value
     finally:
         job.close()
 
@@ -443,3 +475,35 @@ print("not reached", flush=True)
     assert proc.stderr.strip().endswith("[areal] rank 0: error: rank 1 failed in step 1 > rollout: ValueError: x "
                                         "(raised at f.py:1 in f); rank 0 stopped because of it, ended by its "
                                         "launcher (SIGTERM)")
+
+
+_CLOSED_SCRIPT = """
+import os, signal, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+sys.path.insert(0, {here!r})
+from dist_launch import free_port
+from areal.trainer.parallel.failures import FailureWatch
+port = free_port()
+server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+clients = [dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]
+watch = FailureWatch(*clients, 1, 2, timeout_s=5.0).start()
+watch._failing = {failing}  # fail() sets it: this rank reported a failure (its own or a peer's)
+watch.close()  # as `main` does on its way out
+print("closed", flush=True)
+os.kill(os.getpid(), signal.SIGTERM)  # torchrun, once the other rank has ended first
+time.sleep(5)
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.parametrize("failing", [True, False])
+def test_sigterm_after_close_keeps_a_failed_rank_s_exit_status(tmp_path: Path, failing: bool) -> None:
+    """A failing rank that has written its line and error file may still be exiting when a faster peer has
+    ended and torchrun sends SIGTERM: it ends with status 1, so torchrun's root cause shows its own status,
+    not -15. A rank that finished normally gets its previous handler back (here the default: -15)."""
+    script = tmp_path / "closed.py"
+    script.write_text(_CLOSED_SCRIPT.format(here=str(Path(__file__).resolve().parents[1]), failing=failing))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.stdout == "closed\n", proc.stderr
+    assert proc.returncode == (1 if failing else -signal.SIGTERM), proc.stderr
