@@ -9,9 +9,12 @@ CPU), with each rank's output in its own log file (`--log-dir ... --redirects 3`
 * a reward-function plugin (`reward: [{implementation: ...}]`) raising on rank 0 only
   (tests/trainer/dist_failing_plugins.py);
 * a reward function on rank 1 at step 1 that raises, ends its process with `os._exit(3)`, or hangs,
-  each 5 times (where in a whole second the failure falls decided torchrun's root cause before).
+  each 5 times (where in a whole second the failure falls decided torchrun's root cause before); two of
+  the raising runs fix the order in which rank 0 stops (at its stage boundary, or ended by torchrun's
+  SIGTERM), which otherwise depends on the machine's load.
 
-Checked: both ranks exit 1 soon after the failure; torchrun's summary names the failing rank as the
+Checked: both ranks exit 1 soon after the failure (on the protocol's signals: no wait runs into its
+bound); torchrun's summary names the failing rank as the
 root cause, with the stage, the plugin/function and the cause; every surviving rank's last line names
 them too, and the healthy rank never names itself; the failing rank's log has the traceback. Every job
 runs under a subprocess timeout.
@@ -71,9 +74,12 @@ def _check(code: int, summary: str, logs: list[str], files: list[dict], after_s:
         assert f"[areal] rank {healthy}: stopping because {cause}" in logs[healthy]
     assert "Traceback (most recent call last)" in logs[failing]
     assert int(files[failing]["extraInfo"]["timestamp"]) < int(files[healthy]["extraInfo"]["timestamp"])
+    # stopped by the protocol's signals, not by its bounds: every acknowledgement came, no watcher ended its rank
+    # (how long that took in seconds is the machine's load, so it is printed, not checked)
+    for log in logs:
+        assert "not every rank acknowledged" not in log and "ended by its failure watcher" not in log, log
     print(f"\nrank {failing} failed; both ranks exited {after_s:.1f} s after its report (whole seconds); "
           f"rank {healthy} logged: {cause}")
-    assert after_s < FAILURE_TIMEOUT_S
 
 
 def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_the_agreement(tmp_path: Path) -> None:
