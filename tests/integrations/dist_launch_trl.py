@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +15,12 @@ ROOT = HERE.parents[1]
 
 
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """The trainer tests' pick (below the kernel's ephemeral range, see `dist_launch.free_port`)."""
+    if str(ROOT / "tests" / "trainer") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests" / "trainer"))
+    from dist_launch import free_port
+
+    return free_port()
 
 
 def run_ranks(world_size: int, cmd: list[str], timeout: float) -> None:

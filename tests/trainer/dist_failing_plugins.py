@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from areal.trainer.ppo.advantage import OutcomeResult
@@ -28,13 +29,22 @@ def reward_failing_on_rank0(prompts, completions, **columns):
 
 
 _CALLS: list[int] = []
+#: how long rank 0 waits for its failure watch to learn of rank 1's failure (a bound: it learns within a poll)
+_LEARN_TIMEOUT_S = 120.0
 
 
-def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: int = 1, **columns):
+def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: int = 1, rank0: str = "free",
+                          **columns):
     """A reward function that, on rank 1 at its `at_call`-th call (0-based: step 1), exits hard or hangs.
 
     `how`: `exit` ends the process with os._exit(3) (no exception, no report, no error file);
     `hang` sleeps for an hour (a rank whose main thread never returns); `raise` raises.
+
+    `rank0` fixes the order of events on rank 0 at the same call (`free` leaves it to timing):
+    `boundary` waits until its failure watch has learnt of rank 1's failure and ignores the launcher's
+    SIGTERM, so its main thread stops at its next stage boundary; `sigterm` waits until it has learnt
+    of it and then until the launcher ends it (torchrun's SIGTERM once rank 1 has exited). A loaded
+    machine produces either order by chance.
     """
     _CALLS.append(len(completions))
     if os.environ.get("RANK") == "1" and len(_CALLS) - 1 == at_call:
@@ -43,4 +53,21 @@ def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: i
         if how == "hang":
             time.sleep(3600)
         raise RuntimeError("simulated reward-function failure on rank 1")
+    if os.environ.get("RANK") == "0" and len(_CALLS) - 1 == at_call and rank0 != "free":
+        if rank0 == "boundary":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _wait_until_the_watch_learns_of_a_peer_failure()
+        if rank0 == "sigterm":
+            time.sleep(_LEARN_TIMEOUT_S)
     return [0.0 for _ in completions]
+
+
+def _wait_until_the_watch_learns_of_a_peer_failure() -> None:
+    from areal.trainer.parallel import failures
+
+    deadline = time.monotonic() + _LEARN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        watch = failures._ACTIVE
+        if watch is not None and watch.peer_report is not None:
+            return
+        time.sleep(0.01)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import time
 from datetime import timedelta
 
@@ -399,9 +398,10 @@ def _rank_rows(rank: int) -> tuple[slice, list[int]]:
     return slice(start, start + sum(sizes)), sizes
 
 
-def _dist_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+def _dist_worker(rank: int, world: int, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    # a file rendezvous: no port to pick, so no other job can take it in between
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(out_dir, 'rendezvous')}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=60))
     try:
         x, mask = _dist_data()
@@ -421,18 +421,12 @@ def _dist_worker(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.timeout(240)
 def test_distributed_matches_single_process(tmp_path):
     import torch.multiprocessing as mp
 
     assert not dist.is_initialized()
-    ctx = mp.start_processes(_dist_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2,
+    ctx = mp.start_processes(_dist_worker, args=(2, str(tmp_path)), nprocs=2,
                              join=False, start_method="spawn")
     deadline = time.monotonic() + 180
     try:

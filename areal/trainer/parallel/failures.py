@@ -21,6 +21,9 @@ a rank gave up. The protocol, on keys under `areal/failure/<run id>/<restart>/`:
    next collective fails once the failing rank has exited; its next `stage()`
    raises `PeerFailure`). After that it ends the process: the bound where a
    collective does not notice a dead peer (nccl) or the main thread is stuck.
+   Which of the two stops the main thread depends on timing (where it is when
+   the watcher learns of the report); either way the rank ends with the same
+   `RankFailure`, only its "stopped because of it, ..." clause differs.
 3. The failing rank writes its error file, then waits (at most `timeout_s`)
    until every peer has acknowledged, so that the cause is in every log and
    error file before its exit tears the collectives down (and torchrun ends the
@@ -44,7 +47,10 @@ process-group timeout), and the rank that sees it is not at fault. So:
 6. A rank reporting a failure handles SIGTERM by finishing its line first
    (its main thread is in Python then); a rank that knows of no failure gets a
    few seconds to start reporting one (its collective may just have failed),
-   then ends; a rank that knows of a peer's failure ends at once.
+   then ends; a rank that knows of a peer's failure ends at once. A rank whose
+   report is done (line and error file written, watch closed) ends with status
+   1 at SIGTERM, so torchrun's summary shows the failing rank's own status even
+   when a faster peer ended first.
 
 Every rank therefore ends with a `RankFailure` whose message names the failing
 rank, the stage, the cause and where it was raised; `areal.trainer.main` writes
@@ -116,6 +122,7 @@ class RankFailure(RuntimeError):
     def __init__(self, report: FailureReport, rank: int, how: str | None = None) -> None:
         self.report = report
         self.rank = rank
+        self.how = how
         message = report.describe()
         if how is not None and rank not in report.ranks:
             message += f"; rank {rank} stopped because of it, {how}"
@@ -123,7 +130,13 @@ class RankFailure(RuntimeError):
 
 
 class PeerFailure(RankFailure):
-    """Raised at a stage boundary on a healthy rank once a peer's failure is known."""
+    """Raised at a stage boundary on a healthy rank once a peer's failure is known.
+
+    It only unwinds the rank's work: `FailureWatch.fail` turns it into the plain
+    `RankFailure` the rank ends with, so a rank's last line and error file read
+    the same whether it stopped at a stage boundary or in a collective (which of
+    the two comes first is a matter of timing).
+    """
 
 
 def _innermost(exc: BaseException) -> BaseException:
@@ -240,6 +253,14 @@ def write_error_file(failure: RankFailure) -> None:
     os.replace(tmp, path)
 
 
+def _exit_reported(signum: int, frame: Any) -> None:
+    """SIGTERM after this rank's failure is reported (line, error file): end with the failure's status."""
+    with contextlib.suppress(Exception):  # the handler may interrupt a write in progress
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(1)
+
+
 def _store_prefix(env: dict[str, str] | os._Environ) -> str:
     """Keys of this job attempt: torchrun's run id and restart count (a restarted job starts clean)."""
     return f"areal/failure/{env.get('TORCHELASTIC_RUN_ID', 'local')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
@@ -305,10 +326,16 @@ class FailureWatch:
             _ACTIVE = None
 
     def close(self) -> None:
-        """Stop watching (a finished or failed rank); no exit is forced afterwards."""
+        """Stop watching (a finished or failed rank); no exit is forced afterwards.
+
+        A rank that reported a failure keeps its exit status: the launcher's
+        SIGTERM (sent once another rank has ended, which may be before this one
+        is through its exit) then ends it with status 1 rather than killing it
+        by the signal, so torchrun's summary shows the failing rank's own status.
+        """
         self._stop_watching()
         if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            signal.signal(signal.SIGTERM, _exit_reported if self._failing else self._previous_sigterm)
             self._previous_sigterm = None
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -541,7 +568,11 @@ class FailureWatch:
         self._failing = True
         if isinstance(exc, RankFailure):  # stopped at a stage boundary: the root cause is known already
             self._stop_watching()
-            return exc
+            if type(exc) is RankFailure:
+                return exc
+            failure = RankFailure(exc.report, exc.rank, exc.how)  # the same type whichever way the rank stopped
+            failure.__cause__ = exc
+            return failure
         root = self.publish(exc, None if self.peer_report is not None else self.diagnose(exc))
         own = f"{type(exc).__name__}: {exc}"
         if getattr(exc, "failed_error", None) == root.error:  # a CallFailure: the ranks agreed on it

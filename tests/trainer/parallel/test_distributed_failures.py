@@ -9,9 +9,12 @@ CPU), with each rank's output in its own log file (`--log-dir ... --redirects 3`
 * a reward-function plugin (`reward: [{implementation: ...}]`) raising on rank 0 only
   (tests/trainer/dist_failing_plugins.py);
 * a reward function on rank 1 at step 1 that raises, ends its process with `os._exit(3)`, or hangs,
-  each 5 times (where in a whole second the failure falls decided torchrun's root cause before).
+  each 5 times (where in a whole second the failure falls decided torchrun's root cause before); two of
+  the raising runs fix the order in which rank 0 stops (at its stage boundary, or ended by torchrun's
+  SIGTERM), which otherwise depends on the machine's load.
 
-Checked: both ranks exit 1 soon after the failure; torchrun's summary names the failing rank as the
+Checked: both ranks exit 1 soon after the failure (on the protocol's signals: no wait runs into its
+bound); torchrun's summary names the failing rank as the
 root cause, with the stage, the plugin/function and the cause; every surviving rank's last line names
 them too, and the healthy rank never names itself; the failing rank's log has the traceback. Every job
 runs under a subprocess timeout.
@@ -66,14 +69,17 @@ def _check(code: int, summary: str, logs: list[str], files: list[dict], after_s:
     assert f"RankFailure: {cause}" in root, root
     for rank, log in enumerate(logs):
         assert f"error: {cause}" in log, (rank, log)
-        assert f"Failure: {cause}" in files[rank]["message"]  # RankFailure, or PeerFailure at a stage boundary
+        assert f"RankFailure: {cause}" in files[rank]["message"]  # also where a rank stopped at a stage boundary
     if watcher:  # the healthy rank learnt it from its failure watcher (not from an agreed call)
         assert f"[areal] rank {healthy}: stopping because {cause}" in logs[healthy]
     assert "Traceback (most recent call last)" in logs[failing]
     assert int(files[failing]["extraInfo"]["timestamp"]) < int(files[healthy]["extraInfo"]["timestamp"])
+    # stopped by the protocol's signals, not by its bounds: every acknowledgement came, no watcher ended its rank
+    # (how long that took in seconds is the machine's load, so it is printed, not checked)
+    for log in logs:
+        assert "not every rank acknowledged" not in log and "ended by its failure watcher" not in log, log
     print(f"\nrank {failing} failed; both ranks exited {after_s:.1f} s after its report (whole seconds); "
           f"rank {healthy} logged: {cause}")
-    assert after_s < FAILURE_TIMEOUT_S
 
 
 def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_the_agreement(tmp_path: Path) -> None:
@@ -121,14 +127,21 @@ FAULTS = {  # how rank 1 fails -> (its exit code, what every report says)
 }
 
 
-def _launch_fault(tmp_path: Path, how: str) -> tuple[int, str, list[list[str]], list[dict | None]]:
+#: rank 0's last line: said by its main thread, or by its SIGTERM handler when torchrun ends it first
+#: (it knows of the failure then, and a rank that knows ends at once: see areal.trainer.parallel.failures)
+RANK0_LINE = {"boundary": ("error: ", "; rank 0 stopped because of it, at its next stage boundary"),
+              "sigterm": ("[areal] rank 0: error: ", "; rank 0 stopped because of it, ended by its launcher (SIGTERM)")}
+
+
+def _launch_fault(tmp_path: Path, how: str, rank0: str = "free") -> tuple[int, str, list[list[str]], list[dict | None]]:
     """(exit code, torchrun's stderr, each rank's non-empty stderr lines, each rank's error file or None)."""
     logs = tmp_path / "logs"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--log-dir",
            str(logs), "--redirects", "3", "-m", "areal.trainer.main", "--config",
            str(ROOT / "examples" / "grpo_arith.yaml"), *TINY, f"train.dist_timeout_s={HANG_TIMEOUT_S}",
            f"output.dir={tmp_path / 'out'}",
-           f"reward=[{{implementation: dist_failing_plugins.reward_dying_on_rank1, kwargs: {{how: {how}}}}}]"]
+           f"reward=[{{implementation: dist_failing_plugins.reward_dying_on_rank1, kwargs: {{how: {how}, "
+           f"rank0: {rank0}}}}}]"]
     [(code, _, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     [attempt] = list(logs.glob("*/attempt_0"))
     lines = [[x for x in (attempt / str(r) / "stderr.log").read_text().splitlines() if x.strip()] for r in range(2)]
@@ -137,17 +150,29 @@ def _launch_fault(tmp_path: Path, how: str) -> tuple[int, str, list[list[str]], 
     return code, err, lines, files
 
 
-@pytest.mark.parametrize("attempt", range(5))  # the root cause used to depend on where in a second rank 1 died
-@pytest.mark.parametrize("how", list(FAULTS))
-def test_the_failing_rank_is_named_by_every_rank_and_by_torchrun(tmp_path: Path, how: str, attempt: int) -> None:
+#: 5 runs per fault (the root cause used to depend on where in a second rank 1 died). When rank 1 raises,
+#: rank 0 stops in its collective, at its next stage boundary or by torchrun's SIGTERM, whichever comes
+#: first on the machine at the time; two of the runs fix that order (`rank0` of dist_failing_plugins).
+RUNS = [*[(how, "free") for how in ("exit", "hang") for _ in range(5)], *[("raise", "free")] * 3,
+        ("raise", "boundary"), ("raise", "sigterm")]
+
+
+@pytest.mark.parametrize(("how", "rank0"), RUNS, ids=[f"{how}-{i % 5}-{rank0}" for i, (how, rank0) in enumerate(RUNS)])
+def test_the_failing_rank_is_named_by_every_rank_and_by_torchrun(tmp_path: Path, how: str, rank0: str) -> None:
     exit_code, cause = FAULTS[how]
-    code, summary, lines, files = _launch_fault(tmp_path, how)
+    code, summary, lines, files = _launch_fault(tmp_path, how, rank0)
     assert code == 1, summary[-3000:]
     root = _root_cause(summary)
     assert "rank      : 1 (local_rank: 1)" in root and f"exitcode  : {exit_code} " in root, root
     if how != "exit":  # a hard exit leaves no error file: torchrun shows its exit code
         assert f"RankFailure: {cause}" in root, root
-    assert lines[0][-1].startswith(f"error: {cause}"), lines[0][-3:]
+    if rank0 != "free":
+        head, tail = RANK0_LINE[rank0]
+        assert lines[0][-1].startswith(f"{head}{cause}") and lines[0][-1].endswith(tail), lines[0][-3:]
+    elif how == "raise":  # rank 0 knows of the failure before it stops: its main thread or its handler says so
+        assert re.match(rf"(\[areal\] rank 0: )?error: {re.escape(cause)}", lines[0][-1]), lines[0][-3:]
+    else:  # rank 0 reports for the gone or silent peer: a reporting rank finishes its line before SIGTERM ends it
+        assert lines[0][-1].startswith(f"error: {cause}"), lines[0][-3:]
     assert "rank 0 stopped because of it" in lines[0][-1] and "rank 0 failed" not in "\n".join(lines[0])
     if how == "hang":
         assert lines[1][-1].startswith(f"[areal] rank 1: error: {cause}"), lines[1][-3:]
@@ -156,6 +181,7 @@ def test_the_failing_rank_is_named_by_every_rank_and_by_torchrun(tmp_path: Path,
         assert lines[1][-1].startswith(f"error: {cause}"), lines[1][-3:]
     else:
         assert lines[1] == [] and files[1] is None  # os._exit: nothing runs after it
-    assert files[0] is not None and files[0]["message"].startswith(f"RankFailure: {cause}")
+    # the same type on every path (a `PeerFailure` at a stage boundary ends as the `RankFailure` it is)
+    assert files[0] is not None and files[0]["message"].startswith(f"RankFailure: {cause}"), files[0]["message"]
     if files[1] is not None:  # torchrun picks the smallest timestamp: the failing rank's
         assert int(files[1]["extraInfo"]["timestamp"]) < int(files[0]["extraInfo"]["timestamp"])
