@@ -48,32 +48,50 @@ def stage_rows(config: Any, actor: Any, parts: Any) -> list[tuple[str, str, str]
 
 
 @functools.cache
-def _preset_settings(name: str) -> tuple[tuple[str, str, Any], ...]:
-    """(section, key, resolved value) for every `section.key` the preset's own file sets (not its defaults),
-    and `critic.enabled` always: with or without a critic is part of every algorithm."""
+def _preset_keys(name: str) -> frozenset[tuple[str, str]]:
+    """Every `section.key` the preset's own file sets, and those of the presets it builds on (not the default run)."""
     import yaml
 
-    from areal.api.cli_args import load_config
-    from areal.api.presets import preset_path
+    from areal.api.presets import DEFAULT_RUN, preset_path
 
     raw = yaml.safe_load(preset_path(name).read_text(encoding="utf-8")) or {}
-    cfg = load_config(f"preset:{name}")
     keys = {(section, key) for section, body in raw.items() if isinstance(body, dict) for key in body}
+    for parent in raw.get("defaults") or []:
+        if isinstance(parent, str) and parent.startswith("preset:") and parent[len("preset:"):] != DEFAULT_RUN:
+            keys |= _preset_keys(parent[len("preset:"):])
+    return frozenset(keys)
+
+
+@functools.cache
+def _preset_settings(name: str) -> tuple[tuple[str, str, Any], ...]:
+    """(section, key, resolved value) for every `section.key` the preset sets (itself or through the presets it
+    builds on), and `critic.enabled` always: with or without a critic is part of every algorithm."""
+    from areal.api.cli_args import load_config
+
+    cfg = load_config(f"preset:{name}")
     return tuple(
-        (section, key, getattr(getattr(cfg, section), key)) for section, key in sorted(keys | {("critic", "enabled")})
+        (section, key, getattr(getattr(cfg, section), key))
+        for section, key in sorted(_preset_keys(name) | {("critic", "enabled")})
     )
 
 
 def matching_presets(config: Any) -> list[str]:
-    """The estimator presets (every preset but the default run) whose every setting `config` has too."""
+    """The estimator presets (every preset but the default run) whose every setting `config` has too, the most
+    specific only: a config of a preset that builds on another (grpo_filter_zero_advantage on grpo) names that one."""
     from areal.api.presets import DEFAULT_RUN, preset_names
 
-    found = []
+    found: dict[str, tuple[tuple[str, str, Any], ...]] = {}
     for name in preset_names():
         settings = _preset_settings(name) if name != DEFAULT_RUN else ()
         if settings and all(getattr(getattr(config, s), k, object()) == v for s, k, v in settings):
-            found.append(name)
-    return found
+            found[name] = settings
+    # the most specific: a preset that another match extends (its settings a strict subset) is left out
+    return [name for name, own in found.items() if not any(_extends(other, own) for other in found.values())]
+
+
+def _extends(other: tuple[tuple[str, str, Any], ...], own: tuple[tuple[str, str, Any], ...]) -> bool:
+    """Whether `other` sets everything `own` sets, to the same values, and more."""
+    return len(other) > len(own) and all(item in other for item in own)
 
 
 def start_block(config: Any, actor: Any, parts: Any, *, num_threads: int, device: Any, world_size: int) -> str:
