@@ -1,0 +1,157 @@
+"""Tables, verdicts, decision table and figure of bench/estimator_suite.py, built from its result rows only.
+
+Everything here is a function of the rows (and the task table), with a fixed
+bootstrap seed, so the docs block regenerated from the committed results file
+is byte for byte the committed one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from suite_definitions import TASKS
+from suite_stats import Estimate, bootstrap_mean, paired_difference
+
+BASELINE = "grpo"
+DOC_BEGIN, DOC_END = "<!-- estimator_suite:begin -->", "<!-- estimator_suite:end -->"
+COMMAND = ".venv/bin/python bench/estimator_suite.py --report --write-docs"
+
+
+def by_estimator(rows: list[dict[str, Any]], task: str) -> dict[str, dict[int, dict[str, Any]]]:
+    """{estimator: {seed: row}} of one task, in the task's estimator order (the newest row of a seed wins)."""
+    found: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for row in rows:
+        if row["task"] == task:
+            found[row["estimator"]][row["seed"]] = row
+    order = list(TASKS[task].estimators) if task in TASKS else []
+    return {name: found[name] for name in sorted(found, key=lambda n: (order.index(n) if n in order else 99, n))}
+
+
+def fmt(e: Estimate, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return f"{e.mean:{sign}.3f} [{e.low:{sign}.3f}, {e.high:{sign}.3f}]"
+
+
+def task_stats(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[str, Estimate | None]]:
+    """Per estimator: final success, AUC (means with CIs) and their paired differences to GRPO."""
+    base = runs.get(BASELINE, {})
+    out = {}
+    for name, seeds in runs.items():
+        final = {s: r["final_success"] for s, r in seeds.items()}
+        area = {s: r["auc"] for s, r in seeds.items()}
+        paired = name != BASELINE and bool(set(seeds) & set(base))
+        out[name] = {
+            "final": bootstrap_mean(list(final.values())), "auc": bootstrap_mean(list(area.values())),
+            "d_final": paired_difference(final, {s: r["final_success"] for s, r in base.items()}) if paired else None,
+            "d_auc": paired_difference(area, {s: r["auc"] for s, r in base.items()}) if paired else None,
+        }
+    return out
+
+
+def table(task: str, runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    stats = task_stats(runs)
+    lines = ["| estimator | seeds | final success [95 % CI] | AUC [95 % CI] | final − GRPO (paired) [CI] | "
+             "AUC − GRPO (paired) [CI] | s / run |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, seeds in runs.items():
+        s = stats[name]
+        seconds = statistics.fmean(r["wall_s"] for r in seeds.values())
+        lines.append(f"| {name} | {len(seeds)} | {fmt(s['final'])} | {fmt(s['auc'])} | "
+                     f"{fmt(s['d_final'], True) if s['d_final'] else '—'} | "
+                     f"{fmt(s['d_auc'], True) if s['d_auc'] else '—'} | {seconds:.1f} |")
+    return "\n".join(lines)
+
+
+def verdict(runs: dict[str, dict[int, dict[str, Any]]]) -> tuple[str, str]:
+    """(plain-words verdict on final success, the estimator to use) from the paired differences to GRPO.
+
+    The best estimator is the one with the largest mean paired difference in
+    final success. If its CI excludes 0 it beats GRPO; if every other
+    estimator's CI lies below 0, GRPO beats them all; otherwise no difference
+    larger than the widest bound of the best estimator's CI is supported.
+    """
+    stats = {n: s for n, s in task_stats(runs).items() if s["d_final"] is not None}
+    if not stats:
+        return "no paired runs against GRPO yet", BASELINE
+    best = max(stats, key=lambda n: stats[n]["d_final"].mean)
+    d = stats[best]["d_final"]
+    if d.low > 0:
+        return (f"{best} beats GRPO by {d.mean:+.3f} final success, CI [{d.low:+.3f}, {d.high:+.3f}] "
+                f"({d.n} paired seeds)"), best
+    if all(s["d_final"].high < 0 for s in stats.values()):
+        return (f"GRPO beats every other estimator; the closest, {best}, by {-d.mean:.3f}, "
+                f"CI of its difference [{d.low:+.3f}, {d.high:+.3f}]"), BASELINE
+    width = max(abs(d.low), abs(d.high))
+    return (f"no difference larger than ±{width:.3f} in final success between the best estimator ({best}, "
+            f"{d.mean:+.3f}, CI [{d.low:+.3f}, {d.high:+.3f}], half-width {d.half_width:.3f}) and GRPO"), BASELINE
+
+
+def report_text(rows: list[dict[str, Any]], tasks: list[str], figure: str | None = None) -> str:
+    """Markdown: per task its reason, table and verdict; then the decision table."""
+    parts, decisions = [], []
+    for task in tasks:
+        runs = by_estimator(rows, task)
+        if not runs:
+            continue
+        spec = TASKS[task]
+        steps = sorted({r["steps"] for seeds in runs.values() for r in seeds.values()})
+        text, choice = verdict(runs)
+        parts.append(f"#### `{task}`: {spec.situation}\n\nWhy estimators should differ: {spec.reason}. "
+                     f"{'/'.join(map(str, steps))} updates, held-out greedy success on 32 prompts.\n\n"
+                     f"{table(task, runs)}\n\n**Verdict:** {text}.\n")
+        decisions.append(f"| {spec.situation} | {choice} | {text} |")
+    if figure:
+        parts.insert(0, f"![Held-out success per update, mean over seeds]({figure})\n")
+    parts.append("#### Decision table\n\n| situation | use | measured |\n| --- | --- | --- |\n" + "\n".join(decisions))
+    return "\n".join(parts)
+
+
+def write_figure(rows: list[dict[str, Any]], tasks: list[str], path: Path) -> None:
+    """One panel per task: each estimator's mean held-out success curve over its seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    shown = [t for t in tasks if by_estimator(rows, t)]
+    fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(4.2 * max(len(shown), 1), 3.4), squeeze=False)
+    for ax, task in zip(axes[0], shown):
+        for name, seeds in by_estimator(rows, task).items():
+            curves = [r["curve"] for r in seeds.values()]
+            updates = [p[0] for p in curves[0]]
+            mean = np.mean([[p[1] for p in c] for c in curves if len(c) == len(updates)], axis=0)
+            ax.plot(updates, mean, label=name, lw=2.2 if name == BASELINE else 1.2,
+                    color="black" if name == BASELINE else None)
+        ax.set_title(task)
+        ax.set_xlabel("updates")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("held-out success (mean over seeds)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+
+
+def docs_block(rows: list[dict[str, Any]], tasks: list[str], figure: str) -> str:
+    n = len(rows)
+    return (f"{DOC_BEGIN}\n<!-- generated by `{COMMAND}` from bench/results/estimator_suite.jsonl "
+            f"({n} runs); do not edit by hand -->\n\n{report_text(rows, tasks, figure)}\n{DOC_END}")
+
+
+def write_docs(rows: list[dict[str, Any]], tasks: list[str], doc: Path, figure: Path) -> None:
+    """Replace the block of `doc` between DOC_BEGIN and DOC_END with the one the rows give."""
+    text = doc.read_text(encoding="utf-8")
+    if DOC_BEGIN not in text or DOC_END not in text:
+        raise SystemExit(f"--doc: {doc} has no {DOC_BEGIN} ... {DOC_END} block to replace")
+    head, rest = text.split(DOC_BEGIN, 1)
+    _, tail = rest.split(DOC_END, 1)
+    try:
+        shown = figure.resolve().relative_to(doc.resolve().parent).as_posix()
+    except ValueError:
+        shown = figure.as_posix()
+    doc.write_text(head + docs_block(rows, tasks, shown) + tail, encoding="utf-8")
