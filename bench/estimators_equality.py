@@ -7,8 +7,8 @@ Usage (needs the test set-up: verl for the GDPO comparison):
 For every method: random batches like the tests' (variable group sizes, ragged
 multi-turn rows, recurring prompts and anchor states, one row per episode and one
 row per turn), our pipeline output against the plain-loop reference of
-tests/trainer/ppo/estimators_reference.py (and, for GDPO, the real verl 0.9.1
-`compute_gdpo_outcome_advantage`); prints the largest |ours - reference| over
+tests/trainer/ppo/estimators_reference.py or peer_reference.py (and, for GDPO, the
+real verl 0.9.1 `compute_gdpo_outcome_advantage`); prints the largest |ours - reference| over
 every compared value, and how many cases were skipped (whitening eps range).
 """
 
@@ -57,6 +57,32 @@ def gdpo_verl(cases: int) -> tuple[float, int]:
         theirs = tv.verl_gdpo(batch, scores, list(tv.KEYS[:k]), None)
         worst = max(worst, float(((tv.ours(batch, scores, []).double() - theirs.double()) * mask).abs().max()))
     return worst, skipped
+
+
+def maxrl(cases: int) -> tuple[float, float]:
+    """The MaxRL preset vs SkyRL's definition, groups of 1-8 (singletons included).
+
+    Returns the max |ours - reference| over 0/1-reward batches, and over
+    Gaussian-reward batches the max |ours - reference| / max(1, |reference|):
+    there a group mean near 0 makes the advantage large (float32 output).
+    """
+    actor = PPOActor(load_config(PRESETS / "maxrl.yaml").actor)
+    worst_binary, worst_relative = 0.0, 0.0
+    for seed in range(cases):
+        rng = random.Random(seed)
+        binary = seed % 2 == 0
+        groups = ref.make_peer_groups(seed, _sizes(rng, 1), binary=binary)
+        resp = ref.responses(*concat_batch(groups))
+        out = actor.compute_advantages(groups)["advantages"].double()
+        for b, value in enumerate(ref.maxrl(resp.scores, resp.index)):
+            if not resp.actions[b]:
+                continue
+            diff = float((out[b, resp.actions[b]] - value).abs().max())
+            if binary:
+                worst_binary = max(worst_binary, diff)
+            else:
+                worst_relative = max(worst_relative, diff / max(1.0, abs(value)))
+    return worst_binary, worst_relative
 
 
 def _krpo(cases: int, carry_over: bool) -> float:
@@ -177,7 +203,10 @@ def main() -> None:
     torch.set_num_threads(1)
     n = args.cases
     gdpo_worst, gdpo_skipped = gdpo_verl(n)
+    maxrl_binary, maxrl_relative = maxrl(n)
     rows = [
+        ("MaxRL preset vs SkyRL 0.3.0 compute_maxrl_advantage, 0/1 rewards", maxrl_binary, ""),
+        ("MaxRL preset vs SkyRL 0.3.0, Gaussian rewards (|diff| / max(1, |ref|))", maxrl_relative, ""),
         ("GDPO preset vs verl 0.9.1 compute_gdpo_outcome_advantage", gdpo_worst, f"{gdpo_skipped} skipped"),
         ("KRPO (carry_over: false) vs the authors' group_advantages", _krpo(n, False), ""),
         ("KRPO (carry_over: true) vs persistent per-prompt filters, 3 steps", _krpo(n // 2, True), ""),

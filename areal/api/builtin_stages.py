@@ -17,14 +17,15 @@ CORE_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
 
 #: Peer-algorithm stage functions (areal.trainer.ppo.estimators.peer_algorithms), by stage.
 PEER_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
-    "outcome_reward_shaping": ("opo", "gpg", "passk", "remax"),
+    "outcome_reward_shaping": ("opo", "gpg", "passk", "remax", "maxrl"),
     "estimator": ("reinforce_return", "turn_reinforce_return"),
 }
 
-#: Multi-reward, stateful, step-level and entropy stages (GDPO, KRPO, SPO, GiGPO, MT-GRPO, entropy shaping).
+#: Multi-reward, stateful, step-level, token-baseline and entropy stages (GDPO, KRPO, SPO, GiGPO, MT-GRPO, OTB,
+#: entropy shaping).
 EXTENDED_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "outcome_reward_shaping": ("gdpo", "krpo", "spo"),
-    "estimator": ("gigpo", "mt_grpo"),
+    "estimator": ("gigpo", "mt_grpo", "optimal_token_baseline", "tir_optimal_token_baseline"),
     "process_adv_shaping": ("entropy_advantage",),
 }
 

@@ -39,8 +39,9 @@ class ResponseBatch:
     `lengths` is each response's length in positions (generated and environment
     tokens, before right padding); by default it ends at the last generated token.
     `values` and `ref_logprobs` are stored at the token they are about (already
-    next-token aligned in the pipeline's sense); `logprobs`, `token_rewards` and
-    `turn_ids` belong to the token at their position.
+    next-token aligned in the pipeline's sense); `logprobs`, `token_rewards`,
+    `turn_ids`, `sum_pi_squared` and `rollout_is_weights` belong to the token at
+    their position.
     """
 
     response_mask: torch.Tensor  # [B, R] 1 at generated tokens
@@ -54,6 +55,8 @@ class ResponseBatch:
     turn_ids: torch.Tensor | None = None  # [B, R] long, -1 off generated tokens
     is_truncated: torch.Tensor | None = None  # [B] bool
     reward_baselines: torch.Tensor | None = None  # [B]
+    sum_pi_squared: torch.Tensor | None = None  # [B, R] Σπ² of the distribution that sampled each token
+    rollout_is_weights: torch.Tensor | None = None  # [B, R] per-token rollout importance weights
     names: tuple[tuple[str, str], ...] = ()
 
     def name(self, field: str) -> str:
@@ -109,7 +112,8 @@ def _check(batch: ResponseBatch) -> tuple[int, int]:
         shape = tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__
         raise LayoutError(f"{batch.name('response_mask')}: expected a non-empty [B, R] tensor, got {shape}")
     B, R = mask.shape
-    for field in ("values", "logprobs", "ref_logprobs", "token_rewards", "turn_ids"):
+    for field in ("values", "logprobs", "ref_logprobs", "token_rewards", "turn_ids", "sum_pi_squared",
+                  "rollout_is_weights"):
         _check_shape(batch, field, getattr(batch, field), (B, R))
     for field in ("rewards", "lengths", "is_truncated", "reward_baselines"):
         _check_shape(batch, field, getattr(batch, field), (B,))
@@ -166,8 +170,10 @@ def to_pipeline(batch: ResponseBatch) -> PipelineBatch:
         data["values"] = _append(batch.values.to(torch.float32), 0.0)
     if batch.ref_logprobs is not None:
         data["ref_logp"] = _append(batch.ref_logprobs.to(torch.float32), 0.0)
-    if batch.token_rewards is not None:
-        data["token_rewards"] = _prepend(batch.token_rewards.to(torch.float32), 0.0)
+    for field in ("token_rewards", "sum_pi_squared", "rollout_is_weights"):  # per token, at the token
+        value = getattr(batch, field)
+        if value is not None:
+            data[field] = _prepend(value.to(torch.float32), 0.0)
     if batch.reward_baselines is not None:
         data["reward_baselines"] = batch.reward_baselines.to(device=device, dtype=torch.float32)
     if order is not None:

@@ -229,3 +229,61 @@ def test_trls_losses_take_the_token_level_advantages_unchanged(model_dir, tmp_pa
                 token = trainer._compute_loss(trainer.model, {**inputs, "advantages": inputs["advantages"]})
                 row = trainer._compute_loss(trainer.model, {**inputs, "advantages": per_row})
             assert torch.isfinite(token) and abs(float(token) - float(row)) <= 1e-6, (loss_type, level)
+
+
+# ---------------------------------------------------------------------------
+# The optimal token baseline: log-probs and Σπ² from one extra forward pass
+# ---------------------------------------------------------------------------
+
+
+def test_completion_token_stats_equal_a_plain_softmax(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from areal.integrations.trl.token_stats import completion_token_stats
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    gen = torch.Generator().manual_seed(0)
+    prompt, completion = torch.randint(3, 10, (3, 4), generator=gen), torch.randint(3, 10, (3, 5), generator=gen)
+    prompt_mask, completion_mask = torch.ones(3, 4, dtype=torch.long), torch.ones(3, 5, dtype=torch.long)
+    prompt_mask[0, :2] = 0  # left-padded prompt, as TRL pads prompts
+    completion_mask[1, 3:] = 0
+    logp, spp = completion_token_stats(model, prompt, prompt_mask, completion, completion_mask, 0.7)
+    with torch.no_grad():
+        logits = model(input_ids=torch.cat([prompt, completion], 1),
+                       attention_mask=torch.cat([prompt_mask, completion_mask], 1)).logits.double() / 0.7
+    for b in range(3):
+        for j in range(5):
+            p = torch.softmax(logits[b, 3 + j], dim=-1)
+            want_logp = float(p[completion[b, j]].log()) if completion_mask[b, j] else 0.0
+            want_spp = sum(float(x) ** 2 for x in p) if completion_mask[b, j] else 0.0
+            assert abs(float(logp[b, j]) - want_logp) <= 1e-5 and abs(float(spp[b, j]) - want_spp) <= 1e-6
+
+
+@pytest.mark.parametrize("name", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_otb_presets_through_trl_equal_verls_function_on_the_gathered_batch(model_dir, tmp_path, name):
+    """The trainer adds the completions' log-probs and Σπ²; the advantages are verl's OTB of that batch."""
+    from verl.trainer.ppo import core_algos
+
+    trainer = ts.make_trainer(model_dir, tmp_path, str(PRESETS / f"{name}.yaml"))
+    assert trainer.areal_reads_sum_pi_squared
+    trainer.train()
+    for record in trainer.records:
+        g = record["gathered"]
+        mask = g.loss_mask
+        assert g.logprobs is not None and g.sum_pi_squared is not None
+        pi = g.logprobs.exp()
+        assert bool(((g.sum_pi_squared >= pi**2 - 1e-5) | (mask == 0)).all())
+        keep = ~torch.isnan(g.rewards)  # an unscorable completion is left out of its group (advantage 0)
+        assert bool((record["ours"][~keep] == 0).all())
+        mask = mask[keep]
+        rewards = torch.zeros_like(mask)
+        last = (mask * torch.arange(1, mask.shape[1] + 1)).argmax(dim=1)
+        rewards[torch.arange(mask.shape[0]), last] = g.rewards[keep]
+        index = (keep.nonzero()[:, 0] // g.num_generations).numpy()
+        theirs, _ = core_algos.get_adv_estimator_fn(name)(
+            token_level_rewards=rewards, response_mask=mask, index=index, old_log_probs=g.logprobs[keep],
+            sum_pi_squared=g.sum_pi_squared[keep], rollout_is_weights=None)
+        assert masked_max(record["ours"][keep], theirs, mask) <= 1e-5
+        assert float((record["ours"][keep] * mask).abs().max()) > 0
+    grpo = ts.make_trainer(model_dir, tmp_path / "grpo", str(PRESETS / "grpo.yaml"))
+    assert not grpo.areal_reads_sum_pi_squared  # no extra forward for estimators that do not read it

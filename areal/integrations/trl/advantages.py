@@ -39,6 +39,8 @@ class GatheredRollouts:
     is_truncated: torch.Tensor  # [N] bool: no EOS at the end
     num_generations: int
     token_rewards: torch.Tensor | None = None  # [N, C] per-token process rewards
+    logprobs: torch.Tensor | None = None  # [N, C] the sampling policy's log-probs (when a stage reads Σπ²)
+    sum_pi_squared: torch.Tensor | None = None  # [N, C] Σπ² of each token's next-token distribution
 
 
 def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -80,8 +82,11 @@ def group_advantages(actor: Any, rollouts: GatheredRollouts) -> torch.Tensor:
         lengths=select(rollouts.lengths),
         is_truncated=select(rollouts.is_truncated),
         token_rewards=select(rollouts.token_rewards),
+        logprobs=select(rollouts.logprobs),
+        sum_pi_squared=select(rollouts.sum_pi_squared),
         names=(("response_mask", "completion_mask"), ("rewards", "rewards"), ("lengths", "completion lengths"),
-               ("token_rewards", "token_reward_func output")),
+               ("token_rewards", "token_reward_func output"), ("logprobs", "completion log-probs"),
+               ("sum_pi_squared", "completion sum_pi_squared")),
     )
     with torch.no_grad(), single_process_collectives():
         advantages, _ = response_advantages(actor, batch)

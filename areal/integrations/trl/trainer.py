@@ -6,7 +6,9 @@ lets TRL generate and score as usual, captures what the advantages need where
 TRL exposes it (`_calculate_rewards`: gathered rewards, per-completion ids), and
 replaces `advantages` in the batch TRL returns. TRL's loss takes [B, T]
 advantages, so token-level estimators and process rewards reach it unchanged;
-its loss options (`loss_type`, clipping, `beta`) stay TRL's.
+its loss options (`loss_type`, clipping, `beta`) stay TRL's. When a configured
+stage reads `sum_pi_squared` (the optimal token baseline), one extra forward pass
+gives the completions' log-probs and Σπ² (`token_stats`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from trl import GRPOTrainer
 from areal.api.cli_args import ConfigError
 from areal.integrations.config import PipelineSpec, load_pipeline
 from areal.integrations.trl.advantages import GatheredRollouts, group_advantages, process_rows, weighted_rewards
+from areal.integrations.trl.token_stats import completion_token_stats
 from areal.trainer.ppo.actor import PPOActor
+from areal.trainer.ppo.checks.aux_fields import SUM_PI_SQUARED, declared_fields
 
 __all__ = ["AReaLGRPOTrainer", "TokenRewardFunc"]
 
@@ -75,6 +79,9 @@ class AReaLGRPOTrainer(GRPOTrainer):
                            self.scale_rewards, spec.source)
         self.areal_spec = spec
         self.areal_actor = PPOActor(spec.actor)  # resolves the plugins in every process (they agree on failure)
+        resolved = self.areal_actor.resolved
+        self.areal_reads_sum_pi_squared = any(SUM_PI_SQUARED in declared_fields(s.fn) for s in (
+            resolved.outcome, resolved.estimator, resolved.process) if s is not None)
         self.token_reward_func = token_reward_func
         self._areal_local: dict[str, torch.Tensor | None] | None = None
 
@@ -126,6 +133,10 @@ class AReaLGRPOTrainer(GRPOTrainer):
         mask = output["completion_mask"]
         if output.get("tool_mask") is not None:
             mask = mask * output["tool_mask"]
+        if self.areal_reads_sum_pi_squared:
+            local["logprobs"], local["sum_pi_squared"] = completion_token_stats(
+                self.model, output["prompt_ids"], output["prompt_mask"], output["completion_ids"],
+                output["completion_mask"], self.temperature)
         gathered = self._gather_rollouts(local, mask.to(torch.float32))
         advantages = group_advantages(self.areal_actor, gathered)
         n_local, width = mask.shape
@@ -141,6 +152,10 @@ class AReaLGRPOTrainer(GRPOTrainer):
             width = min(mask.shape[1], token_rewards.shape[1])
             padded[:, :width] = token_rewards[:, :width]
             token_rewards = acc.gather(acc.pad_across_processes(padded, dim=1))
+        per_token = {}
+        for key in ("logprobs", "sum_pi_squared"):
+            if local.get(key) is not None:
+                per_token[key] = acc.gather(acc.pad_across_processes(local[key].to(torch.float32), dim=1))
         mode = "train" if self.model.training else "eval"
         return GatheredRollouts(
             rewards=weighted_rewards(local["rewards_per_func"], self.reward_weights),
@@ -149,6 +164,7 @@ class AReaLGRPOTrainer(GRPOTrainer):
             is_truncated=acc.gather(local["is_truncated"]),
             num_generations=self.num_generations if mode == "train" else self.num_generations_eval,
             token_rewards=token_rewards,
+            **per_token,
         )
 
     def _log_advantages(self, advantages: torch.Tensor, mask: torch.Tensor) -> None:

@@ -2,8 +2,9 @@
 
 verl's registry call gives an estimator rewards, mask and uid only. Critic GAE
 (`values`), the pipeline's KL reward (`old_log_probs`, `ref_log_prob`), explicit
-turns (`turn_ids`), process rewards (`token_rewards`) and truncation flags
-(`is_truncated`) live in the DataProto, so this wrapper reads them there. It has
+turns (`turn_ids`), process rewards (`token_rewards`), truncation flags
+(`is_truncated`) and the optimal token baseline's `sum_pi_squared` and
+`rollout_is_weights` live in the DataProto, so this wrapper reads them there. It has
 verl's signature and delegates every estimator other than `areal` to verl's own
 function, so replacing verl's is safe:
 
@@ -23,6 +24,8 @@ from areal.integrations.config import PipelineSpec
 from areal.integrations.response_layout import response_advantages
 from areal.integrations.verl.estimator import ESTIMATOR_NAME, resolve_pipeline
 from areal.integrations.verl.layout import from_data_proto
+from areal.trainer.ppo.actor import PPOActor
+from areal.trainer.ppo.checks.aux_fields import SUM_PI_SQUARED, declared_fields
 
 __all__ = ["compute_advantage", "patch_compute_advantage", "verl_compute_advantage"]
 
@@ -64,6 +67,20 @@ def _check_inputs(spec: PipelineSpec, keys: set[str]) -> None:
             )
 
 
+def _check_token_baseline_inputs(spec: PipelineSpec, actor: PPOActor, keys: set[str]) -> None:
+    """A stage that reads Σπ² needs verl's `sum_pi_squared` and `old_log_probs` (π_t) in the DataProto."""
+    stages = (actor.resolved.outcome, actor.resolved.estimator, actor.resolved.process)
+    if not any(SUM_PI_SQUARED in declared_fields(s.fn) for s in stages if s is not None):
+        return
+    missing = [k for k in (SUM_PI_SQUARED, "old_log_probs") if k not in keys]
+    if missing:
+        raise ConfigError(
+            f"{spec.source}: the configured estimator reads {missing} from the DataProto, which has none; verl's "
+            "actor computes sum_pi_squared with actor_rollout_ref.actor.calculate_sum_pi_squared=True, in its "
+            "old_log_probs pass"
+        )
+
+
 def compute_advantage(
     data: Any,
     adv_estimator: Any,
@@ -92,6 +109,7 @@ def compute_advantage(
 
         data.batch["response_mask"] = compute_response_mask(data)
     _check_inputs(spec, set(data.batch.keys()))
+    _check_token_baseline_inputs(spec, actor, set(data.batch.keys()))
     response = from_data_proto(data)
     with torch.no_grad():
         advantages, returns = response_advantages(actor, response)

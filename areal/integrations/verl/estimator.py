@@ -26,6 +26,7 @@ from areal.integrations.config import PipelineSpec, pipeline_actor
 from areal.integrations.response_layout import ResponseBatch, response_advantages
 from areal.integrations.verl.layout import from_registry_call
 from areal.trainer.ppo.actor import PPOActor
+from areal.trainer.ppo.checks.aux_fields import SUM_PI_SQUARED, declared_fields
 
 __all__ = ["ESTIMATOR_NAME", "CONFIG_KEY", "OVERRIDES_KEY", "ENV_CONFIG", "areal_advantage", "resolve_pipeline",
            "register"]
@@ -86,8 +87,15 @@ def _warn_ignored_verl_fields(config: Any, spec: PipelineSpec) -> None:
                                verl_key, theirs, ours, value, spec.source)
 
 
-def check_registry_config(spec: PipelineSpec) -> None:
+def check_registry_config(spec: PipelineSpec, actor: PPOActor | None = None) -> None:
     """Refuse configs that need inputs verl's registry call does not pass."""
+    stages = () if actor is None else (actor.resolved.outcome, actor.resolved.estimator, actor.resolved.process)
+    if any(SUM_PI_SQUARED in declared_fields(s.fn) for s in stages if s is not None):
+        raise ConfigError(
+            f"{spec.source}: the configured estimator reads old_log_probs and sum_pi_squared (set "
+            "actor_rollout_ref.actor.calculate_sum_pi_squared=True in verl), which verl's estimator registry call "
+            f"does not pass; {WRAPPER_HINT}"
+        )
     if spec.critic_enabled:
         raise ConfigError(
             f"{spec.source}: critic.enabled is true, but verl's estimator registry call passes no critic values; "
@@ -111,7 +119,7 @@ def areal_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns) [B, R] from the configured pipeline, for verl's registry."""
     spec, actor = resolve_pipeline(config)
-    check_registry_config(spec)
+    check_registry_config(spec, actor)
     response: ResponseBatch = from_registry_call(token_level_rewards, response_mask, index, reward_baselines)
     with torch.no_grad():
         return response_advantages(actor, response)

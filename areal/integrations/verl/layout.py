@@ -96,6 +96,9 @@ def from_data_proto(data: Any) -> ResponseBatch:
     Keys beyond verl's own (`turn_ids`, `token_rewards`, `is_truncated`, all per
     response token or per row) are read when the rollout adds them; without
     `turn_ids`, each run of generated tokens in `response_mask` is one turn.
+    verl's `sum_pi_squared` (its actor computes it with
+    `actor.calculate_sum_pi_squared=True`) and `rollout_is_weights` (its rollout
+    correction) are read when present, for the optimal token baseline.
     """
     batch = data.batch
     mask = batch["response_mask"]
@@ -118,9 +121,12 @@ def from_data_proto(data: Any) -> ResponseBatch:
         turn_ids=_optional(batch, "turn_ids"),
         is_truncated=_optional(batch, "is_truncated"),
         reward_baselines=_optional(batch, "reward_baselines"),
+        sum_pi_squared=_optional(batch, "sum_pi_squared"),
+        rollout_is_weights=_optional(batch, "rollout_is_weights"),
         names=tuple((f, f"data.batch[{k!r}]") for f, k in (
             ("response_mask", "response_mask"), ("rewards", "token_level_rewards"), ("values", "values"),
             ("logprobs", "old_log_probs"), ("ref_logprobs", "ref_log_prob"), ("token_rewards", "token_rewards"),
             ("turn_ids", "turn_ids"), ("is_truncated", "is_truncated"), ("reward_baselines", "reward_baselines"),
-            ("lengths", "attention_mask"))) + (("group_ids", "data.non_tensor_batch['uid']"),),
+            ("lengths", "attention_mask"), ("sum_pi_squared", "sum_pi_squared"),
+            ("rollout_is_weights", "rollout_is_weights"))) + (("group_ids", "data.non_tensor_batch['uid']"),),
     )

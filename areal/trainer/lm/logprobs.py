@@ -57,6 +57,12 @@ def entropy_from_logp(logp: torch.Tensor) -> torch.Tensor:
         return -(logp.exp() * logp).sum(-1)
 
 
+def sum_pi_squared_from_logp(logp: torch.Tensor) -> torch.Tensor:
+    """sum p^2 over the last dimension, without gradients: the optimal token baseline's variance proxy term."""
+    with torch.no_grad():
+        return torch.exp(2.0 * logp).sum(-1)
+
+
 def dense_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float,
                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Aligned log-probs (and entropies) at every position from [B, T, V] logits; one log_softmax."""

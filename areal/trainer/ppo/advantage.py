@@ -26,7 +26,15 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import AdvantageConfig, PPOActorConfig
-from areal.trainer.ppo.checks.aux_fields import aligned_anchor_ids, aligned_token_entropy, check_aux_fields, stage_reads
+from areal.trainer.ppo.checks.aux_fields import (
+    ROLLOUT_IS_WEIGHTS,
+    SUM_PI_SQUARED,
+    aligned_anchor_ids,
+    aligned_token_entropy,
+    aligned_token_values,
+    check_aux_fields,
+    stage_reads,
+)
 from areal.trainer.ppo.checks.batch_checks import BatchStats, check_batch_structure, check_batch_values, check_meta
 from areal.trainer.ppo.checks.contracts import (
     call_stage,
@@ -192,8 +200,9 @@ def _tensor_steps(
     kl = kl_rewards(aligned, data.get("ref_logp"), config)
     token_adv, folded = process_rewards(data, aligned, config)
     # 5. Temporal estimator (the placed outcome and folded rewards are freed when it returns).
+    reads = stage_reads(estimator)
     temporal_inputs = _temporal_inputs(aligned, kl, place_outcome(score, aligned, config), folded, config, resolved, meta,
-                                       aligned_anchor_ids(data, stage_reads(estimator)))
+                                       aligned_anchor_ids(data, reads), _token_fields(data, aligned.loss_mask, reads))
     del folded
     temporal = _run_temporal(estimator, temporal_inputs)
     del temporal_inputs
@@ -212,6 +221,11 @@ def _run_outcome(stage: ResolvedStage, inputs: OutcomeRewardInputs) -> OutcomeRe
     return check_outcome_result(stage, result, ids.shape[0], inputs.meta.n_logical, ids.device)
 
 
+def _token_fields(data: Mapping[str, Any], loss_mask: torch.Tensor, reads: frozenset[str]) -> dict[str, torch.Tensor | None]:
+    """The aligned optional float token fields the estimator reads (None when absent or not read)."""
+    return {key: aligned_token_values(data, key, loss_mask, reads) for key in (SUM_PI_SQUARED, ROLLOUT_IS_WEIGHTS)}
+
+
 def _temporal_inputs(
     aligned: AlignedBatch,
     kl: torch.Tensor,
@@ -221,6 +235,7 @@ def _temporal_inputs(
     resolved: ResolvedAdvantage,
     meta: TrajBatchMeta,
     anchor_ids: torch.Tensor | None = None,
+    token_fields: Mapping[str, torch.Tensor | None] | None = None,
 ) -> TemporalInputs:
     values = aligned.values
     if folded is None:  # a zero view, no memory
@@ -241,6 +256,8 @@ def _temporal_inputs(
         gae_lambda_source=resolved.gae_lambda_source,
         meta=meta,
         anchor_ids=anchor_ids,
+        old_logp=aligned.old_logp,
+        **(token_fields or {}),
     )
 
 

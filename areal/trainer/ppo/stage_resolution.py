@@ -20,7 +20,14 @@ import torch
 from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
 from areal.trainer.ppo import advantage_algorithms as algos
 from areal.trainer.ppo.checks.contracts import ResolvedStage
-from areal.trainer.ppo.estimators import entropy_shaping, gdpo, peer_algorithms, stateful_baselines, step_credit
+from areal.trainer.ppo.estimators import (
+    entropy_shaping,
+    gdpo,
+    peer_algorithms,
+    stateful_baselines,
+    step_credit,
+    token_baseline,
+)
 from areal.trainer.ppo.estimators.lambda_fn import BUILTIN_LAMBDAS
 from areal.trainer.ppo.stage_state import STATE_PARAMETER, StageState
 from areal.utils.dynamic_import import PluginResolutionError, bind_kwargs, import_object, resolve_function
@@ -73,7 +80,8 @@ class ResolvedAdvantage:
 
 
 OUTCOME_BUILTINS = {**algos.BUILTIN_OUTCOME, **peer_algorithms.OUTCOME, **gdpo.OUTCOME, **stateful_baselines.OUTCOME}
-ESTIMATOR_BUILTINS = {**algos.BUILTIN_ESTIMATORS, **peer_algorithms.ESTIMATORS, **step_credit.ESTIMATORS}
+ESTIMATOR_BUILTINS = {**algos.BUILTIN_ESTIMATORS, **peer_algorithms.ESTIMATORS, **step_credit.ESTIMATORS,
+                      **token_baseline.ESTIMATORS}
 PROCESS_BUILTINS = {**algos.BUILTIN_PROCESS, **entropy_shaping.PROCESS}
 
 

@@ -97,6 +97,9 @@ class TemporalInputs:
     gae_lambda_source: str = "actor.gae_lambda"
     meta: Any = None  # TrajBatchMeta
     anchor_ids: torch.Tensor | None = None  # [B, T] long anchor-state key of each generated token's turn, or None
+    old_logp: torch.Tensor | None = None  # [B, T] the PPO ratio's old log-probs x loss_mask (the pipeline sets it)
+    sum_pi_squared: torch.Tensor | None = None  # [B, T] aligned Σπ² x loss_mask, or None
+    rollout_is_weights: torch.Tensor | None = None  # [B, T] aligned rollout importance weights x loss_mask, or None
 
     def compute_lambda(self, timestep_unit: str) -> torch.Tensor:
         """Per-row lambda, resolving a callable `gae_lambda` in `timestep_unit` lengths."""

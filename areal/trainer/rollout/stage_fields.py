@@ -13,6 +13,9 @@
   forward pass, so it is computed only when a configured stage declares that it
   reads it (`batch_fields = ("token_entropy",)` on the stage function, as the
   built-in `entropy_advantage` does; a plugin may declare it the same way).
+* `sum_pi_squared` [B, T]: Σ_a π(a)² of the same distribution, stored likewise, for
+  the optimal token baseline (`optimal_token_baseline`, `tir_optimal_token_baseline`
+  declare it). When both are read, one forward pass gives both.
 
 * `anchor_ids` (GiGPO's per-turn state keys): the rollout records, before each
   turn, `anchor_key(env, context)` — the environment's own `state_key()` when it
@@ -26,15 +29,19 @@ import array
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from areal.trainer.lm.logprobs import entropy_from_logp, sum_pi_squared_from_logp
 from areal.trainer.ppo.checks.aux_fields import BATCH_FIELDS_ATTRIBUTE, declared_fields
 
-__all__ = ["BATCH_FIELDS_ATTRIBUTE", "add_prompt_keys", "anchor_key", "behaviour_entropy", "prompt_key",
-           "reward_components", "stage_batch_fields"]
+__all__ = ["BATCH_FIELDS_ATTRIBUTE", "BEHAVIOUR_FIELDS", "add_prompt_keys", "anchor_key", "behaviour_entropy",
+           "behaviour_token_stats", "prompt_key", "reward_components", "stage_batch_fields"]
+
+#: The per-token fields `behaviour_token_stats` computes from the behaviour policy's next-token distribution.
+BEHAVIOUR_FIELDS = ("token_entropy", "sum_pi_squared")
 
 
 
@@ -95,23 +102,40 @@ def stage_batch_fields(resolved: Any) -> frozenset[str]:
     return frozenset().union(*(declared_fields(s.fn) for s in stages if s is not None))
 
 
-@torch.no_grad()
-def behaviour_entropy(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      temperature: float, *, rows_per_chunk: int = 16) -> torch.Tensor:
-    """[B, T] float32: entropy of softmax(logits / temperature) that predicted token t, stored at t (0 at t = 0).
+_STATS = {"token_entropy": entropy_from_logp, "sum_pi_squared": sum_pi_squared_from_logp}
 
+
+@torch.no_grad()
+def behaviour_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                          temperature: float, fields: Collection[str], *,
+                          rows_per_chunk: int = 16) -> dict[str, torch.Tensor]:
+    """{field: [B, T] float32} for the wanted `BEHAVIOUR_FIELDS`, from one forward pass and one log_softmax.
+
+    Each value is a statistic of softmax(logits / temperature) that predicted token
+    t, stored at t (0 at t = 0 and on padding): the entropy -Σ p log p and Σ p².
     Row chunks bound the [rows, T, vocab] memory of the forward pass.
     """
+    wanted = [name for name in BEHAVIOUR_FIELDS if name in fields]
+    if not wanted:
+        return {}
     was_training = model.training
     model.eval()
     try:
-        chunks = []
+        chunks: dict[str, list[torch.Tensor]] = {name: [] for name in wanted}
         for start in range(0, input_ids.shape[0], rows_per_chunk):
             ids, mask = input_ids[start:start + rows_per_chunk], attention_mask[start:start + rows_per_chunk]
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float() / temperature
             logp = torch.log_softmax(logits, dim=-1)
-            entropy = -(logp.exp() * logp).sum(-1)
-            chunks.append(torch.nn.functional.pad(entropy, (1, 0)) * mask.to(entropy.dtype))
-        return torch.cat(chunks, dim=0)
+            for name in wanted:
+                value = _STATS[name](logp)
+                chunks[name].append(torch.nn.functional.pad(value, (1, 0)) * mask.to(value.dtype))
+        return {name: torch.cat(parts, dim=0) for name, parts in chunks.items()}
     finally:
         model.train(was_training)
+
+
+def behaviour_entropy(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      temperature: float, *, rows_per_chunk: int = 16) -> torch.Tensor:
+    """[B, T] float32: entropy of softmax(logits / temperature) that predicted token t, stored at t (0 at t = 0)."""
+    return behaviour_token_stats(model, input_ids, attention_mask, temperature, ("token_entropy",),
+                                 rows_per_chunk=rows_per_chunk)["token_entropy"]

@@ -127,7 +127,8 @@ def synthetic_batch(
 
     `fields`: the optional fields the configured stages declare they read
     (`stage_fields.stage_batch_fields`); `token_entropy` is then added like the trainer's
-    (entropies in [0, log 1000] stored at each token, 0 at position 0 and on padding).
+    (entropies in [0, log 1000] stored at each token, 0 at position 0 and on padding), and
+    `sum_pi_squared` consistent with each generated token's log-prob.
     """
     rng = random.Random(seed)
     batch, meta = concat_batch(_groups(cfg, rng, task))
@@ -143,6 +144,10 @@ def synthetic_batch(
         entropy = torch.rand(shape, generator=gen) * 6.9 * batch["attention_mask"]
         entropy[:, 0] = 0.0
         batch["token_entropy"] = entropy
+    if "sum_pi_squared" in fields:  # a distribution with pi_t on the sampled token: pi_t^2 <= Σπ² <= pi_t^2 + (1 - pi_t)^2
+        pi = batch["logprobs"].exp()
+        spread = torch.rand(shape, generator=gen)
+        batch["sum_pi_squared"] = (pi**2 + spread * (1 - pi) ** 2) * batch["loss_mask"]
     return batch, meta
 
 

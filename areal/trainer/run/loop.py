@@ -56,7 +56,7 @@ from areal.trainer.rollout.episodes import (
     export_turn_rows,
     groups_to_device,
 )
-from areal.trainer.rollout.stage_fields import add_prompt_keys, behaviour_entropy, reward_components, stage_batch_fields
+from areal.trainer.rollout.stage_fields import add_prompt_keys, behaviour_token_stats, reward_components, stage_batch_fields
 from areal.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
 from areal.trainer.run.loggers import RunLoggers, open_loggers
 from areal.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
@@ -242,8 +242,8 @@ class Trainer:
             batch["values"] = self.critic.compute_values(batch)
         if self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss:
             batch["prox_logp"] = self.engine.compute_logprobs(ids, mask, temp, wanted=wanted)
-        if "token_entropy" in stage_batch_fields(self.actor.resolved):  # the behaviour policy, before the update
-            batch["token_entropy"] = behaviour_entropy(self.engine.model, ids, mask, temp)
+        # the behaviour policy's entropy and Σπ², before the update, in one pass; only the fields a stage reads
+        batch.update(behaviour_token_stats(self.engine.model, ids, mask, temp, stage_batch_fields(self.actor.resolved)))
         return batch
 
     @staged("advantages")

@@ -2,13 +2,14 @@
 
 Nothing here imports the package's advantage code. Each function follows the
 published definition (verl `core_algos.py`, OpenRLHF `experience_maker.py`, the
-GPG authors' trainer) with Python loops over groups, rows and tokens in float64,
+GPG authors' trainer, SkyRL's `ppo_utils.py`) with Python loops over groups, rows and tokens in float64,
 on a "response" view of the batch: per row, the aligned positions of its
 generated tokens in order (verl's response_mask / OpenRLHF's action_mask), the
 per-token KL estimate there, the outcome score and the prompt index.
 
-Singleton groups follow the references (mean 0 / std 1 in verl); the equality
-tests use groups of 2-8, and the singleton difference is tested separately.
+Singleton groups follow the references (mean 0 / std 1 in verl, mean 0 in SkyRL's
+MaxRL); the equality tests use groups of 2-8, and the singleton difference is tested
+separately, except for MaxRL, whose singleton rule (the raw reward) is ours too.
 """
 
 from __future__ import annotations
@@ -236,6 +237,18 @@ def passk(scores: list[float], index: list[int], eps: float = 1e-6, norm_by_std:
         if norm_by_std:
             gap = gap / (_std([scores[i] for i in rows]) + eps)
         out[order[0]] = gap
+    return out
+
+
+def maxrl(scores: list[float], index: list[int], eps: float = 1e-6) -> list[float]:
+    """SkyRL 0.3.0 `compute_maxrl_advantage`: (r - mean) / (mean + eps); a singleton keeps r - 0."""
+    out = list(scores)
+    for rows in _groups(index).values():
+        if len(rows) == 1:
+            continue
+        mean = sum(scores[i] for i in rows) / len(rows)
+        for i in rows:
+            out[i] = (scores[i] - mean) / (mean + eps)
     return out
 
 

@@ -5,7 +5,7 @@ and continuous rewards) the advantages the pipeline computes with
 `load_config(preset).actor` -> `PPOActor(cfg).compute_advantages(batch, meta)` must
 match, on every generated token (rtol 1e-5), the plain per-group loops in
 `peer_reference.py`, written from verl's `core_algos.py`, OpenRLHF's
-`experience_maker.py` and the GPG authors' trainer.
+`experience_maker.py`, the GPG authors' trainer and SkyRL's `ppo_utils.py` (MaxRL).
 
 Deliberate differences (also in docs/algorithms.md), kept out of these
 comparisons and tested on their own at the end of this file:
@@ -38,16 +38,18 @@ from pathlib import Path
 import peer_reference as ref
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from areal.api.cli_args import load_config
 from areal.trainer.ppo.actor import PPOActor
+from areal.utils.data import concat_batch
 
 PRESETS = Path(__file__).resolve().parents[3] / "examples" / "presets"
 PRESET_NAMES = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo",
-                "gpg", "grpo_passk", "ppo")
+                "gpg", "grpo_passk", "maxrl", "ppo")
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS_40 = settings(SETTINGS, max_examples=40)
 
 sizes_st = st.lists(st.integers(2, 8), min_size=1, max_size=5)
 seeds = st.integers(0, 100_000)
@@ -157,6 +159,54 @@ def test_grpo_passk_equals_verl(sizes, seed, binary):
     assert_tokens(advantages("grpo_passk", batch, meta), resp, expected)
 
 
+@SETTINGS_40
+@given(sizes=st.lists(st.integers(1, 8), min_size=1, max_size=5), seed=seeds, binary=st.booleans())
+@example(sizes=[1, 3, 1], seed=0, binary=True)
+def test_maxrl_equals_skyrl_singletons_included(sizes, seed, binary):
+    """The README's list of groups in, SkyRL's `compute_maxrl_advantage` on every token out."""
+    groups = ref.make_peer_groups(seed, sizes, binary=binary)
+    resp = ref.responses(*concat_batch(groups))
+    expected = ref.broadcast(ref.maxrl(resp.scores, resp.index, eps=1e-6), resp)
+    assert_tokens(actor("maxrl").compute_advantages(groups)["advantages"], resp, expected)
+
+
+def _pass_rate_batch(n: int, successes: list[int]) -> tuple[dict, object, list[float]]:
+    """One group of n binary samples per entry, with that many successes."""
+    batch, meta = ref.make_peer_batch(11, [n] * len(successes))
+    rewards = [1.0 if i < k else 0.0 for k in successes for i in range(n)]
+    batch["rewards"] = torch.tensor(rewards)
+    return batch, meta, rewards
+
+
+def _positive_weight(adv: torch.Tensor, resp: ref.Responses, rows: range) -> float:
+    """The summed advantage of the group's correct samples (first generated token of each)."""
+    return sum(max(float(adv[b, resp.actions[b][0]]), 0.0) for b in rows)
+
+
+def test_maxrl_weights_prompts_by_one_over_the_pass_rate_grpo_does_not():
+    """MaxRL's group weight is 1/p times the plain policy gradient's Σ(r - p); GRPO's is 1/std.
+
+    Pass rates 1/8 and 7/8 have the same GRPO std, so GRPO weights the hard and the easy
+    prompt alike; MaxRL weights the hard one p_easy / p_hard = 7 times more.
+    """
+    n, successes = 8, [1, 2, 4, 7]
+    batch, meta, rewards = _pass_rate_batch(n, successes)
+    resp = ref.responses(batch, meta)
+    maxrl = advantages("maxrl", batch, meta)
+    grpo = advantages("grpo", batch, meta)
+    ratio_max, ratio_grpo = {}, {}
+    for g, k in enumerate(successes):
+        rows, p = range(g * n, (g + 1) * n), k / n
+        centred = sum(max(rewards[b] - p, 0.0) for b in rows)  # Σ (r - p)^+ = k (1 - p)
+        ratio_max[k] = _positive_weight(maxrl, resp, rows) / centred
+        ratio_grpo[k] = _positive_weight(grpo, resp, rows) / centred
+        assert ratio_max[k] == pytest.approx(1.0 / (p + 1e-6), rel=1e-5)
+    assert ratio_max[1] / ratio_max[7] == pytest.approx(7.0, rel=1e-5)
+    assert ratio_grpo[1] / ratio_grpo[7] == pytest.approx(1.0, rel=1e-5)
+    assert ratio_max[1] / ratio_max[2] == pytest.approx(2.0, rel=1e-5)
+    assert ratio_grpo[1] / ratio_grpo[2] == pytest.approx(math.sqrt(2 * 6 / (1 * 7)), rel=1e-5)  # std ratio
+
+
 # ---------------------------------------------------------------------------
 # Token-reward estimators: ReMax, REINFORCE++ (with the KL reward), PPO/GAE
 # ---------------------------------------------------------------------------
@@ -253,12 +303,13 @@ def _per_rollout(name: str, roll: ref.Rollouts) -> list[float]:
         "opo": lambda: ref.opo(r, roll.lengths, idx),
         "gpg": lambda: ref.gpg_paper(r, idx),
         "grpo_passk": lambda: ref.passk(r, idx, eps=1e-6),
+        "maxrl": lambda: ref.maxrl(r, idx, eps=1e-6),
     }[name]()
 
 
 @SETTINGS
 @given(sizes=sizes_st, seed=seeds, binary=st.booleans(),
-       name=st.sampled_from(["grpo", "dr_grpo", "rloo", "opo", "gpg", "grpo_passk"]))
+       name=st.sampled_from(["grpo", "dr_grpo", "rloo", "opo", "gpg", "grpo_passk", "maxrl"]))
 def test_split_rollouts_use_logical_group_statistics(sizes, seed, binary, name):
     batch, meta = ref.make_peer_batch(seed, sizes, binary=binary, split=True)
     assert meta.rollout_groups is not None

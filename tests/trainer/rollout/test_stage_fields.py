@@ -4,6 +4,7 @@
   process, so a resumed run finds its per-prompt state again);
 * `token_entropy` is computed only for stages that read it, with the policy
   that sampled the batch, and equals the entropy of softmax(logits / T) by hand;
+  `sum_pi_squared` likewise equals sum softmax(logits / T)^2, from the same pass;
 * in a Trainer step with the entropy preset, the advantages are GRPO's plus
   min(alpha H, |A| / kappa); with KRPO the actor's state grows with the prompts seen.
 """
@@ -15,11 +16,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import torch
 
 from areal.api.cli_args import load_config
 from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.rollout.stage_fields import add_prompt_keys, behaviour_entropy, prompt_key, stage_batch_fields
+from areal.trainer.rollout.stage_fields import (
+    add_prompt_keys,
+    behaviour_entropy,
+    behaviour_token_stats,
+    prompt_key,
+    stage_batch_fields,
+)
 from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -64,6 +72,55 @@ def test_behaviour_entropy_equals_the_definition(tmp_path):
             if mask[b, t]:
                 want[b, t] = -(p[b, t - 1] * p[b, t - 1].log()).sum()
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_sum_pi_squared_equals_a_plain_softmax_and_shares_the_entropy_pass(tmp_path):
+    trainer = Trainer(load_config(PRESETS / "optimal_token_baseline.yaml", [*TINY, f"output.dir={tmp_path}"]))
+    ids = torch.randint(3, 10, (5, 7))
+    mask = torch.ones(5, 7, dtype=torch.long)
+    mask[2, 4:] = 0
+    calls = []
+    forward = trainer.policy.forward
+    trainer.policy.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    got = behaviour_token_stats(trainer.policy, ids, mask, 0.7, {"sum_pi_squared", "token_entropy"}, rows_per_chunk=5)
+    assert calls == [1] and set(got) == {"sum_pi_squared", "token_entropy"}
+    del trainer.policy.forward
+    with torch.no_grad():
+        logits = trainer.policy(input_ids=ids, attention_mask=mask).logits.double() / 0.7
+    want = torch.zeros(5, 7, dtype=torch.float64)
+    for b in range(5):
+        for t in range(1, 7):
+            if mask[b, t]:
+                p = [float(x) for x in torch.softmax(logits[b, t - 1], dim=-1)]
+                want[b, t] = sum(x * x for x in p)
+    torch.testing.assert_close(got["sum_pi_squared"].double(), want, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(got["token_entropy"], behaviour_entropy(trainer.policy, ids, mask, 0.7))
+    assert behaviour_token_stats(trainer.policy, ids, mask, 0.7, {"anchor_ids"}) == {}
+
+
+def test_otb_preset_step_reads_the_trainers_sum_pi_squared(tmp_path):
+    """The step adds Σπ² (not the entropy) and the pipeline's OTB reads it; without it the step names the field."""
+    cfg = load_config(PRESETS / "optimal_token_baseline.yaml", [*TINY, f"output.dir={tmp_path}"])
+    trainer = Trainer(cfg)
+    assert stage_batch_fields(trainer.actor.resolved) == {"sum_pi_squared", "rollout_is_weights"}
+    seen = {}
+    compute = trainer.compute_advantages
+
+    def record(batch, meta):
+        seen["batch"], seen["meta"] = dict(batch), meta
+        return compute(batch, meta)
+
+    trainer.compute_advantages = record
+    out = trainer.step(0)
+    assert "sum_pi_squared" in out.batch and "token_entropy" not in out.batch
+    mask = out.batch["loss_mask"].bool()
+    spp, pi = out.batch["sum_pi_squared"][mask], out.batch["logprobs"][mask].exp()
+    assert bool((spp >= pi**2 - 1e-5).all()) and bool((spp <= 1 + 1e-5).all())  # one distribution's Σπ² and π_t
+    again = PPOActor(cfg.actor).compute_advantages(seen["batch"], seen["meta"])["advantages"]
+    torch.testing.assert_close(out.data["advantages"], again)
+    without = {k: v for k, v in seen["batch"].items() if k != "sum_pi_squared"}
+    with pytest.raises(ValueError, match="'optimal_token_baseline': the batch has no 'sum_pi_squared'"):
+        PPOActor(cfg.actor).compute_advantages(without, seen["meta"])
 
 
 def test_entropy_preset_step_adds_the_clipped_entropy_term(tmp_path):

@@ -1,4 +1,4 @@
-"""Optional per-token batch fields some stages read: anchor-state keys and token entropies.
+"""Optional per-token batch fields some stages read: anchor-state keys, entropies, Σπ², IS weights.
 
 * `anchor_ids` [B, T] integer: on each generated token, a key of the environment
   state its turn acted in (e.g. a hash of the observation); equal for every token
@@ -7,6 +7,14 @@
 * `token_entropy` [B, T] float: the entropy of the behaviour policy's next-token
   distribution that sampled token t, stored at t like `logprobs`. The entropy
   advantage term reads it; the trainer computes it at prepare time.
+* `sum_pi_squared` [B, T] float: Σ_a π(a)² of the same distribution, stored at t
+  like `logprobs`. With π_t = exp(logprob) it gives the optimal token baseline's
+  per-token variance proxy 1 - 2π_t + Σπ² = ||e_t - π||²; the trainer computes it
+  in the entropy's pass when a stage reads it.
+* `rollout_is_weights` [B, T] float: per-token importance weights of the
+  training policy against the rollout policy (verl's field of that name), stored
+  at t. The optimal token baseline scales its variance proxy by their square
+  when the batch has them.
 
 Like the other token fields they are unshifted in the batch and aligned here
 (position t carries token t+1's entry); the pipeline hands the aligned copies to
@@ -22,12 +30,16 @@ import torch
 
 from areal.trainer.ppo.checks.batch_checks import BatchError, all_finite
 
-__all__ = ["ANCHOR_IDS", "AUX_FIELDS", "TOKEN_ENTROPY", "aligned_anchor_ids", "aligned_token_entropy",
-           "check_aux_fields", "declared_fields", "stage_reads"]
+__all__ = ["ANCHOR_IDS", "AUX_FIELDS", "ROLLOUT_IS_WEIGHTS", "SUM_PI_SQUARED", "TOKEN_ENTROPY", "aligned_anchor_ids",
+           "aligned_token_entropy", "aligned_token_values", "check_aux_fields", "declared_fields", "stage_reads"]
 
 ANCHOR_IDS = "anchor_ids"
 TOKEN_ENTROPY = "token_entropy"
-AUX_FIELDS = (ANCHOR_IDS, TOKEN_ENTROPY)
+SUM_PI_SQUARED = "sum_pi_squared"
+ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
+AUX_FIELDS = (ANCHOR_IDS, TOKEN_ENTROPY, SUM_PI_SQUARED, ROLLOUT_IS_WEIGHTS)
+#: Σπ² is at most 1; float32 sums of squared probabilities may exceed it by rounding.
+_SUM_PI_SQUARED_MAX = 1.0 + 1e-5
 #: The attribute through which a stage function names the optional batch fields it reads.
 BATCH_FIELDS_ATTRIBUTE = "batch_fields"
 
@@ -67,23 +79,37 @@ def _tensor(data: Mapping[str, Any], key: str) -> torch.Tensor | None:
     return value
 
 
+def _check_token_floats(data: Mapping[str, Any], key: str, high: float | None, expected: str) -> None:
+    """A floating [B, T] field whose values on generated tokens are finite, >= 0 and <= `high`."""
+    value = _tensor(data, key)
+    if value is None:
+        return
+    if not value.is_floating_point():
+        raise BatchError(f"{key}: expected a floating tensor, got {value.dtype}")
+    ok = bool(value.min() >= 0) and (high is None or bool(value.max() <= high))
+    if all_finite(value) and ok:  # a few reductions; the exact check only on failure
+        return
+    valid = torch.isfinite(value) & (value >= 0)
+    if high is not None:
+        valid &= value <= high
+    bad = data["loss_mask"].bool() & ~valid
+    if bool(bad.any()):
+        row, col = (int(i) for i in bad.nonzero()[0])
+        raise BatchError(f"{key}: expected {expected} on generated tokens, found {float(value[row, col])!r} "
+                         f"at row {row}, position {col}")
+
+
 def check_aux_fields(data: Mapping[str, Any], fields: Collection[str]) -> None:
     """Shape, dtype and values of the optional `fields` that are present (the ones a stage reads)."""
     anchors = _tensor(data, ANCHOR_IDS) if ANCHOR_IDS in fields else None
     if anchors is not None and (anchors.is_floating_point() or anchors.is_complex() or anchors.dtype == torch.bool):
         raise BatchError(f"{ANCHOR_IDS}: expected an integer tensor (one key per generated token), got {anchors.dtype}")
-    entropy = _tensor(data, TOKEN_ENTROPY) if TOKEN_ENTROPY in fields else None
-    if entropy is not None:
-        if not entropy.is_floating_point():
-            raise BatchError(f"{TOKEN_ENTROPY}: expected a floating tensor, got {entropy.dtype}")
-        if all_finite(entropy) and bool(entropy.min() >= 0):  # two reductions; the exact check only on failure
-            return
-        active = data["loss_mask"].bool()
-        bad = active & ~(torch.isfinite(entropy) & (entropy >= 0))
-        if bool(bad.any()):
-            row, col = (int(i) for i in bad.nonzero()[0])
-            raise BatchError(f"{TOKEN_ENTROPY}: expected finite entropies >= 0 on generated tokens, found "
-                             f"{float(entropy[row, col])!r} at row {row}, position {col}")
+    if TOKEN_ENTROPY in fields:
+        _check_token_floats(data, TOKEN_ENTROPY, None, "finite entropies >= 0")
+    if SUM_PI_SQUARED in fields:
+        _check_token_floats(data, SUM_PI_SQUARED, _SUM_PI_SQUARED_MAX, "sums of squared probabilities in [0, 1]")
+    if ROLLOUT_IS_WEIGHTS in fields:
+        _check_token_floats(data, ROLLOUT_IS_WEIGHTS, None, "finite importance weights >= 0")
 
 
 def aligned_anchor_ids(data: Mapping[str, Any], fields: Collection[str]) -> torch.Tensor | None:
@@ -96,12 +122,18 @@ def aligned_anchor_ids(data: Mapping[str, Any], fields: Collection[str]) -> torc
     return out
 
 
+def aligned_token_values(data: Mapping[str, Any], key: str, loss_mask: torch.Tensor,
+                         fields: Collection[str]) -> torch.Tensor | None:
+    """[B, T] float32 values of a token field rolled left one position and masked by the aligned mask, or None."""
+    value = data.get(key) if key in fields else None
+    if value is None:
+        return None
+    active = loss_mask.bool()
+    rolled = torch.roll(value.to(torch.float32), shifts=-1, dims=-1)
+    return torch.where(active, rolled, torch.zeros_like(rolled))
+
+
 def aligned_token_entropy(data: Mapping[str, Any], loss_mask: torch.Tensor,
                           fields: Collection[str]) -> torch.Tensor | None:
     """[B, T] float32 entropies rolled left one position and masked by the aligned mask, or None."""
-    entropy = data.get(TOKEN_ENTROPY) if TOKEN_ENTROPY in fields else None
-    if entropy is None:
-        return None
-    active = loss_mask.bool()
-    rolled = torch.roll(entropy.to(torch.float32), shifts=-1, dims=-1)
-    return torch.where(active, rolled, torch.zeros_like(rolled))
+    return aligned_token_values(data, TOKEN_ENTROPY, loss_mask, fields)

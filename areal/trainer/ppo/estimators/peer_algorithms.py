@@ -1,4 +1,4 @@
-"""Stage functions that express peer frameworks' estimators (OPO, GPG, pass@k, ReMax, REINFORCE).
+"""Stage functions that express peer frameworks' estimators (OPO, GPG, pass@k, ReMax, MaxRL, REINFORCE).
 
 Registered by name in `areal.api.builtin_stages.PEER_STAGE_IMPLEMENTATIONS`, so a
 config can say `outcome_reward_shaping: {implementation: gpg}` or
@@ -42,6 +42,8 @@ __all__ = [
     "gpg",
     "passk",
     "remax",
+    "maxrl",
+    "credit_to_steps",
     "reinforce_return",
     "turn_reinforce_return",
     "OUTCOME",
@@ -313,12 +315,53 @@ def remax(inputs: OutcomeRewardInputs) -> OutcomeResult:
     return _shaped(rows, lr.rewards - first, lr)
 
 
+def _maxrl_scale(lr: LogicalRollouts, mean: torch.Tensor, eps: float) -> torch.Tensor:
+    """Per group mean + eps (1 for a singleton).
+
+    A zero divisor over equal rewards (all 0 with eps 0) counts as 1, its
+    numerators being 0; over different rewards it is an error naming the group.
+    """
+    scale = torch.where(lr.group_sizes > 1, mean + eps, torch.ones_like(mean))
+    g, n = lr.rollout_group, lr.n_groups
+    spread = _group_reduce(lr.rewards, g, n, "amax") != _group_reduce(lr.rewards, g, n, "amin")
+    undefined = (scale == 0) & spread
+    if bool(undefined.any()):
+        group = int(undefined.nonzero()[0, 0])
+        raise ValueError(
+            f"{_outcome('maxrl')}: group {group} has mean reward {float(mean[group])!r}, so mean + eps "
+            f"({eps!r}) is 0 and (r - mean) / (mean + eps) is undefined; MaxRL expects success rewards >= 0 "
+            "(a pass rate): shift the task's rewards or change eps"
+        )
+    return torch.where(scale == 0, torch.ones_like(scale), scale)
+
+
+def maxrl(inputs: OutcomeRewardInputs, *, eps: float = 1e-6) -> OutcomeResult:
+    """MaxRL: A = (r - mean_g) / (mean_g + eps); a singleton group keeps its raw reward.
+
+    Maximum Likelihood RL (Tajwar et al. 2026, arXiv:2602.02710), as SkyRL 0.3.0
+    `skyrl/backends/skyrl_train/utils/ppo_utils.py::compute_maxrl_advantage`
+    computes it. With 0/1 rewards the group mean is the pass rate p, so a correct
+    sample gets (1 - p) / p: the 1/p weighting of the maximum-likelihood gradient,
+    which puts more weight on hard prompts than GRPO's (r - p) / std. A group of
+    one sample has mean 0 and no divisor there (SkyRL's rule), so its advantage is
+    its reward. Groups are of logical rollouts; every row gets its rollout's
+    group statistics applied to its own reward (as `gpg`).
+    """
+    eps = _check_eps(_outcome("maxrl"), eps)
+    lr = logical_rollouts(inputs, "maxrl")
+    mean = torch.where(lr.group_sizes > 1, _group_mean(lr), torch.zeros_like(lr.group_sizes))
+    scale = _maxrl_scale(lr, mean, eps)
+    rows = (inputs.data["rewards"].to(torch.float64) - mean[lr.row_group]) / scale[lr.row_group]
+    rollouts = (lr.rewards - mean[lr.rollout_group]) / scale[lr.rollout_group]
+    return _shaped(rows, rollouts, lr)
+
+
 # ---------------------------------------------------------------------------
 # Critic-free estimators
 # ---------------------------------------------------------------------------
 
 
-def _credit_to_steps(rewards: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+def credit_to_steps(rewards: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     """Move rewards off non-step positions onto the latest step at or before them.
 
     Positions before a row's first step go to that first step; rows without any
@@ -347,7 +390,7 @@ def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
     rewards = inputs.kl_rewards + inputs.outcome_rewards + inputs.process_rewards
     steps = inputs.loss_mask != 0
     steps[:, -1] = False  # the last aligned position predicts nothing (as in token GAE)
-    credited = _credit_to_steps(rewards, steps)
+    credited = credit_to_steps(rewards, steps)
     returns, _ = gae_kernels.token_gae(
         credited, torch.zeros_like(credited), steps.to(torch.float32),
         discount=inputs.discount, lam=1.0, bootstrap=0.0,
@@ -377,7 +420,7 @@ def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None
         raise ValueError(f"{where}: turn_discount must be a number in [0, 1], got {turn_discount!r}")
     rewards = inputs.outcome_rewards + inputs.process_rewards
     steps = inputs.turn_ids >= 0
-    credited = _credit_to_steps(rewards, steps)  # a reward off the turns belongs to the latest turn
+    credited = credit_to_steps(rewards, steps)  # a reward off the turns belongs to the latest turn
     turn_returns, _ = gae_kernels.turn_gae(
         credited, torch.zeros_like(credited), inputs.loss_mask, inputs.turn_ids,
         discount=float(gamma), lam=1.0, bootstrap=0.0,
@@ -389,7 +432,7 @@ def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None
     )
 
 
-OUTCOME: dict[str, Callable[..., Any]] = {"opo": opo, "gpg": gpg, "passk": passk, "remax": remax}
+OUTCOME: dict[str, Callable[..., Any]] = {"opo": opo, "gpg": gpg, "passk": passk, "remax": remax, "maxrl": maxrl}
 ESTIMATORS: dict[str, Callable[..., Any]] = {
     "reinforce_return": reinforce_return,
     "turn_reinforce_return": turn_reinforce_return,

@@ -95,6 +95,18 @@ def test_remax_subtracts_the_greedy_reward():
     close(out.rewards, [0.5, -0.5, -1.0])
 
 
+def test_maxrl_divides_by_the_group_mean():
+    # group 0: p = 1/4, success (1 - 1/4) / (1/4) = 3, failure -1; group 1 (mean 0.5): +-1; a singleton keeps r.
+    out = peer.maxrl(outcome_inputs([1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.7], [4, 2, 1]), eps=0.0)
+    close(out.rewards, [3.0, -1.0, -1.0, -1.0, 1.0, -1.0, 0.7])
+    eps = 1e-6
+    close(peer.maxrl(outcome_inputs([1.0, 0.0], [2])).rewards, [0.5 / (0.5 + eps), -0.5 / (0.5 + eps)])
+
+
+def test_maxrl_all_zero_group_with_eps_zero_gives_zero():
+    close(peer.maxrl(outcome_inputs([0.0, 0.0, 1.0, 0.0], [2, 2]), eps=0.0).rewards, [0.0, 0.0, 1.0, -1.0])
+
+
 # ---------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------
@@ -136,6 +148,13 @@ def test_gpg_rejects_bad_kwargs(kwargs, match):
         peer.gpg(outcome_inputs([1.0, 0.0], [2]), **kwargs)
 
 
+def test_maxrl_zero_divisor_over_different_rewards_names_the_group():
+    with pytest.raises(ValueError, match=r"'maxrl': group 1 has mean reward 0.0, so mean \+ eps \(0.0\) is 0"):
+        peer.maxrl(outcome_inputs([1.0, 0.0, -1.0, 1.0], [2, 2]), eps=0.0)
+    with pytest.raises(ValueError, match="'maxrl': eps must be a finite number"):
+        peer.maxrl(outcome_inputs([1.0, 0.0], [2]), eps=float("nan"))
+
+
 def test_passk_rejects_bad_kwargs():
     with pytest.raises(ValueError, match="'passk': norm_by_std"):
         peer.passk(outcome_inputs([1.0, 0.0], [2]), norm_by_std="yes")
@@ -163,6 +182,8 @@ def test_split_rollouts_statistics_are_per_logical_rollout():
     close(peer.gpg(inputs).rewards, [0.5, 0.5, -0.5, 1.0, -1.0])
     # pass@k: both rows of the best rollout get its value.
     close(peer.passk(inputs, norm_by_std=False).rewards, [1.0, 1.0, 0.0, 2.0, 0.0])
+    # MaxRL: group 0 mean 1/2 over rollouts (not 2/3 over rows), group 1 mean 1.
+    close(peer.maxrl(inputs, eps=0.0).rewards, [1.0, 1.0, -1.0, 1.0, -1.0])
 
 
 def test_split_rows_that_differ_need_explicit_references():
@@ -189,12 +210,12 @@ def test_remax_baselines_are_shared_within_a_rollout():
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10_000), name=st.sampled_from(["opo", "gpg", "passk"]),
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["opo", "gpg", "passk", "maxrl"]),
        std_level=st.sampled_from([None, "group"]))
 def test_reward_norm_on_top_of_a_split_stage_sees_shaped_references(seed, name, std_level):
     """With explicit references, `reward_norm` normalises the stage's per-rollout outputs."""
     batch, meta = ref.make_peer_batch(seed, [3, 2, 4], binary=False, split=True, explicit_refs=True)
-    cfg = PPOActorConfig(kl_ctl=0.0, reward_norm={"mean_level": "group", "std_level": std_level},
+    cfg = PPOActorConfig(kl_ctl=0.0, reward_clip=1e6, reward_norm={"mean_level": "group", "std_level": std_level},
                          advantage={"outcome_reward_shaping": name, "estimator": "reinforce_return"})
     out = PPOActor(cfg).compute_advantages(batch, meta)
     shaped = peer.OUTCOME[name](OutcomeRewardInputs(batch, cfg, meta))
