@@ -25,6 +25,7 @@ config hash) are skipped, so an interrupted campaign continues where it stopped.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -64,13 +65,25 @@ class Job:
         return run_config(self.task, self.estimator, self.seed, steps=self.steps, eval_every=self.eval_every)
 
     def key(self) -> tuple[str, str, int, str]:
-        return (self.task, self.estimator, self.seed, config_hash(self.config()))
+        return (self.task, self.estimator, self.seed, config_hash(self.task, self.estimator, self.steps,
+                                                                  self.eval_every))
 
 
-def config_hash(config: dict[str, Any]) -> str:
-    """sha256 (12 hex digits) of the run's config, seed and output place left out: equal for a rerun."""
-    shown = {k: v for k, v in config.items() if k not in ("seed", "trial_name", "output")}
+@functools.lru_cache(maxsize=None)
+def config_hash(task: str, estimator: str, steps: int | None = None, eval_every: int | None = None) -> str:
+    """sha256 (12 hex digits) of the run's config with seed 0: the same for every seed, changed by any edit."""
+    config = run_config(task, estimator, 0, steps=steps, eval_every=eval_every)
+    shown = {k: v for k, v in config.items() if k != "output"}
     return hashlib.sha256(json.dumps(shown, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+
+
+def current_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows run with today's definition of their task and estimator at the task's own schedule.
+
+    Rows of an edited task or estimator, and pilot rows with `--steps`, have another config hash and drop out.
+    """
+    return [r for r in rows if r["task"] in TASKS and r["estimator"] in ESTIMATORS
+            and r["config_hash"] == config_hash(r["task"], r["estimator"])]
 
 
 def git_commit() -> str | None:
@@ -114,7 +127,7 @@ def run_job(job: Job) -> dict[str, Any]:
     return {"task": job.task, "estimator": job.estimator, "seed": job.seed, "steps": steps,
             "final_success": curve[-1][1], "auc": auc([p[0] for p in curve], [p[1] for p in curve]),
             "curve": curve, "train_reward": [round(float(r["reward_mean"]), 6) for r in metrics],
-            "config_hash": config_hash(config), "git": git_commit(),
+            "config_hash": job.key()[3], "eval_every": config["eval"]["every"], "git": git_commit(),
             "wall_s": round(time.perf_counter() - wall, 3), "cpu_s": round(time.process_time() - cpu, 3),
             "load1_start": round(start_load, 2), "load1_end": round(os.getloadavg()[0], 2)}
 
@@ -150,6 +163,7 @@ def train(jobs: list[Job], results: Path, workers: int) -> int:
         return 0
     results.parent.mkdir(parents=True, exist_ok=True)
     bar = tqdm(total=len(todo), desc="estimator suite", unit="run", dynamic_ncols=True)
+    failed: list[Job] = []
     if workers <= 1:
         _worker_init()
         for job in todo:
@@ -159,11 +173,18 @@ def train(jobs: list[Job], results: Path, workers: int) -> int:
 
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_worker_init) as pool:
-            futures = [pool.submit(run_job, job) for job in todo]
+            futures = {pool.submit(run_job, job): job for job in todo}
             for future in as_completed(futures):
-                _append(results, future.result(), bar)
+                try:
+                    _append(results, future.result(), bar)
+                except Exception as exc:  # one broken run must not lose the others; it is named, and rerun next time
+                    failed.append(futures[future])
+                    print(f"[suite] {futures[future]} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     bar.close()
-    return 0
+    if failed:
+        print(f"[suite] {len(failed)} runs failed (see above); run the same command again to retry them",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _append(results: Path, row: dict[str, Any], bar: Any) -> None:
@@ -228,13 +249,13 @@ def main(argv: list[str] | None = None) -> int:
         return verify(jobs, opts.results)
     if not opts.report:
         return train(jobs, opts.results, opts.workers)
-    rows = read_rows(opts.results)
     wanted = {job.key() for job in jobs}
-    rows = [r for r in rows if (r["task"], r["estimator"], r["seed"], r["config_hash"]) in wanted]
+    rows = [r for r in read_rows(opts.results) if (r["task"], r["estimator"], r["seed"], r["config_hash"]) in wanted]
     print(report_text(rows, opts.tasks))
-    if opts.write_docs:
-        write_figure(rows, opts.tasks, opts.figure)
-        write_docs(rows, opts.tasks, opts.doc, opts.figure)
+    if opts.write_docs:  # every task, every current row: the block the committed results file gives
+        rows = current_rows(read_rows(opts.results))
+        write_figure(rows, list(TASKS), opts.figure)
+        write_docs(rows, list(TASKS), opts.doc, opts.figure)
         print(f"[suite] wrote {opts.figure} and the block of {opts.doc}")
     return 0
 

@@ -43,12 +43,12 @@ TASKS: dict[str, SuiteTask] = {
     "sparse": SuiteTask(
         reason="chance success is a few percent, so most groups of 8 are all-zero and get no group-relative "
                "signal; the estimators differ in how hard they push the rare success (GRPO's 1/std, RLOO's "
-               "leave-one-out, pass@k's best-only, batch whitening that also pushes failures down)",
+               "leave-one-out, pass@k's best-only, MaxRL's 1/p, batch whitening that also pushes failures down)",
         situation="sparse binary reward, most groups all-zero",
         task={"implementation": "bench.suite_tasks.make_reverse", "kwargs": {"length": 2}},
         max_new_tokens=2, steps=100, eval_every=10,
         estimators=("grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-                    "grpo_passk", "gpg")),
+                    "grpo_passk", "gpg", "maxrl")),
     "lengths": SuiteTask(
         reason="right answers are 1 or 3 words long in the same batch; a token-mean loss gives a long answer "
                "three times the weight of a short one, and the estimators scale and baseline each group "
@@ -102,7 +102,7 @@ def _preset(name: str, **kw: Any) -> EstimatorSource:
 ESTIMATORS: dict[str, EstimatorSource] = {
     **{name: _preset(name) for name in ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus",
                                         "reinforce_plus_plus_baseline", "grpo_passk", "gpg", "opo", "gdpo",
-                                        "ppo")},
+                                        "ppo", "maxrl")},
     "turn_gae": EstimatorSource(EXAMPLES / "ppo_turn_gae_guess.yaml", full_run=True),
     "gigpo": EstimatorSource(EXAMPLES / "guess_gigpo.yaml", full_run=True),
     "mt_grpo": EstimatorSource(EXAMPLES / "guess_mt_grpo.yaml", full_run=True),
@@ -114,8 +114,6 @@ ESTIMATORS: dict[str, EstimatorSource] = {
         "actor": {"token_rewards_as_adv": True, "advantage": {"process_adv_shaping": {"implementation": "additive"}}},
     }),
 }
-if (PRESETS / "maxrl.yaml").is_file():
-    ESTIMATORS["maxrl"] = _preset("maxrl")
 
 
 def _resolved(section: Any, keys: Any) -> dict[str, Any]:
