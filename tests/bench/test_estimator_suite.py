@@ -1,7 +1,7 @@
 """bench/estimator_suite.py: its statistics, a tiny end-to-end run (rows, resume, exact rerun, report), the docs block.
 
 The full suite (hundreds of runs) is never run here: the end-to-end test trains
-2 tasks x 2 estimators x 1 seed for 2 updates each.
+2 tasks x 2 estimators x 1 seed for 3 updates each.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_every_estimator_keeps_the_task_and_sets_only_the_algorithm():
 
 def _suite(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(SCRIPT), "--tasks", "sparse", "two_rewards", "--estimators", "grpo", "rloo",
-           "--seeds", "1", "--steps", "2", "--eval-every", "1", "--workers", "1", "--results",
+           "--seeds", "1", "--steps", "3", "--eval-every", "1", "--workers", "1", "--results",
            str(tmp / "rows.jsonl"), *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
@@ -109,9 +109,9 @@ def test_a_tiny_suite_writes_rows_resumes_reproduces_and_reports(tmp_path: Path)
     assert sorted((r["task"], r["estimator"]) for r in rows) == [
         ("sparse", "grpo"), ("sparse", "rloo"), ("two_rewards", "grpo"), ("two_rewards", "rloo")]
     for row in rows:
-        assert row["seed"] == 1 and row["steps"] == 2 and [p[0] for p in row["curve"]] == [0, 1, 2]
+        assert row["seed"] == 1 and row["steps"] == 3 and [p[0] for p in row["curve"]] == [0, 1, 3]
         assert row["final_success"] == row["curve"][-1][1] and 0.0 <= row["auc"] <= 1.0
-        assert len(row["train_reward"]) == 2 and len(row["config_hash"]) == 12
+        assert len(row["train_reward"]) == 3 and len(row["config_hash"]) == 12
     by_task = {}
     for row in rows:  # paired: the same seed starts every estimator from the same weights and prompts
         by_task.setdefault(row["task"], set()).add((row["curve"][0][1], row["train_reward"][0]))
