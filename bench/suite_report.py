@@ -54,39 +54,52 @@ def task_stats(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[str
 def table(task: str, runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     stats = task_stats(runs)
     lines = ["| estimator | seeds | final success [95 % CI] | AUC [95 % CI] | final − GRPO (paired) [CI] | "
-             "AUC − GRPO (paired) [CI] | s / run |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "AUC − GRPO (paired) [CI] | CPU s / run | wall s / run | load |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, seeds in runs.items():
         s = stats[name]
-        seconds = statistics.fmean(r["wall_s"] for r in seeds.values())
+        cpu, wall = (statistics.fmean(r[k] for r in seeds.values()) for k in ("cpu_s", "wall_s"))
+        load = statistics.fmean(r["load1_start"] for r in seeds.values())
         lines.append(f"| {name} | {len(seeds)} | {fmt(s['final'])} | {fmt(s['auc'])} | "
                      f"{fmt(s['d_final'], True) if s['d_final'] else '—'} | "
-                     f"{fmt(s['d_auc'], True) if s['d_auc'] else '—'} | {seconds:.1f} |")
+                     f"{fmt(s['d_auc'], True) if s['d_auc'] else '—'} | {cpu:.1f} | {wall:.0f} | {load:.1f} |")
     return "\n".join(lines)
 
 
-def verdict(runs: dict[str, dict[int, dict[str, Any]]]) -> tuple[str, str]:
-    """(plain-words verdict on final success, the estimator to use) from the paired differences to GRPO.
+METRICS = {"final": "final success", "auc": "AUC"}
+MIN_SEEDS = 3  # below this a bootstrap interval says nothing
 
-    The best estimator is the one with the largest mean paired difference in
-    final success. If its CI excludes 0 it beats GRPO; if every other
-    estimator's CI lies below 0, GRPO beats them all; otherwise no difference
-    larger than the widest bound of the best estimator's CI is supported.
+
+def verdict(runs: dict[str, dict[int, dict[str, Any]]], metric: str = "final") -> tuple[str, str | None]:
+    """(plain-words verdict on `metric`, the estimator that beats GRPO on it or None) from paired differences.
+
+    The best estimator is the one with the largest mean paired difference to
+    GRPO. If its CI excludes 0 it beats GRPO; if every other estimator's CI lies
+    below 0, GRPO beats them all; otherwise no difference larger than the widest
+    bound of the best estimator's CI is supported.
     """
-    stats = {n: s for n, s in task_stats(runs).items() if s["d_final"] is not None}
+    key, words = f"d_{metric}", METRICS[metric]
+    stats = {n: s for n, s in task_stats(runs).items() if s[key] is not None}
     if not stats:
-        return "no paired runs against GRPO yet", BASELINE
-    best = max(stats, key=lambda n: stats[n]["d_final"].mean)
-    d = stats[best]["d_final"]
+        return "no paired runs against GRPO yet", None
+    best = max(stats, key=lambda n: stats[n][key].mean)
+    d = stats[best][key]
+    if d.n < MIN_SEEDS:
+        return f"too few paired seeds for a verdict ({d.n}, need {MIN_SEEDS})", None
     if d.low > 0:
-        return (f"{best} beats GRPO by {d.mean:+.3f} final success, CI [{d.low:+.3f}, {d.high:+.3f}] "
+        return (f"{best} beats GRPO by {d.mean:+.3f} {words}, CI [{d.low:+.3f}, {d.high:+.3f}] "
                 f"({d.n} paired seeds)"), best
-    if all(s["d_final"].high < 0 for s in stats.values()):
-        return (f"GRPO beats every other estimator; the closest, {best}, by {-d.mean:.3f}, "
-                f"CI of its difference [{d.low:+.3f}, {d.high:+.3f}]"), BASELINE
+    if all(s[key].high < 0 for s in stats.values()):
+        return (f"GRPO beats every other estimator on {words}; the closest, {best}, by {-d.mean:.3f}, "
+                f"CI of its difference [{d.low:+.3f}, {d.high:+.3f}]"), None
     width = max(abs(d.low), abs(d.high))
-    return (f"no difference larger than ±{width:.3f} in final success between the best estimator ({best}, "
-            f"{d.mean:+.3f}, CI [{d.low:+.3f}, {d.high:+.3f}], half-width {d.half_width:.3f}) and GRPO"), BASELINE
+    return (f"no difference larger than ±{width:.3f} in {words} between the best estimator ({best}, "
+            f"{d.mean:+.3f}, CI [{d.low:+.3f}, {d.high:+.3f}], half-width {d.half_width:.3f}) and GRPO"), None
+
+
+def choice(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """The decision table's entry: the estimator that beats GRPO on final success, else on AUC, else GRPO."""
+    return verdict(runs, "final")[1] or verdict(runs, "auc")[1] or BASELINE
 
 
 def report_text(rows: list[dict[str, Any]], tasks: list[str], figure: str | None = None) -> str:
@@ -98,14 +111,15 @@ def report_text(rows: list[dict[str, Any]], tasks: list[str], figure: str | None
             continue
         spec = TASKS[task]
         steps = sorted({r["steps"] for seeds in runs.values() for r in seeds.values()})
-        text, choice = verdict(runs)
+        final, area = verdict(runs, "final")[0], verdict(runs, "auc")[0]
         parts.append(f"#### `{task}`: {spec.situation}\n\nWhy estimators should differ: {spec.reason}. "
                      f"{'/'.join(map(str, steps))} updates, held-out greedy success on 32 prompts.\n\n"
-                     f"{table(task, runs)}\n\n**Verdict:** {text}.\n")
-        decisions.append(f"| {spec.situation} | {choice} | {text} |")
+                     f"{table(task, runs)}\n\n**Verdict.** Final success: {final}. AUC: {area}.\n")
+        decisions.append(f"| {spec.situation} | {choice(runs)} | final: {final}; AUC: {area} |")
     if figure:
         parts.insert(0, f"![Held-out success per update, mean over seeds]({figure})\n")
-    parts.append("#### Decision table\n\n| situation | use | measured |\n| --- | --- | --- |\n" + "\n".join(decisions))
+    parts.append("#### Decision table\n\nThe estimator that beats GRPO on final success, else the one that beats it "
+                 "on AUC, else GRPO (nothing measured better).\n\n| situation | use | measured |\n| --- | --- | --- |\n" + "\n".join(decisions))
     return "\n".join(parts)
 
 

@@ -19,7 +19,7 @@ SCRIPT = ROOT / "bench" / "estimator_suite.py"
 sys.path.insert(0, str(ROOT / "bench"))
 
 from suite_definitions import TASKS, algorithm, run_config  # noqa: E402
-from suite_report import DOC_BEGIN, DOC_END, docs_block, verdict  # noqa: E402
+from suite_report import DOC_BEGIN, DOC_END, choice, docs_block, verdict  # noqa: E402
 from suite_stats import auc, bootstrap_mean, paired_difference  # noqa: E402
 
 
@@ -63,22 +63,27 @@ def test_paired_difference_pairs_by_seed():
 
 def _row(task: str, estimator: str, seed: int, final: float) -> dict:
     return {"task": task, "estimator": estimator, "seed": seed, "final_success": final, "auc": final / 2,
-            "steps": 10, "wall_s": 1.0, "curve": [[0, 0.0], [10, final]]}
+            "steps": 10, "wall_s": 1.0, "cpu_s": 1.0, "load1_start": 0.0, "curve": [[0, 0.0], [10, final]]}
 
 
 def test_verdicts_follow_the_paired_differences():
     better = {"grpo": {s: _row("sparse", "grpo", s, 0.5) for s in range(1, 11)},
               "rloo": {s: _row("sparse", "rloo", s, 0.7 + 0.01 * s) for s in range(1, 11)}}
-    text, choice = verdict(better)
-    assert choice == "rloo" and text.startswith("rloo beats GRPO by +0.255")
+    text, winner = verdict(better)
+    assert winner == "rloo" and text.startswith("rloo beats GRPO by +0.255 final success")
+    assert verdict(better, "auc")[0].startswith("rloo beats GRPO by +0.128 AUC") and choice(better) == "rloo"
     same = {"grpo": better["grpo"], "rloo": {s: _row("sparse", "rloo", s, 0.5 + (0.02 if s % 2 else -0.02))
                                               for s in range(1, 11)}}
-    text, choice = verdict(same)
+    text, winner = verdict(same)
     bound = float(text.split("±")[1].split()[0])
-    assert choice == "grpo" and text.startswith("no difference larger than ±") and 0.0 < bound <= 0.02
+    assert winner is None and choice(same) == "grpo" and text.startswith("no difference larger than ±") and 0.0 < bound <= 0.02
     worse = {"grpo": better["grpo"], "rloo": {s: _row("sparse", "rloo", s, 0.2) for s in range(1, 11)}}
-    assert verdict(worse) == ("GRPO beats every other estimator; the closest, rloo, by 0.300, CI of its "
-                              "difference [-0.300, -0.300]", "grpo")
+    assert verdict(worse) == ("GRPO beats every other estimator on final success; the closest, rloo, by 0.300, "
+                              "CI of its difference [-0.300, -0.300]", None)
+    two = {name: {s: r for s, r in seeds.items() if s <= 2} for name, seeds in better.items()}
+    assert verdict(two) == ("too few paired seeds for a verdict (2, need 3)", None) and choice(two) == "grpo"
+    faster = {"grpo": better["grpo"], "rloo": {s: {**_row("sparse", "rloo", s, 0.5), "auc": 0.4} for s in range(1, 11)}}
+    assert verdict(faster)[1] is None and verdict(faster, "auc")[1] == "rloo" and choice(faster) == "rloo"
 
 
 def test_every_estimator_keeps_the_task_and_sets_only_the_algorithm():
