@@ -116,11 +116,24 @@ def report_text(rows: list[dict[str, Any]], tasks: list[str], figure: str | None
                      f"{'/'.join(map(str, steps))} updates, held-out greedy success on 32 prompts.\n\n"
                      f"{table(task, runs)}\n\n**Verdict.** Final success: {final}. AUC: {area}.\n")
         decisions.append(f"| {spec.situation} | {choice(runs)} | final: {final}; AUC: {area} |")
+    parts.insert(0, cost_line(rows))
     if figure:
         parts.insert(0, f"![Held-out success per update, mean over seeds]({figure})\n")
     parts.append("#### Decision table\n\nThe estimator that beats GRPO on final success, else the one that beats it "
                  "on AUC, else GRPO (nothing measured better).\n\n| situation | use | measured |\n| --- | --- | --- |\n" + "\n".join(decisions))
     return "\n".join(parts)
+
+
+def cost_line(rows: list[dict[str, Any]]) -> str:
+    """The campaign's cost: CPU seconds (one thread per run, so about a quiet core's wall time) and the load."""
+    if not rows:
+        return "No runs yet.\n"
+    cpu, wall = sum(r["cpu_s"] for r in rows), sum(r["wall_s"] for r in rows)
+    load = statistics.fmean(r["load1_start"] for r in rows)
+    return (f"{len(rows)} runs: {cpu:.0f} CPU s in all, {cpu / len(rows):.1f} s per run, so about "
+            f"{cpu / 2 / 60:.0f} min on 2 quiet cores (two one-thread workers). They were measured on a "
+            f"shared 2-core machine at a mean 1-min load average of {load:.1f}: {wall / len(rows):.0f} s of wall "
+            f"time per run, {wall / cpu:.1f} x its CPU time.\n")
 
 
 def write_figure(rows: list[dict[str, Any]], tasks: list[str], path: Path) -> None:
@@ -132,8 +145,12 @@ def write_figure(rows: list[dict[str, Any]], tasks: list[str], path: Path) -> No
     import numpy as np
 
     shown = [t for t in tasks if by_estimator(rows, t)]
-    fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(4.2 * max(len(shown), 1), 3.4), squeeze=False)
-    for ax, task in zip(axes[0], shown):
+    cols = min(max(len(shown), 1), 3)
+    nrows = -(-max(len(shown), 1) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.4 * cols, 3.5 * nrows), squeeze=False)
+    for ax in axes.flat[len(shown):]:
+        ax.axis("off")
+    for ax, task in zip(axes.flat, shown):
         for name, seeds in by_estimator(rows, task).items():
             curves = [r["curve"] for r in seeds.values()]
             updates = [p[0] for p in curves[0]]
@@ -144,7 +161,8 @@ def write_figure(rows: list[dict[str, Any]], tasks: list[str], path: Path) -> No
         ax.set_xlabel("updates")
         ax.set_ylim(-0.02, 1.02)
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("held-out success (mean over seeds)")
+    for row in axes:
+        row[0].set_ylabel("held-out success (mean over seeds)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, metadata={"Software": None})
