@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,6 @@ class Job:
     seed: int
     steps: int | None = None  # None: the task's own
     eval_every: int | None = None
-    overrides: tuple[str, ...] = field(default_factory=tuple)
 
     def config(self) -> dict[str, Any]:
         return run_config(self.task, self.estimator, self.seed, steps=self.steps, eval_every=self.eval_every)
@@ -119,7 +118,7 @@ def run_job(job: Job) -> dict[str, Any]:
     config = job.config()
     with tempfile.TemporaryDirectory(prefix="estimator_suite_") as tmp:
         mapping = {**config, "output": {**config["output"], "dir": tmp}}
-        cfg = load_config(mapping, list(job.overrides))
+        cfg = load_config(mapping)
         result = Trainer(cfg).run()
         metrics = read_rows(result.metrics_path)
     curve = curve_of(metrics)
