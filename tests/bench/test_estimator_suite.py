@@ -133,7 +133,8 @@ def test_a_tiny_suite_writes_rows_resumes_reproduces_and_reports(tmp_path: Path)
     report = _suite(tmp_path, "--report")
     assert report.returncode == 0, report.stderr[-3000:]
     assert "#### `sparse`" in report.stdout and "#### `two_rewards`" in report.stdout
-    assert "| rloo | 1 |" in report.stdout and "**Verdict:**" in report.stdout and "Decision table" in report.stdout
+    assert "| rloo | 1 |" in report.stdout and "Decision table" in report.stdout
+    assert "**Verdict.** Final success: too few paired seeds" in report.stdout
 
 
 def test_the_docs_block_is_what_the_committed_results_give():
