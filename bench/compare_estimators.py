@@ -62,6 +62,7 @@ ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gdpo",
 PRESETS = ROOT / "examples" / "presets"
 MODEL = ROOT / "runs" / "models" / "SmolLM2-135M-Instruct"
 RESULTS = ROOT / "bench" / "results" / "estimators.jsonl"
+DOC_BLOCK = "compare_estimators"  # the doc's marked block: <!-- compare_estimators:begin --> ... :end -->
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,6 @@ TASKS = {
                               "eval/reward/solved_lenient", ("grpo", "rloo", "dr_grpo", "maxrl"), "spell_backward",
                               "format-fixed accuracy (solved_lenient)", f"{DOC_BLOCK}:spell_backward"),
 }
-DOC_BLOCK = "compare_estimators"  # the doc's marked block: <!-- compare_estimators:begin --> ... :end -->
 #: The tiny random-init model and a few tokens: the CI check that the script still runs end to end.
 TINY = ("model.path=null", "model.attn_implementation=eager", "rollout.batch_size=2", "rollout.n_samples=2",
         "actor.max_new_tokens=4", "eval.n_prompts=2", "eval.every=1", "train.num_threads=1")
