@@ -117,7 +117,8 @@ def test_compare_estimators_runs_the_skill_task_and_reports_the_format_fixed_acc
     assert "format-fixed accuracy (solved_lenient) after" in proc.stdout
     doc = tmp_path / "page.md"
     doc.write_text("<!-- compare_estimators:begin -->\nsums\n<!-- compare_estimators:end -->\n"
-                   "<!-- compare_estimators:spell_backward:begin -->\nold\n<!-- compare_estimators:spell_backward:end -->\n")
+                   "<!-- compare_estimators:spell_backward:begin -->\nold\n"
+                   "<!-- compare_estimators:spell_backward:end -->\n")
     proc = subprocess.run([*cmd, "--report-only", "--doc", str(doc)], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
