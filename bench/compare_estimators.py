@@ -1,15 +1,19 @@
-"""The estimators compared on one real-model run: GRPO, Dr. GRPO, RLOO, REINFORCE++-baseline, GDPO.
+"""The estimators compared on one real-model run: GRPO, Dr. GRPO, RLOO, REINFORCE++-baseline, GDPO, ...
 
 Usage:
-    .venv/bin/python bench/compare_estimators.py                        # all 5 estimators x seeds 1 2
+    .venv/bin/python bench/compare_estimators.py                        # sums: all 5 estimators x seeds 1 2
     .venv/bin/python bench/compare_estimators.py --estimators grpo --seeds 1 2   # a part
     .venv/bin/python bench/compare_estimators.py --report-only          # table + plot from the results file
+    .venv/bin/python bench/compare_estimators.py --task spell_backward   # the skill task (grpo rloo dr_grpo ...)
 
-Every run is `examples/real_model/grpo_smollm2.yaml` (SmolLM2-135M-Instruct,
-one-digit sums, two reward components: `correct` and `number_only`) with the
+`--task` picks the run (TASKS): `sums` is `examples/real_model/grpo_smollm2.yaml`
+(SmolLM2-135M-Instruct, one-digit sums, two reward components: `correct` and
+`number_only`; GDPO normalises the two separately, the others their weighted
+sum); `spell_backward` is `examples/real_model/spell_backward.yaml` (reversing a
+word, reasoning-gym's `score_answer` as the reward; accuracy `solved`, the
+format-fixed accuracy `solved_lenient`). Every run is the task's config with the
 `actor:` section of the preset `preset:<estimator>` (areal/presets/) on top, so the runs
-differ only in the advantage estimator. GDPO normalises the two components
-separately; the others normalise their weighted sum.
+differ only in the advantage estimator.
 
 Runs advance round-robin in chunks of `--chunk-steps` updates (each chunk
 resumes the run from its last checkpoint with `train.resume=auto` and a raised
@@ -54,12 +58,34 @@ sys.path.insert(0, str(ROOT))
 
 from areal.utils.checkpoint_folders import checkpoint_root, list_checkpoints  # noqa: E402
 
-ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gdpo")
-RUN_CONFIG = ROOT / "examples" / "real_model" / "grpo_smollm2.yaml"
+ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gdpo", "maxrl")
 PRESETS = ROOT / "areal" / "presets"  # the packaged presets (areal.api.presets), read as raw YAML here
 MODEL = ROOT / "runs" / "models" / "SmolLM2-135M-Instruct"
 RESULTS = ROOT / "bench" / "results" / "estimators.jsonl"
-DOC_BEGIN, DOC_END = "<!-- compare_estimators:begin -->", "<!-- compare_estimators:end -->"
+DOC_BLOCK = "compare_estimators"  # the doc's marked block: <!-- compare_estimators:begin --> ... :end -->
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """A real-model run the estimators are put on: its config, accuracy columns, default estimators, tag."""
+
+    config: Path
+    metric: str
+    format_metric: str
+    estimators: tuple[str, ...]
+    tag: str
+    format_label: str
+    doc_block: str = DOC_BLOCK
+
+
+TASKS = {
+    "sums": TaskRun(ROOT / "examples" / "real_model" / "grpo_smollm2.yaml", "eval/reward/correct",
+                    "eval/reward/number_only", ESTIMATORS[:5], "real_model", "format (number only)"),
+    # one trained component (the two accuracies carry weight 0), so GDPO's per-component normalisation is moot
+    "spell_backward": TaskRun(ROOT / "examples" / "real_model" / "spell_backward.yaml", "eval/reward/solved",
+                              "eval/reward/solved_lenient", ("grpo", "rloo", "dr_grpo", "maxrl"), "spell_backward",
+                              "format-fixed accuracy (solved_lenient)", f"{DOC_BLOCK}:spell_backward"),
+}
 #: The tiny random-init model and a few tokens: the CI check that the script still runs end to end.
 TINY = ("model.path=null", "model.attn_implementation=eager", "rollout.batch_size=2", "rollout.n_samples=2",
         "actor.max_new_tokens=4", "eval.n_prompts=2", "eval.every=1", "train.num_threads=1")
@@ -360,7 +386,7 @@ def latest_rows(rows: list[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
     for row in rows:
         if row["tag"] == tag:
             latest[(row["estimator"], row["seed"])] = row
-    order = {name: i for i, name in enumerate(ESTIMATORS)}
+    order = {name: i for i, name in enumerate(ESTIMATORS)}  # the table's row order
     return [latest[k] for k in sorted(latest, key=lambda k: (order.get(k[0], len(order)), k[0], k[1]))]
 
 
@@ -370,10 +396,10 @@ def at_budget(row: dict[str, Any], budget: float) -> dict[str, float]:
     return within[-1] if within else row["curve"][0]
 
 
-def table(rows: list[dict[str, Any]], budget: float) -> str:
+def table(rows: list[dict[str, Any]], budget: float, format_label: str) -> str:
     """Markdown: one line per estimator (seeds pooled: the mean, then each seed) and one per run's command."""
     lines = [f"| estimator | seeds | accuracy before | accuracy at {budget:.0f} s of steps (updates) | "
-             "accuracy after the last update | format (number only) after | mean response tokens | "
+             f"accuracy after the last update | {format_label} after | mean response tokens | "
              "median step time (s) | CPU s / step | load (1-min avg) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     by_estimator: dict[str, list[dict[str, Any]]] = {}
@@ -432,14 +458,15 @@ def plot(rows: list[dict[str, Any]], budget: float, path: Path) -> None:
     plt.close(fig)
 
 
-def update_doc(doc: Path, text: str) -> None:
-    """Replace the block between DOC_BEGIN and DOC_END in `doc` (the rest of the page is written by hand)."""
+def update_doc(doc: Path, text: str, block: str = DOC_BLOCK) -> None:
+    """Replace the block between `<!-- {block}:begin -->` and its end in `doc` (the rest is written by hand)."""
+    begin, end = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
     page = doc.read_text(encoding="utf-8")
-    if DOC_BEGIN not in page or DOC_END not in page:
-        raise SystemExit(f"--doc {doc}: the markers {DOC_BEGIN} and {DOC_END} are missing")
-    head, rest = page.split(DOC_BEGIN, 1)
-    _, tail = rest.split(DOC_END, 1)
-    doc.write_text(f"{head}{DOC_BEGIN}\n{text}\n{DOC_END}{tail}", encoding="utf-8")
+    if begin not in page or end not in page:
+        raise SystemExit(f"--doc {doc}: the markers {begin} and {end} are missing")
+    head, rest = page.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{begin}\n{text}\n{end}{tail}", encoding="utf-8")
 
 
 def report(opts: argparse.Namespace) -> int:
@@ -451,7 +478,7 @@ def report(opts: argparse.Namespace) -> int:
     budget = opts.budget_s if opts.budget_s is not None else min(r["train_seconds"] for r in rows)
     runs = "\n".join(f"- `{r['estimator']}` seed {r['seed']} ({r['finished_at']}, commit {r['git']}): "
                      f"{describe(r)}{answers(r)}" for r in rows)
-    text = (f"{table(rows, budget)}\n\nBudget: {budget:.0f} s of steps"
+    text = (f"{table(rows, budget, opts.format_label)}\n\nBudget: {budget:.0f} s of steps"
             f"{' (the smallest total of the runs)' if opts.budget_s is None else ''}; "
             f"accuracy = `{rows[0]['metric']}` on the held-out set, greedy.\n\n{runs}")
     print(text)
@@ -459,7 +486,7 @@ def report(opts: argparse.Namespace) -> int:
         plot(rows, budget, opts.plot)
         print(f"[compare] plot {opts.plot}")
     if opts.doc:
-        update_doc(opts.doc, text)
+        update_doc(opts.doc, text, TASKS[opts.task].doc_block)
         print(f"[compare] table written into {opts.doc}")
     return 0
 
@@ -467,27 +494,42 @@ def report(opts: argparse.Namespace) -> int:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), help="presets (areal presets)")
+    p.add_argument("--task", choices=sorted(TASKS), default="sums",
+                   help="the run; sets the defaults of --config --metric --format-metric --estimators --tag --plot")
+    p.add_argument("--estimators", nargs="+", default=None, help="presets (areal presets; default: the task's)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     p.add_argument("--steps", type=int, default=None, help="updates per run (default: the run config's train.steps)")
     p.add_argument("--chunk-steps", type=int, default=25, help="updates per round-robin chunk (0: whole runs)")
-    p.add_argument("--config", type=Path, default=RUN_CONFIG, help="the run every estimator is put on")
+    p.add_argument("--config", type=Path, default=None, help="the run every estimator is put on (default: the task's)")
     p.add_argument("--model", type=Path, default=MODEL, help="model.path (examples/real_model/install.sh makes it)")
     p.add_argument("--tiny", action="store_true", help="tiny random-init model, a few tokens (the CI check)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more trainer overrides, for every run")
-    p.add_argument("--tag", default="real_model", help="campaign name: run directories and result rows")
+    p.add_argument("--tag", default=None, help="campaign name: run directories and result rows (default: the task's)")
     p.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "compare")
     p.add_argument("--results", type=Path, default=RESULTS, help="finished runs are appended here (JSONL)")
-    p.add_argument("--metric", default="eval/reward/correct", help="the held-out accuracy column")
-    p.add_argument("--format-metric", default="eval/reward/number_only")
+    p.add_argument("--metric", default=None, help="the held-out accuracy column (default: the task's)")
+    p.add_argument("--format-metric", default=None, help="the column shown beside it (default: the task's)")
     p.add_argument("--budget-s", type=float, default=None, help="budget in seconds of steps (default: smallest run)")
     p.add_argument("--stop-after-hours", type=float, default=None,
                    help="start no new chunk after this long (at least one runs): a part of the campaign")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep a finished run's last checkpoint")
     p.add_argument("--report-only", action="store_true", help="only the table and plot from --results")
-    p.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "estimators_real_model.png")
+    p.add_argument("--plot", type=Path, default=None, help="default: docs/img/estimators_<tag>.png")
     p.add_argument("--doc", type=Path, default=None, help="write the table into this page's marked block")
-    return p.parse_args(argv)
+    opts = p.parse_args(argv)
+    task = TASKS[opts.task]
+    given = opts.format_metric
+    for key in ("config", "metric", "format_metric", "tag"):
+        if getattr(opts, key) is None:
+            setattr(opts, key, getattr(task, key))
+    if opts.estimators is None:  # the task's list, less a preset this checkout does not have yet
+        opts.estimators = [name for name in task.estimators if (PRESETS / f"{name}.yaml").is_file()]
+        if missing := sorted(set(task.estimators) - set(opts.estimators)):
+            print(f"[compare] --task {opts.task}: no preset for {missing} in {shown(PRESETS)}; running "
+                  f"{opts.estimators}", flush=True)
+    opts.format_label = f"`{given}`" if given not in (None, task.format_metric) else task.format_label
+    opts.plot = opts.plot or ROOT / "docs" / "img" / f"estimators_{opts.tag}.png"
+    return opts
 
 
 def config_steps(config: Path, extra: list[str]) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESETS, EXAMPLES = ROOT / "examples" / "presets", ROOT / "examples"
+PRESETS, EXAMPLES = ROOT / "areal" / "presets", ROOT / "examples"
 #: Keys of a full example run's `actor:` that define the algorithm (the rest is the run's shape).
 ALGORITHM_KEYS = ("kl_ctl", "kl_estimator", "discount", "gae_lambda", "gae_timestep_unit", "reward_norm",
                   "adv_norm", "advantage", "token_rewards_as_adv", "mask_no_eos_with_zero", "reward_clip")

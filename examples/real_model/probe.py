@@ -1,6 +1,7 @@
-"""How the task was chosen: greedy accuracy of the untrained model on candidate tasks and prompt formats.
+"""How the tasks were chosen: accuracy of the untrained model on candidate tasks and prompt formats.
 
     .venv/bin/python examples/real_model/probe.py [--n 32] [--only sums_number_only ...]
+    .venv/bin/python examples/real_model/probe.py --skills [--n 100] [--only spell_backward_3_6 ...]
 
 Each candidate is a list of chat prompts with known integer answers, decoded
 greedily in one left-padded `generate` batch (transformers) with the
@@ -9,6 +10,17 @@ exactly the answer), `last_int` (its last integer is the answer), `correct`
 (also finished: the model ended it before the token budget did; the run's
 `correct` reward), the mean completion length in tokens, and a few samples.
 A candidate for the learning run should start at about 10-40 % `correct`.
+
+`--skills` probes the skill tasks of skill_tasks.py instead, each scored by
+reasoning-gym's `score_answer` (an answer counts when it scores 1.0):
+`strict` (the whole finished completion is the answer, the format the system
+prompt asks for), `lenient` (the answer read out of any wording), `prefix`
+(greedy again with the answer's start forced into the assistant turn, e.g.
+"The answer is ", then read leniently), and under sampling (temperature 1,
+`--k` samples for each of the first `--sampled-prompts` prompts) the mean
+strict success, pass@k and the fraction of prompts with a mixed group (some
+but not all samples right: the groups GRPO learns from). Low `strict` with
+high `lenient`/`prefix` is a missing format; all three low is a missing skill.
 """
 
 from __future__ import annotations
@@ -19,11 +31,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from examples.real_model import skill_tasks  # noqa: E402
 from examples.real_model.rewards import last_integer  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[2] / "runs" / "models" / "SmolLM2-135M-Instruct"
@@ -106,17 +120,79 @@ def probe(model: object, tok: object, prompts: list[Prompt], max_new: int) -> tu
     return tok.batch_decode(new, skip_special_tokens=True), finished, time.perf_counter() - start
 
 
+@torch.no_grad()
+def generate(model: Any, tok: Any, texts: list[str], max_new: int, samples: int = 0) -> tuple[list[str], list[bool]]:
+    """Completions of chat-formatted `texts` (greedy; `samples` > 0: that many each at temperature 1), finished?"""
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    stops = sorted({tok.eos_token_id, model.generation_config.eos_token_id})
+    sampling = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+                "num_return_sequences": samples} if samples else {"do_sample": False}
+    out = model.generate(**enc, max_new_tokens=max_new, pad_token_id=model.config.eos_token_id, eos_token_id=stops,
+                         **sampling)
+    new = out[:, enc.input_ids.shape[1]:]
+    return tok.batch_decode(new, skip_special_tokens=True), torch.isin(new, torch.tensor(stops)).any(dim=1).tolist()
+
+
+def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: int, sampled: int) -> dict[str, Any]:
+    """strict / lenient / forced-prefix greedy accuracy on `n` rows, and sampled success on the first `sampled`."""
+    rows = skill_tasks.rows(task, seed=5, size=n)
+    texts = [tok.apply_chat_template([{"role": "system", "content": task.system_prompt},
+                                      {"role": "user", "content": r["prompt"]}], tokenize=False,
+                                     add_generation_prompt=True) for r in rows]
+
+    def solved(row: dict[str, str], answer: str | None) -> bool:
+        return skill_tasks.score(task.name, answer, row["answer"], row["metadata"]) == 1.0
+
+    def lenient(row: dict[str, str], text: str) -> bool:
+        return solved(row, skill_tasks.lenient_answer(task.name, text, row["answer"]))
+
+    start = time.perf_counter()
+    greedy, done = generate(model, tok, texts, task.max_new_tokens)
+    forced, _ = generate(model, tok, [t + task.prefix for t in texts], task.max_new_tokens)
+    picked = rows[:sampled]
+    draws, draws_done = generate(model, tok, texts[:sampled], task.max_new_tokens, samples=k)
+    wins = [[ok and solved(r, c.strip()) for c, ok in zip(draws[i * k:(i + 1) * k], draws_done[i * k:(i + 1) * k])]
+            for i, r in enumerate(picked)]
+    return {"task": task.name, "n": n, "max_new": task.max_new_tokens,
+            "strict": sum(ok and solved(r, c.strip()) for r, c, ok in zip(rows, greedy, done)) / n,
+            "lenient": sum(lenient(r, c) for r, c in zip(rows, greedy)) / n,
+            "prefix": sum(lenient(r, task.prefix + c) for r, c in zip(rows, forced)) / n,
+            "sampled_mean": sum(map(sum, wins)) / (k * len(wins)), "pass_at_k": sum(map(any, wins)) / len(wins),
+            "mixed_groups": sum(any(w) and not all(w) for w in wins) / len(wins), "k": k,
+            "seconds": time.perf_counter() - start,
+            "examples": [(r["prompt"], c, r["answer"]) for r, c in zip(rows[:3], greedy)]}
+
+
+def main_skills(model: Any, tok: Any, opts: argparse.Namespace) -> None:
+    """One line per skill task (and its first greedy answers)."""
+    for name, task in skill_tasks.TASKS.items():
+        if opts.only and name not in opts.only:
+            continue
+        r = probe_skill(model, tok, task, opts.n, opts.k, opts.sampled_prompts)
+        print(f"{name}: n={r['n']} max_new={r['max_new']} strict={r['strict']:.2f} lenient={r['lenient']:.2f} "
+              f"prefix={r['prefix']:.2f} sampled={r['sampled_mean']:.3f} pass@{r['k']}={r['pass_at_k']:.2f} "
+              f"mixed={r['mixed_groups']:.2f} ({r['seconds']:.0f} s)", flush=True)
+        for prompt, completion, answer in r["examples"]:
+            print(f"    {prompt!r} -> {completion!r} [{answer}]")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=32, help="prompts per candidate")
     p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all)")
     p.add_argument("--model", type=Path, default=MODEL)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--skills", action="store_true", help="the skill tasks of skill_tasks.py instead")
+    p.add_argument("--k", type=int, default=8, help="--skills: samples per prompt")
+    p.add_argument("--sampled-prompts", type=int, default=8, help="--skills: prompts sampled k times")
     opts = p.parse_args()
     torch.set_num_threads(opts.threads)
     tok = AutoTokenizer.from_pretrained(opts.model, padding_side="left")
     tok.pad_token = tok.pad_token or tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(opts.model, dtype=torch.float32).eval()
+    if opts.skills:
+        torch.manual_seed(0)
+        return main_skills(model, tok, opts)
     for name, (make, max_new) in candidates(opts.n).items():
         if opts.only and name not in opts.only:
             continue
