@@ -82,8 +82,10 @@ def _dry_run(config: object, actor: object, task: object) -> int:
     except Exception as exc:  # any stage failure is the answer the user asked for
         print(f"error: dry run on a synthetic batch: {_one_line(exc)}", file=sys.stderr)
         return 1
-    print(f"dry run OK: every configured stage ran on a synthetic batch of {report.n_rows} rows x "
-          f"{report.n_pos} positions ({report.layout})")
+    print(
+        f"dry run OK: every configured stage ran on a synthetic batch of {report.n_rows} rows x "
+        f"{report.n_pos} positions ({report.layout})"
+    )
     return 0
 
 
@@ -97,19 +99,26 @@ def _dry_run_rewards(config: Any, parts: Any, runtime: Any) -> int:
     except Exception as exc:  # the task's or a reward function's failure, named as at run time
         print(f"error: dry run of the rewards on {source}: {_one_line(exc)}", file=sys.stderr)
         return 1
-    print(f"rewards OK: {', '.join(report.components)} scored {source} with dummy completions "
-          f"{list(report.completions)}")
+    print(
+        f"rewards OK: {', '.join(report.components)} scored {source} with dummy completions {list(report.completions)}"
+    )
     return 0
 
 
 def _validate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="areal validate",
-                                description="load a config and resolve every advantage stage, the task and the rewards")
+    p = argparse.ArgumentParser(
+        prog="areal validate", description="load a config and resolve every advantage stage, the task and the rewards"
+    )
     p.add_argument("config", help="experiment YAML file, or preset:NAME (areal presets)")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor.advantage.estimator.implementation=turn_gae")
-    p.add_argument("--dry-run", action="store_true",
-                   help="also run every configured stage once on a small synthetic batch of the config's layout, "
-                        "and the task's scorer and every reward function on two real rows")
+    p.add_argument(
+        "overrides", nargs="*", help="dotted overrides, e.g. actor.advantage.estimator.implementation=turn_gae"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="also run every configured stage once on a small synthetic batch of the config's layout, "
+        "and the task's scorer and every reward function on two real rows",
+    )
     return p
 
 
@@ -137,8 +146,11 @@ def export(argv: Sequence[str]) -> int:
     from areal.trainer.run.export import export_run
     from areal.utils.checkpoint_folders import CheckpointError
 
-    p = argparse.ArgumentParser(prog="areal export", description="write a run's trained policy as a "
-                                "save_pretrained folder (weights, config, tokenizer, chat template; LoRA merged)")
+    p = argparse.ArgumentParser(
+        prog="areal export",
+        description="write a run's trained policy as a "
+        "save_pretrained folder (weights, config, tokenizer, chat template; LoRA merged)",
+    )
     p.add_argument("run_dir", help="the run directory (or one of its checkpoints/step_N folders)")
     p.add_argument("out_dir", help="a new or empty folder for the model")
     p.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
@@ -149,8 +161,10 @@ def export(argv: Sequence[str]) -> int:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 1
     merged = " (LoRA adapters merged)" if done.merged_lora else ""
-    print(f"exported {done.checkpoint} to {done.out_dir}{merged}: AutoModelForCausalLM.from_pretrained"
-          f"({str(done.out_dir)!r}) loads it")
+    print(
+        f"exported {done.checkpoint} to {done.out_dir}{merged}: AutoModelForCausalLM.from_pretrained"
+        f"({str(done.out_dir)!r}) loads it"
+    )
     return 0
 
 
@@ -166,8 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[argv[0]](argv[1:])
     parser = argparse.ArgumentParser(prog="areal", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("validate", help="load a config and resolve every advantage stage, the task and the rewards "
-                   "(areal validate -h)")
+    sub.add_parser(
+        "validate", help="load a config and resolve every advantage stage, the task and the rewards (areal validate -h)"
+    )
     sub.add_parser("presets", help="list the presets shipped with the package (use one as preset:NAME)")
     sub.add_parser("train", help="train: the same as python -m areal.trainer.main (areal train -h)")
     sub.add_parser("export", help="a run's policy as a save_pretrained model folder (areal export -h)")

@@ -180,8 +180,7 @@ def bench_first_call() -> None:
 def bench_gae(sizes: list[tuple[int, int]], reps: int, ref_reps: int) -> list[dict]:
     """Token and turn GAE: our backends against the reference loops."""
     backends = available_backends("cpu")
-    print(f"\n== GAE on CPU ({_threads()}; best of {reps}, reference best of "
-          f"<= {ref_reps}; ms) ==")
+    print(f"\n== GAE on CPU ({_threads()}; best of {reps}, reference best of <= {ref_reps}; ms) ==")
     head = f"{'B x T':>12} |{'copy':>8} |{'ref token':>10}" + "".join(f"{b + ' tok':>11}{'x':>8}" for b in backends)
     head += f" |{'ref turn':>10}" + "".join(f"{b + ' turn':>11}{'x':>8}" for b in backends)
     print(head)
@@ -209,8 +208,10 @@ def bench_gae(sizes: list[tuple[int, int]], reps: int, ref_reps: int) -> list[di
             result[f"{backend}_token"], result[f"{backend}_turn"] = t_tok, t_turn
             line_tok += f"{fmt_ms(t_tok):>11}{ref_tok / t_tok:>7.1f}x"
             line_turn += f"{fmt_ms(t_turn):>11}{ref_turn / t_turn:>7.1f}x"
-        print(f"{n_rows:>5} x {n_pos:<5} |{copy * 1e3:8.2f} |{fmt_ms(ref_tok)}{line_tok} "
-              f"|{fmt_ms(ref_turn)}{line_turn}", flush=True)
+        print(
+            f"{n_rows:>5} x {n_pos:<5} |{copy * 1e3:8.2f} |{fmt_ms(ref_tok)}{line_tok} |{fmt_ms(ref_turn)}{line_turn}",
+            flush=True,
+        )
         rows.append(result)
     return rows
 
@@ -240,11 +241,15 @@ def report_targets(rows: list[dict]) -> None:
         best = available_backends("cpu")[0]
         tok = row["ref_token"] / row[f"{best}_token"]
         trn = row["ref_turn"] / row[f"{best}_turn"]
-        print(f"\n{best} at {MANDATORY[0]}x{MANDATORY[1]}: token {row[f'{best}_token'] / row['copy']:.1f}x, "
-              f"turn {row[f'{best}_turn'] / row['copy']:.1f}x the time of copying rewards, values and mask")
-        print(f"\ntargets at {MANDATORY[0]}x{MANDATORY[1]} (default CPU backend '{best}'): "
-              f"token {tok:.0f}x (target 50x: {'met' if tok >= 50 else 'NOT met'}), "
-              f"turn {trn:.0f}x (target 20x: {'met' if trn >= 20 else 'NOT met'})")
+        print(
+            f"\n{best} at {MANDATORY[0]}x{MANDATORY[1]}: token {row[f'{best}_token'] / row['copy']:.1f}x, "
+            f"turn {row[f'{best}_turn'] / row['copy']:.1f}x the time of copying rewards, values and mask"
+        )
+        print(
+            f"\ntargets at {MANDATORY[0]}x{MANDATORY[1]} (default CPU backend '{best}'): "
+            f"token {tok:.0f}x (target 50x: {'met' if tok >= 50 else 'NOT met'}), "
+            f"turn {trn:.0f}x (target 20x: {'met' if trn >= 20 else 'NOT met'})"
+        )
 
 
 def bench_group_norm(n_pos: int, reps: int) -> None:
@@ -273,8 +278,10 @@ def bench_group_norm(n_pos: int, reps: int) -> None:
         ours = best_time(lambda: norm(x, loss_mask=mask, group_sizes=groups), reps)
         ref = best_time(lambda: reference_group_norm(x, mask, groups), reps)
         diff = float((norm(x, loss_mask=mask, group_sizes=groups) - reference_group_norm(x, mask, groups)).abs().max())
-        print(f"{'per-group loop':>16}{fmt_ms(ref)}\n{'Normalization':>16}{fmt_ms(ours)}   {ref / ours:.1f}x"
-              f"   (max |diff| {diff:.1e})")
+        print(
+            f"{'per-group loop':>16}{fmt_ms(ref)}\n{'Normalization':>16}{fmt_ms(ours)}   {ref / ours:.1f}x"
+            f"   (max |diff| {diff:.1e})"
+        )
 
 
 def make_rollout_batch(n_rows: int, n_pos: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -353,11 +360,15 @@ def bench_pipeline(n_rows: int = 256, n_pos: int = 8192, reps: int = 3) -> None:
         _check_close(f"pipeline {key}", out[key], ref[key])
     ours = best_time(lambda: actor.compute_advantages(batch), reps=max(reps, 5))
     theirs = best_time(lambda: reference_pipeline(batch), reps=reps)
-    print(f"{'1.0.4 loop pipeline':>22}{fmt_ms(theirs)}\n{'compute_advantages':>22}{fmt_ms(ours)}   {theirs / ours:.1f}x"
-          f"   (target 15x: {'met' if theirs / ours >= 15 else 'NOT met'})")
+    print(
+        f"{'1.0.4 loop pipeline':>22}{fmt_ms(theirs)}\n{'compute_advantages':>22}{fmt_ms(ours)}   {theirs / ours:.1f}x"
+        f"   (target 15x: {'met' if theirs / ours >= 15 else 'NOT met'})"
+    )
     peak = peak_extra_memory(n_rows, n_pos)
-    print(f"peak extra memory of compute_advantages: {peak:.1f} x one [B, T] float32 tensor "
-          f"(target <= 8: {'met' if peak <= 8 else 'NOT met'})")
+    print(
+        f"peak extra memory of compute_advantages: {peak:.1f} x one [B, T] float32 tensor "
+        f"(target <= 8: {'met' if peak <= 8 else 'NOT met'})"
+    )
 
 
 def set_threads(n: int) -> None:
@@ -384,16 +395,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=parse_sizes, help="comma-separated BxT list, e.g. 256x8192,64x1024")
     parser.add_argument("--reps", type=int, default=None, help="repetitions for our kernels (best of)")
     parser.add_argument("--skip-first-call", action="store_true", help="skip the numba compile-cost section")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch and numba threads (default: all cores); 1 avoids waiting on busy cores")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch and numba threads (default: all cores); 1 avoids waiting on busy cores",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         set_threads(args.threads)
     sizes = args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)
     reps = args.reps or (5 if args.quick else 10)
     ref_reps = 2 if args.quick else 3
-    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-          f"backends: {available_backends('cpu')}")
+    print(
+        f"torch {torch.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"backends: {available_backends('cpu')}"
+    )
     if not args.skip_first_call:
         bench_first_call()
     rows = bench_gae(sizes, reps, ref_reps)

@@ -38,8 +38,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 CONFIGS = {
     "batch reward_norm + batch adv_norm, kl 0.1": lambda NC: dict(kl_ctl=0.1, reward_norm=NC(), adv_norm=NC()),
     "PPOActorConfig()": lambda NC: dict(),
-    "GRPO-like (group reward_norm, kl 0)": lambda NC: dict(kl_ctl=0.0, reward_norm=NC(
-        mean_level="group", std_level="group", group_size=8)),
+    "GRPO-like (group reward_norm, kl 0)": lambda NC: dict(
+        kl_ctl=0.0, reward_norm=NC(mean_level="group", std_level="group", group_size=8)
+    ),
 }
 
 
@@ -78,8 +79,7 @@ def _measure(config: object, n_rows: int, n_pos: int, rounds: int) -> dict[str, 
     call_agreement._exchange = lambda *args: (counted.append(1), exchange(*args))[1]
     on()
     call_agreement._exchange = exchange
-    steps = [("on", on), ("off", off), ("on2", on), ("on_s", synced(on)), ("off_s", synced(off)),
-             ("on2_s", synced(on))]
+    steps = [("on", on), ("off", off), ("on2", on), ("on_s", synced(on)), ("off_s", synced(off)), ("on2_s", synced(on))]
     samples: dict[str, list[float]] = {name: [] for name, _ in steps}
     for r in range(rounds):
         k = r % len(steps)
@@ -108,18 +108,26 @@ def _rank_main(args: argparse.Namespace) -> None:
 
     set_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
-    header = ("| config | B x T | exchanges | one exchange | on | off | paired | A/A | on +sync | off +sync | "
-              "paired +sync | A/A +sync |")
+    header = (
+        "| config | B x T | exchanges | one exchange | on | off | paired | A/A | on +sync | off +sync | "
+        "paired +sync | A/A +sync |"
+    )
     if dist.get_rank() == 0:
-        print(f"torch {torch.__version__}, 2 gloo ranks on 127.0.0.1, 1 thread each, {args.rounds} rounds; "
-              f"load: {os.getloadavg()[0]:.2f}\n{header}\n" + "| --- " * 12 + "|", flush=True)
+        print(
+            f"torch {torch.__version__}, 2 gloo ranks on 127.0.0.1, 1 thread each, {args.rounds} rounds; "
+            f"load: {os.getloadavg()[0]:.2f}\n{header}\n" + "| --- " * 12 + "|",
+            flush=True,
+        )
     for name, make in CONFIGS.items():
         for n_rows, n_pos in parse_sizes(args.sizes):
             r = _measure(PPOActorConfig(**make(NormConfig)), n_rows, n_pos, args.rounds)
             if dist.get_rank() == 0:
-                print(f"| {name} | {n_rows} x {n_pos} | {r['exchanges']:.0f} | {r['one_ms']:.3f} ms | "
-                      f"{r['on']:.2f} | {r['off']:.2f} | {r['paired']:+.1%} | {r['aa']:+.1%} | {r['on_s']:.2f} | "
-                      f"{r['off_s']:.2f} | {r['paired_s']:+.1%} | {r['aa_s']:+.1%} |", flush=True)
+                print(
+                    f"| {name} | {n_rows} x {n_pos} | {r['exchanges']:.0f} | {r['one_ms']:.3f} ms | "
+                    f"{r['on']:.2f} | {r['off']:.2f} | {r['paired']:+.1%} | {r['aa']:+.1%} | {r['on_s']:.2f} | "
+                    f"{r['off_s']:.2f} | {r['paired_s']:+.1%} | {r['aa_s']:+.1%} |",
+                    flush=True,
+                )
     if dist.get_rank() == 0:
         print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
     dist.destroy_process_group()
@@ -138,9 +146,20 @@ def main() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])
-    procs = [subprocess.Popen([sys.executable, __file__, *sys.argv[1:]], env={
-        **os.environ, "RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-        "OMP_NUM_THREADS": "1"}) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, *sys.argv[1:]],
+            env={
+                **os.environ,
+                "RANK": str(r),
+                "WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+                "OMP_NUM_THREADS": "1",
+            },
+        )
+        for r in range(2)
+    ]
     return max(p.wait() for p in procs)
 
 

@@ -64,8 +64,14 @@ def interleaved_best(fns: dict[str, Callable[[], object]], rounds: int) -> dict[
 
 
 def make(prompts: int, samples: int, max_turns: int, turn_len: int, seed: int = 0):
-    groups = make_episode_groups(seed, [samples] * prompts, max_turns=max_turns, n_components=3, max_turn_len=turn_len,
-                                 prompt_keys=[p % max(prompts // 2, 1) for p in range(prompts)])
+    groups = make_episode_groups(
+        seed,
+        [samples] * prompts,
+        max_turns=max_turns,
+        n_components=3,
+        max_turn_len=turn_len,
+        prompt_keys=[p % max(prompts // 2, 1) for p in range(prompts)],
+    )
     by_row = batch_of(groups, split=False, names=("a", "b", "c"))
     return groups, by_row
 
@@ -77,8 +83,15 @@ def stage_configs() -> dict[str, tuple[str, list[str]]]:
         "gdpo": ("gdpo", base),
         "krpo": ("krpo", base),
         "spo": ("spo", base),
-        "gigpo": ("grpo", [*base, "actor.reward_norm=null", "actor.token_rewards_as_adv=false",
-                           "actor.advantage.estimator={implementation: gigpo, kwargs: {step_discount: 0.95}}"]),
+        "gigpo": (
+            "grpo",
+            [
+                *base,
+                "actor.reward_norm=null",
+                "actor.token_rewards_as_adv=false",
+                "actor.advantage.estimator={implementation: gigpo, kwargs: {step_discount: 0.95}}",
+            ],
+        ),
         "mt_grpo": ("../guess_mt_grpo", base),
         "gigpo (guess)": ("../guess_gigpo", base),
         "entropy": ("grpo_entropy", base),
@@ -92,8 +105,16 @@ def references(groups, batch, meta) -> dict[str, Callable[[], object]]:
     lengths = batch["loss_mask"].sum(-1).tolist()
     outcome = [ep.outcome for eps in groups for ep in eps]
     per_group = [[ep.outcome for ep in eps] for eps in groups]
-    gigpo_in = [[{"rewards": [t.reward for t in ep.turns[:-1]] + [ep.turns[-1].reward + ep.outcome],
-                  "anchors": [t.anchor for t in ep.turns]} for ep in eps] for eps in groups]
+    gigpo_in = [
+        [
+            {
+                "rewards": [t.reward for t in ep.turns[:-1]] + [ep.turns[-1].reward + ep.outcome],
+                "anchors": [t.anchor for t in ep.turns],
+            }
+            for ep in eps
+        ]
+        for eps in groups
+    ]
     mt_in = [[{"outcome": ep.outcome, "turn_rewards": [t.reward for t in ep.turns]} for ep in eps] for eps in groups]
     keys = [eps[0].prompt for eps in groups]
     adv = torch.randn(batch["loss_mask"].shape).tolist()
@@ -108,8 +129,9 @@ def references(groups, batch, meta) -> dict[str, Callable[[], object]]:
         "grpo (baseline)": lambda: eref.grpo_scalar(outcome, index),
         "gdpo": lambda: eref.gdpo_verl(comps, [1.0, 1.0, 1.0], index, lengths),
         "krpo": lambda: eref.PersistentKRPO().step(list(zip(keys, per_group))),
-        "spo": lambda: eref.SPOTracker().step([k for k, g in zip(keys, per_group) for _ in g], outcome,
-                                              [0.875] * len(outcome)),
+        "spo": lambda: eref.SPOTracker().step(
+            [k for k, g in zip(keys, per_group) for _ in g], outcome, [0.875] * len(outcome)
+        ),
         "gigpo": lambda: eref.gigpo(gigpo_in, 0.95),
         "mt_grpo": lambda: eref.mt_grpo(mt_in),
         "entropy": entropy,
@@ -132,16 +154,18 @@ def main() -> None:
     from areal.utils.batch_meta import TrajBatchMeta
 
     scalar_meta = TrajBatchMeta(n_trajs=meta.n_trajs, traj_group_sizes=meta.traj_group_sizes)
-    print(f"batch: {batch['input_ids'].shape[0]} rows x {batch['input_ids'].shape[1]} positions, "
-          f"{int(batch['loss_mask'].sum())} generated tokens, {meta.n_trajs} prompts, torch threads "
-          f"{torch.get_num_threads()}, numpy {np.__version__}")
+    print(
+        f"batch: {batch['input_ids'].shape[0]} rows x {batch['input_ids'].shape[1]} positions, "
+        f"{int(batch['loss_mask'].sum())} generated tokens, {meta.n_trajs} prompts, torch threads "
+        f"{torch.get_num_threads()}, numpy {np.__version__}"
+    )
     refs = references(groups, batch, meta)
     pipelines = {}
     for name, (preset, overrides) in stage_configs().items():
         actor = PPOActor(load_config(PRESETS / f"{preset}.yaml", overrides).actor)
         data, m = (batch, meta) if name == "gdpo" else (scalar, scalar_meta)
         actor.compute_advantages(data, m)  # warm-up (numba, allocations)
-        pipelines[name] = (lambda a=actor, d=data, mm=m: a.compute_advantages(d, mm))
+        pipelines[name] = lambda a=actor, d=data, mm=m: a.compute_advantages(d, mm)
     ours = interleaved_best(pipelines, args.rounds)
     loops = interleaved_best(refs, max(args.rounds // 4, 2))
     baseline = ours["grpo (baseline)"]

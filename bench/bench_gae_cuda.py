@@ -85,7 +85,9 @@ def cpu_token(b: dict[str, torch.Tensor], discount: float) -> tuple[torch.Tensor
     from areal.trainer.ppo.kernels.numba_cpu import token_gae_numba
 
     cpu = {k: v.cpu() for k, v in b.items()}
-    return token_gae_numba(cpu["rewards"], cpu["values"], cpu["mask"], discount * cpu["lam"], cpu["bootstrap"], discount)
+    return token_gae_numba(
+        cpu["rewards"], cpu["values"], cpu["mask"], discount * cpu["lam"], cpu["bootstrap"], discount
+    )
 
 
 def check_token(device: str, shapes: list, sweep: list, report: Callable[[str, bool], None]) -> None:
@@ -99,8 +101,9 @@ def check_token(device: str, shapes: list, sweep: list, report: Callable[[str, b
         configs = sweep if n_pos >= 37 else [default_config(n_rows, n_pos)]
         ok = True
         for cfg in configs:
-            adv, ret = token_gae_triton(b["rewards"], b["values"], b["mask"], discount * b["lam"], b["bootstrap"],
-                                        discount, **cfg)
+            adv, ret = token_gae_triton(
+                b["rewards"], b["values"], b["mask"], discount * b["lam"], b["bootstrap"], discount, **cfg
+            )
             err = max(scaled_error(adv, want_adv), scaled_error(ret, want_ret))
             tail = trailing(b["mask"].cpu())
             exact = bool(torch.equal(adv.cpu()[tail], want_adv[tail]))
@@ -119,15 +122,23 @@ def check_turn(shapes: list, report: Callable[[str, bool], None], device: str = 
         kw = dict(discount=0.97, lam=b["lam"], bootstrap=b["bootstrap"])
         adv, ret = turn_gae(b["rewards"], b["values"], b["turn_mask"], b["turn_ids"], **kw)
         cpu = {k: v.cpu() for k, v in b.items()}
-        want_adv, want_ret = turn_gae(cpu["rewards"], cpu["values"], cpu["turn_mask"], cpu["turn_ids"], discount=0.97,
-                                      lam=cpu["lam"], bootstrap=cpu["bootstrap"])
+        want_adv, want_ret = turn_gae(
+            cpu["rewards"],
+            cpu["values"],
+            cpu["turn_mask"],
+            cpu["turn_ids"],
+            discount=0.97,
+            lam=cpu["lam"],
+            bootstrap=cpu["bootstrap"],
+        )
         err = max(scaled_error(adv, want_adv), scaled_error(ret, want_ret))
         report(f"turn GAE  {n_rows:>4} x {n_pos:<5} {device} vs numba (scaled error {err:.1e})", err <= 1e-5)
 
 
 def check_pipeline(report: Callable[[str, bool], None], device: str = "cuda") -> None:
     """The pipeline on CUDA (tensor path, Triton GAE) against the fused CPU pipeline."""
-    from bench_pipeline import CONFIGS, make_batch as rollout_batch
+    from bench_pipeline import CONFIGS
+    from bench_pipeline import make_batch as rollout_batch
 
     from areal.api.cli_args import PPOActorConfig
     from areal.trainer.ppo.actor import PPOActor
@@ -139,8 +150,10 @@ def check_pipeline(report: Callable[[str, bool], None], device: str = "cuda") ->
         actor = PPOActor(PPOActorConfig(**kw))
         want = actor.compute_advantages(batch, meta)
         got = actor.compute_advantages({k: v.to(device) for k, v in batch.items()}, meta)
-        err = max(scaled_error(got[k], want[k]) for k in ("advantages", "returns", "kl_rewards", "tot_rewards",
-                                                          "loss_mask", "logprobs"))
+        err = max(
+            scaled_error(got[k], want[k])
+            for k in ("advantages", "returns", "kl_rewards", "tot_rewards", "loss_mask", "logprobs")
+        )
         report(f"pipeline  {name:<17} {device} vs fused CPU (scaled error {err:.1e})", err <= 1e-5)
 
 
@@ -174,40 +187,57 @@ def bench_big(sweep: list) -> None:
     dsts = tuple(torch.empty_like(x) for x in (r, v, m))
     copy_best, copy_med = cuda_time(lambda: [d.copy_(s) for s, d in zip((r, v, m), dsts)])
     print(f"\n== {torch.cuda.get_device_name()}: token GAE at {n_rows} x {n_pos} (ms; best / median of 20) ==")
-    print(f"{'D2D copy of rewards, values, mask':<46}{copy_best * 1e3:9.3f} {copy_med * 1e3:9.3f}"
-          f"   {6 * n_bytes / copy_best / 1e9:7.0f} GB/s (read+write)")
-    results = sorted((cuda_time(lambda c=cfg: token_gae_triton(r, v, m, coef, boot, 0.99, **c)) + (cfg,) for cfg in sweep),
-                     key=lambda x: x[0])
+    print(
+        f"{'D2D copy of rewards, values, mask':<46}{copy_best * 1e3:9.3f} {copy_med * 1e3:9.3f}"
+        f"   {6 * n_bytes / copy_best / 1e9:7.0f} GB/s (read+write)"
+    )
+    results = sorted(
+        (cuda_time(lambda c=cfg: token_gae_triton(r, v, m, coef, boot, 0.99, **c)) + (cfg,) for cfg in sweep),
+        key=lambda x: x[0],
+    )
     default = default_config(n_rows, n_pos)
     for best, med, cfg in results[:5] + [x for x in results[5:] if x[2] == default]:
         tag = " (default)" if cfg == default else ""
-        print(f"{'triton ' + str(cfg) + tag:<46}{best * 1e3:9.3f} {med * 1e3:9.3f}"
-              f"   {5 * n_bytes / best / 1e9:7.0f} GB/s   {best / copy_best:5.2f}x copy")
+        print(
+            f"{'triton ' + str(cfg) + tag:<46}{best * 1e3:9.3f} {med * 1e3:9.3f}"
+            f"   {5 * n_bytes / best / 1e9:7.0f} GB/s   {best / copy_best:5.2f}x copy"
+        )
     api_best, _ = cuda_time(lambda: token_gae(r, v, m, discount=0.99, lam=lam, bootstrap=boot))
-    turn_best, _ = cuda_time(lambda: turn_gae(r, v, b["turn_mask"], b["turn_ids"], discount=0.99, lam=lam,
-                                              bootstrap=boot), reps=5)
+    turn_best, _ = cuda_time(
+        lambda: turn_gae(r, v, b["turn_mask"], b["turn_ids"], discount=0.99, lam=lam, bootstrap=boot), reps=5
+    )
     os.environ[BACKEND_ENV] = "torch"
     scan_best, _ = cuda_time(lambda: token_gae(r, v, m, discount=0.99, lam=lam, bootstrap=boot), reps=5)
     os.environ.pop(BACKEND_ENV)
-    for label, t in (("public token_gae (auto backend)", api_best), ("turn_gae (scatter + triton)", turn_best),
-                     ("pure-torch backend (log-depth scan)", scan_best)):
+    for label, t in (
+        ("public token_gae (auto backend)", api_best),
+        ("turn_gae (scatter + triton)", turn_best),
+        ("pure-torch backend (log-depth scan)", scan_best),
+    ):
         print(f"{label:<46}{t * 1e3:9.3f}   {t / copy_best:5.2f}x copy")
-    print(f"\nRATIO triton token GAE / D2D copy of its inputs: {results[0][0] / copy_best:.2f} "
-          f"(default launch config {next(x for x in results if x[2] == default)[0] / copy_best:.2f}; "
-          f"GPU {torch.cuda.get_device_name()})")
+    print(
+        f"\nRATIO triton token GAE / D2D copy of its inputs: {results[0][0] / copy_best:.2f} "
+        f"(default launch config {next(x for x in results if x[2] == default)[0] / copy_best:.2f}; "
+        f"GPU {torch.cuda.get_device_name()})"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer shapes, the default launch config only")
-    parser.add_argument("--interpret", action="store_true",
-                        help="no GPU: run the token-kernel checks in Triton's CPU interpreter (TRITON_INTERPRET=1)")
+    parser.add_argument(
+        "--interpret",
+        action="store_true",
+        help="no GPU: run the token-kernel checks in Triton's CPU interpreter (TRITON_INTERPRET=1)",
+    )
     args = parser.parse_args()
     from areal.trainer.ppo.kernels import TRITON_AVAILABLE
 
     if not TRITON_AVAILABLE:
-        print("triton is not importable: nothing to check (install it on the GPU machine, or point PYTHONPATH at an "
-              "unpacked triton wheel for --interpret)")
+        print(
+            "triton is not importable: nothing to check (install it on the GPU machine, or point PYTHONPATH at an "
+            "unpacked triton wheel for --interpret)"
+        )
         return 2
     import triton
 

@@ -52,7 +52,8 @@ CONFIGS: dict[str, Callable[[], PPOActorConfig]] = {
     "bench default (kl 0.1, token GAE, batch adv_norm)": lambda: PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig()),
     "PPOActorConfig()": PPOActorConfig,
     "GRPO-like (group reward_norm, kl 0)": lambda: PPOActorConfig(
-        kl_ctl=0.0, reward_norm=NormConfig(mean_level="group", std_level="group", group_size=8)),
+        kl_ctl=0.0, reward_norm=NormConfig(mean_level="group", std_level="group", group_size=8)
+    ),
 }
 
 
@@ -92,14 +93,30 @@ def measure(cfg: PPOActorConfig, n_rows: int, n_pos: int, rounds: int) -> dict[s
         holder["naive"] = timed(lambda: [all_finite(out[k]) for k in GUARDED_FIELDS])
 
     fused = use_fused(batch, cfg, actor.resolved)
-    kernel_inputs = fused_cpu.FusedInputs(batch["attention_mask"], batch["loss_mask"], batch["logprobs"],
-                                          batch["ref_logp"], batch["values"], None, None, batch["rewards"],
-                                          batch["is_truncated"])
+    kernel_inputs = fused_cpu.FusedInputs(
+        batch["attention_mask"],
+        batch["loss_mask"],
+        batch["logprobs"],
+        batch["ref_logp"],
+        batch["values"],
+        None,
+        None,
+        batch["rewards"],
+        batch["is_truncated"],
+    )
 
     def kernels(magnitudes: bool) -> float:
-        options = fused_cpu.FusedOptions("token", False, cfg.mask_no_eos_with_zero, cfg.kl_estimator, cfg.kl_ctl,
-                                         cfg.discount, torch.full((n_rows,), cfg.discount * cfg.gae_lambda),
-                                         row_moments=cfg.adv_norm is not None, magnitudes=magnitudes)
+        options = fused_cpu.FusedOptions(
+            "token",
+            False,
+            cfg.mask_no_eos_with_zero,
+            cfg.kl_estimator,
+            cfg.kl_ctl,
+            cfg.discount,
+            torch.full((n_rows,), cfg.discount * cfg.gae_lambda),
+            row_moments=cfg.adv_norm is not None,
+            magnitudes=magnitudes,
+        )
         return timed(lambda: fused_cpu.run_fused(kernel_inputs, options))
 
     def extra() -> None:
@@ -120,10 +137,24 @@ def measure(cfg: PPOActorConfig, n_rows: int, n_pos: int, rounds: int) -> dict[s
         values = batch["values"]
         holder["aminmax"] = timed(lambda: torch.aminmax(values))
 
-    samples: dict[str, list[float]] = {"on": [], "off": [], "on2": [], "guard": [], "naive": [], "extra": [],
-                                       "aminmax": []}
-    steps = [("on", on), ("off", off), ("on2", on), ("guard", guard_alone), ("naive", naive_alone), ("extra", extra),
-             ("aminmax", aminmax)]
+    samples: dict[str, list[float]] = {
+        "on": [],
+        "off": [],
+        "on2": [],
+        "guard": [],
+        "naive": [],
+        "extra": [],
+        "aminmax": [],
+    }
+    steps = [
+        ("on", on),
+        ("off", off),
+        ("on2", on),
+        ("guard", guard_alone),
+        ("naive", naive_alone),
+        ("extra", extra),
+        ("aminmax", aminmax),
+    ]
     for r in range(rounds):
         k = r % len(steps)
         for name, fn in steps[k:] + steps[:k]:  # rotate the order against drift
@@ -152,16 +183,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     set_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), medians of {args.rounds} rounds (ms)")
-    print(f"{'config':<52}{'B x T':>12}{'on':>9}{'off':>9}{'(on-off)/off':>14}{'paired':>8}{'A/A':>7}{'A/A IQR':>9}{'guard':>8}"
-          f"{'guard/on':>10}{'path':>7}{'extra':>8}{'extra/on':>10}{'aminmax':>9}{'amm/on':>8}{'naive':>8}{'naive/on':>10}")
+    print(
+        f"{'config':<52}{'B x T':>12}{'on':>9}{'off':>9}{'(on-off)/off':>14}{'paired':>8}{'A/A':>7}{'A/A IQR':>9}{'guard':>8}"
+        f"{'guard/on':>10}{'path':>7}{'extra':>8}{'extra/on':>10}{'aminmax':>9}{'amm/on':>8}{'naive':>8}{'naive/on':>10}"
+    )
     for n_rows, n_pos in args.sizes:
         for label, make in CONFIGS.items():
             m = measure(make(), n_rows, n_pos, args.rounds)
-            print(f"{label:<52}{f'{n_rows}x{n_pos}':>12}{m['on'] * 1e3:9.2f}{m['off'] * 1e3:9.2f}"
-                  f"{(m['on'] - m['off']) / m['off']:14.1%}{m['paired']:8.1%}{m['aa']:7.1%}{m['aa_iqr']:9.1%}{m['guard'] * 1e3:8.3f}{m['guard'] / m['on']:10.2%}"
-                  f"{'fused' if m['fused'] else 'tensor':>7}{m['extra'] * 1e3:8.3f}{m['extra'] / m['on']:10.2%}"
-                  f"{m['aminmax'] * 1e3:9.3f}{m['aminmax'] / m['on']:8.1%}"
-                  f"{m['naive'] * 1e3:8.2f}{m['naive'] / m['on']:10.1%}", flush=True)
+            print(
+                f"{label:<52}{f'{n_rows}x{n_pos}':>12}{m['on'] * 1e3:9.2f}{m['off'] * 1e3:9.2f}"
+                f"{(m['on'] - m['off']) / m['off']:14.1%}{m['paired']:8.1%}{m['aa']:7.1%}{m['aa_iqr']:9.1%}{m['guard'] * 1e3:8.3f}{m['guard'] / m['on']:10.2%}"
+                f"{'fused' if m['fused'] else 'tensor':>7}{m['extra'] * 1e3:8.3f}{m['extra'] / m['on']:10.2%}"
+                f"{m['aminmax'] * 1e3:9.3f}{m['aminmax'] / m['on']:8.1%}"
+                f"{m['naive'] * 1e3:8.2f}{m['naive'] / m['on']:10.1%}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -83,8 +83,15 @@ class DecoderShape:
     def from_config(cls, config: object) -> DecoderShape:
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        return cls(config.num_hidden_layers, config.hidden_size, config.intermediate_size, heads,
-                   getattr(config, "num_key_value_heads", None) or heads, head_dim, config.vocab_size)
+        return cls(
+            config.num_hidden_layers,
+            config.hidden_size,
+            config.intermediate_size,
+            heads,
+            getattr(config, "num_key_value_heads", None) or heads,
+            head_dim,
+            config.vocab_size,
+        )
 
     @property
     def matmul_params(self) -> int:
@@ -107,8 +114,9 @@ def _causal_contexts(start: int, stop: int) -> range:
     return range(start + 1, stop + 1)
 
 
-def step_flops(shape: DecoderShape, prompt_lengths: Sequence[int], completion_lengths: Sequence[int], *,
-               group: int = 1) -> dict[str, float]:
+def step_flops(
+    shape: DecoderShape, prompt_lengths: Sequence[int], completion_lengths: Sequence[int], *, group: int = 1
+) -> dict[str, float]:
     """FLOPs of one GRPO step: sampling (prefill + decode) and training (forward + backward), per row lists.
 
     `group` > 1: consecutive rows of `group` share their prompt and it is
@@ -126,10 +134,14 @@ def step_flops(shape: DecoderShape, prompt_lengths: Sequence[int], completion_le
         steps = max(completion - 1, 0)  # the first token comes from the prefill's logits
         decode += 2 * (p + ph) * steps + shape.attention_flops(_causal_contexts(prompt, prompt + steps))
         total = prompt + completion
-        train += 3 * (2 * p * completion + 2 * ph * completion
-                      + shape.attention_flops(_causal_contexts(prompt, total)))
-    return {"prefill": prefill, "decode": decode, "sample": prefill + decode, "train": train,
-            "total": prefill + decode + train}
+        train += 3 * (2 * p * completion + 2 * ph * completion + shape.attention_flops(_causal_contexts(prompt, total)))
+    return {
+        "prefill": prefill,
+        "decode": decode,
+        "sample": prefill + decode,
+        "train": train,
+        "total": prefill + decode + train,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -145,9 +157,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         shape = DecoderShape.from_config(AutoConfig.from_pretrained(args.model, local_files_only=True))
         flops = step_flops(shape, [40] * 16, [16] * 16)
-        print(f"{args.model}: {shape.matmul_params / 1e6:.1f} M projection + {shape.head_params / 1e6:.1f} M "
-              f"head parameters; a 16-row step (40 prompt + 16 generated tokens each): "
-              + ", ".join(f"{k} {v / 1e9:.0f} GFLOP ({v / 1e9 / rates['rate']:.2f} s)" for k, v in flops.items()))
+        print(
+            f"{args.model}: {shape.matmul_params / 1e6:.1f} M projection + {shape.head_params / 1e6:.1f} M "
+            f"head parameters; a 16-row step (40 prompt + 16 generated tokens each): "
+            + ", ".join(f"{k} {v / 1e9:.0f} GFLOP ({v / 1e9 / rates['rate']:.2f} s)" for k, v in flops.items())
+        )
 
 
 if __name__ == "__main__":

@@ -39,10 +39,19 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "mixed_precision.jsonl"))
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    cfg = load_config(ROOT / "examples" / "real_model" / "grpo_smollm2.yaml",
-                      [f"model.path={args.model}", "eval.every=null", "train.save_every=0", "output.plot=false",
-                       "output.progress_bar=false", f"output.dir={ROOT / 'runs' / 'bench'}",
-                       f"experiment_name=mixed_precision_{int(time.time())}", *args.overrides])
+    cfg = load_config(
+        ROOT / "examples" / "real_model" / "grpo_smollm2.yaml",
+        [
+            f"model.path={args.model}",
+            "eval.every=null",
+            "train.save_every=0",
+            "output.plot=false",
+            "output.progress_bar=false",
+            f"output.dir={ROOT / 'runs' / 'bench'}",
+            f"experiment_name=mixed_precision_{int(time.time())}",
+            *args.overrides,
+        ],
+    )
     trainer = Trainer(cfg)
     trainer.step(0)  # warm-up: kernels, allocator, AdamW state
     rows, start = [], _pressure()
@@ -51,13 +60,28 @@ def main() -> None:
             mode = "bf16" if step % 2 == 0 else None
             trainer.engine.mixed_precision = mode
             metrics = trainer.step(step).metrics
-            rows.append({"step": step, "mixed_precision": mode or "fp32", "update_s": metrics["time/update"],
-                         "rollout_s": metrics["time/rollout"], "peak_rss_gib": metrics["memory/peak_rss_gib"]})
+            rows.append(
+                {
+                    "step": step,
+                    "mixed_precision": mode or "fp32",
+                    "update_s": metrics["time/update"],
+                    "rollout_s": metrics["time/rollout"],
+                    "peak_rss_gib": metrics["memory/peak_rss_gib"],
+                }
+            )
             _write(fh, rows[-1])
         pairs = [(rows[i]["update_s"], rows[i + 1]["update_s"]) for i in range(0, len(rows), 2)]
-        _write(fh, {"summary": "bf16 / fp32 time/update, median over alternating pairs",
-                    "ratio_median": statistics.median(b / f for f, b in pairs), "pairs": pairs,
-                    "cpu_pressure_before": start, "cpu_pressure_after": _pressure(), "overrides": args.overrides})
+        _write(
+            fh,
+            {
+                "summary": "bf16 / fp32 time/update, median over alternating pairs",
+                "ratio_median": statistics.median(b / f for f, b in pairs),
+                "pairs": pairs,
+                "cpu_pressure_before": start,
+                "cpu_pressure_after": _pressure(),
+                "overrides": args.overrides,
+            },
+        )
 
 
 def _write(fh: object, row: dict) -> None:

@@ -60,8 +60,9 @@ CONFIGS = {
     "default token": dict(),
     "default turn": dict(gae_timestep_unit="turn"),
     "kl+grn+ban token": dict(reward_norm=NormConfig(mean_level="group", std_level="group"), adv_norm=NormConfig()),
-    "kl+grn+ban turn": dict(gae_timestep_unit="turn", reward_norm=NormConfig(mean_level="group", std_level="group"),
-                            adv_norm=NormConfig()),
+    "kl+grn+ban turn": dict(
+        gae_timestep_unit="turn", reward_norm=NormConfig(mean_level="group", std_level="group"), adv_norm=NormConfig()
+    ),
     "k3 token": dict(kl_estimator="k3"),  # the default with the k3 KL estimator (its exp is not the default's)
 }
 
@@ -205,18 +206,28 @@ def bench_size(n_rows: int, n_pos: int, threads: list[int], reps: int, ref_reps:
     calls: dict[str, Callable[[], object]] = {}
     for turns, batch in batches.items():
         tag = "turn" if turns else "token"
-        calls[f"floor {tag}"] = (lambda b=batch: min(timed(lambda: floor_numba(b)), timed(lambda: floor_torch(b))))
+        calls[f"floor {tag}"] = lambda b=batch: min(timed(lambda: floor_numba(b)), timed(lambda: floor_torch(b)))
     for name, actor in actors.items():
         batch = batches[name.endswith("turn")]
         fast = with_mode("on", lambda a=actor, b=batch: a.compute_advantages(b, meta))
         plain = with_mode("off", lambda a=actor, b=batch: a.compute_advantages(b, meta))
-        check(name, fast(), plain(), ("advantages", "returns", "loss_mask", "logprobs", "kl_rewards", "tot_rewards"),
-              exact=True)
+        check(
+            name,
+            fast(),
+            plain(),
+            ("advantages", "returns", "loss_mask", "logprobs", "kl_rewards", "tot_rewards"),
+            exact=True,
+        )
         calls[f"{name} fused"] = fast
         calls[f"{name} tensor"] = plain
     default = batches[False]
-    check("default vs 1.0.4 loop", calls["default token fused"](), reference_pipeline(default, adv_norm=False),
-          ("advantages", "returns", "kl_rewards", "tot_rewards"), exact=False)
+    check(
+        "default vs 1.0.4 loop",
+        calls["default token fused"](),
+        reference_pipeline(default, adv_norm=False),
+        ("advantages", "returns", "kl_rewards", "tot_rewards"),
+        exact=False,
+    )
     rows = []
     for n_threads in threads:
         set_threads(n_threads)
@@ -234,8 +245,14 @@ def bench_size(n_rows: int, n_pos: int, threads: list[int], reps: int, ref_reps:
                 times[key].append(out if out is not None else timed(fn))
             if rnd < ref_reps:
                 times["1.0.4 loop"].append(timed(lambda: reference_pipeline(default, adv_norm=False)))
-        rows.append(dict(size=(n_rows, n_pos), threads=n_threads, load=statistics.median(load),
-                         **{k: statistics.median(v) for k, v in times.items()}))
+        rows.append(
+            dict(
+                size=(n_rows, n_pos),
+                threads=n_threads,
+                load=statistics.median(load),
+                **{k: statistics.median(v) for k, v in times.items()},
+            )
+        )
         print_row(rows[-1], flush=True)
     return rows
 
@@ -247,8 +264,11 @@ def bench_size(n_rows: int, n_pos: int, threads: list[int], reps: int, ref_reps:
 
 def print_header() -> None:
     names = [f"{c} fused" for c in CONFIGS]
-    print(f"{'B x T':>12} {'thr':>3} {'load':>5} {'floor tok':>9} {'floor turn':>10} | "
-          + " | ".join(f"{n:>22}" for n in names) + f" | {'tensor default':>15} | {'1.0.4 loop':>14}")
+    print(
+        f"{'B x T':>12} {'thr':>3} {'load':>5} {'floor tok':>9} {'floor turn':>10} | "
+        + " | ".join(f"{n:>22}" for n in names)
+        + f" | {'tensor default':>15} | {'1.0.4 loop':>14}"
+    )
 
 
 def print_row(row: dict, flush: bool = False) -> None:
@@ -262,10 +282,12 @@ def print_row(row: dict, flush: bool = False) -> None:
     tensor = row["default token tensor"]
     loop = row["1.0.4 loop"]
     fused = row["default token fused"]
-    print(f"{b:>5} x {t:<5} {row['threads']:>3} {row['load']:5.1f} {floor * 1e3:9.2f} {row['floor turn'] * 1e3:10.2f} | "
-          + " | ".join(f"{c:>22}" for c in cells)
-          + f" | {tensor / floor:6.2f}x fl {tensor / fused:4.1f}x | {loop * 1e3:8.0f} ms {loop / fused:4.0f}x",
-          flush=flush)
+    print(
+        f"{b:>5} x {t:<5} {row['threads']:>3} {row['load']:5.1f} {floor * 1e3:9.2f} {row['floor turn'] * 1e3:10.2f} | "
+        + " | ".join(f"{c:>22}" for c in cells)
+        + f" | {tensor / floor:6.2f}x fl {tensor / fused:4.1f}x | {loop * 1e3:8.0f} ms {loop / fused:4.0f}x",
+        flush=flush,
+    )
 
 
 def print_summary(rows: list[dict]) -> None:
@@ -275,7 +297,9 @@ def print_summary(rows: list[dict]) -> None:
         parts = []
         for config in CONFIGS:
             floor = row["floor turn" if config.endswith("turn") else "floor token"]
-            parts.append(f"{config}: {row[f'{config} fused'] / floor:.2f}x (tensor {row[f'{config} tensor'] / floor:.2f}x)")
+            parts.append(
+                f"{config}: {row[f'{config} fused'] / floor:.2f}x (tensor {row[f'{config} tensor'] / floor:.2f}x)"
+            )
         print(f"{b}x{t} {row['threads']} thr: " + "; ".join(parts))
 
 
@@ -293,8 +317,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tensor-reps", type=int, default=3, help="rounds that also time the tensor path")
     args = parser.parse_args(argv)
     sizes = args.sizes or (TABLE_SIZES if args.table else [(256, 8192)])
-    print(f"torch {torch.__version__}, numba {numba.__version__}, {os.cpu_count()} CPUs; medians of {args.reps} rounds "
-          f"(tensor path {args.tensor_reps}, 1.0.4 loop {args.ref_reps})")
+    print(
+        f"torch {torch.__version__}, numba {numba.__version__}, {os.cpu_count()} CPUs; medians of {args.reps} rounds "
+        f"(tensor path {args.tensor_reps}, 1.0.4 loop {args.ref_reps})"
+    )
     print_header()
     rows = []
     for n_rows, n_pos in sizes:

@@ -73,17 +73,23 @@ def main() -> None:
                 result = timed_step(trainer, name, step)
                 if step >= args.warmup:
                     times[name].append(result)
-    print(f"config {args.config} {' '.join(args.overrides)} | torch {torch.__version__}, train.num_threads="
-          f"{cfg.train.num_threads} (torch reports {torch.get_num_threads()} after the run) | {args.steps} steps "
-          f"per sampler after {args.warmup} warm-up")
+    print(
+        f"config {args.config} {' '.join(args.overrides)} | torch {torch.__version__}, train.num_threads="
+        f"{cfg.train.num_threads} (torch reports {torch.get_num_threads()} after the run) | {args.steps} steps "
+        f"per sampler after {args.warmup} warm-up"
+    )
     medians = {}
     for name, rows in times.items():
         roll, step = [r for r, _ in rows], [s for _, s in rows]
         medians[name] = (statistics.median(roll), statistics.median(step))
-        print(f"{name:>8}: step median {1e3 * medians[name][1]:7.1f} ms (best {1e3 * min(step):6.1f}) | "
-              f"rollout median {1e3 * medians[name][0]:7.1f} ms (best {1e3 * min(roll):6.1f})")
-    print(f"loop / generate: step {medians['loop'][1] / medians['generate'][1]:.2f}x, "
-          f"rollout {medians['loop'][0] / medians['generate'][0]:.2f}x")
+        print(
+            f"{name:>8}: step median {1e3 * medians[name][1]:7.1f} ms (best {1e3 * min(step):6.1f}) | "
+            f"rollout median {1e3 * medians[name][0]:7.1f} ms (best {1e3 * min(roll):6.1f})"
+        )
+    print(
+        f"loop / generate: step {medians['loop'][1] / medians['generate'][1]:.2f}x, "
+        f"rollout {medians['loop'][0] / medians['generate'][0]:.2f}x"
+    )
 
 
 if __name__ == "__main__":

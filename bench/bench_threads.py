@@ -44,8 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
 LOOP = re.compile(r"(\d+)/(\d+) steps in ([0-9.]+)s \| reward first 5 steps (\S+) -> last 10 steps (\S+)")
 #: torch first, then the entry module: libgomp has read its environment before the module could set it.
-_TORCH_FIRST = ("import sys, runpy, torch; sys.argv = ['areal.trainer.main', *sys.argv[1:]]; "
-                "runpy.run_module('areal.trainer.main', run_name='__main__')")
+_TORCH_FIRST = (
+    "import sys, runpy, torch; sys.argv = ['areal.trainer.main', *sys.argv[1:]]; "
+    "runpy.run_module('areal.trainer.main', run_name='__main__')"
+)
 
 
 def _cores() -> int:
@@ -66,7 +68,10 @@ def command(variant: str, args: Sequence[str]) -> tuple[list[str], dict[str, str
     if variant == "spin":
         return [PYTHON, "-c", _TORCH_FIRST, *args, f"train.num_threads={cores}"], env
     if variant == "passive":
-        return [PYTHON, "-m", "areal.trainer.main", *args, f"train.num_threads={cores}"], {**env, "OMP_WAIT_POLICY": "PASSIVE"}
+        return [PYTHON, "-m", "areal.trainer.main", *args, f"train.num_threads={cores}"], {
+            **env,
+            "OMP_WAIT_POLICY": "PASSIVE",
+        }
     if variant == "spincount":
         return [PYTHON, "-m", "areal.trainer.main", *args, f"train.num_threads={cores}"], {**env, "GOMP_SPINCOUNT": "0"}
     raise SystemExit(f"unknown variant {variant!r}")
@@ -86,8 +91,9 @@ def busy_loops(n: int) -> Iterator[None]:
 
 def run_once(variant: str, args: Sequence[str], out: Path, tag: str) -> tuple[float, str]:
     """(loop seconds, 'first5 -> last10' reward) of one run."""
-    argv, env = command(variant, [*args, f"output.dir={out}", f"trial_name={tag}", "output.progress_bar=false",
-                                  "output.plot=false"])
+    argv, env = command(
+        variant, [*args, f"output.dir={out}", f"trial_name={tag}", "output.progress_bar=false", "output.plot=false"]
+    )
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
     match = LOOP.search(proc.stdout)
     if proc.returncode != 0 or match is None:
@@ -115,8 +121,11 @@ def measure(variants: Sequence[str], scenes: Sequence[int], args: Sequence[str],
                     for variant in order:
                         seconds, reward = run_once(variant, args, Path(tmp), f"r{r}_{busy}_{variant}".replace("=", ""))
                         times.setdefault((busy, variant), []).append(seconds)
-                        print(f"round {r}  busy {busy}  {variant:<10} loop {seconds:7.1f} s  reward {reward}  "
-                              f"[{pressure()}]", flush=True)
+                        print(
+                            f"round {r}  busy {busy}  {variant:<10} loop {seconds:7.1f} s  reward {reward}  "
+                            f"[{pressure()}]",
+                            flush=True,
+                        )
     return times
 
 
@@ -156,11 +165,16 @@ def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -
     cores = _cores()
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; steps alternate 1 / {cores} threads; medians")
     for hidden in hidden_sizes:
-        size = [f"model.hidden_size={hidden}", f"model.intermediate_size={2 * hidden}",
-                f"model.num_heads={max(1, hidden // 16)}"]
+        size = [
+            f"model.hidden_size={hidden}",
+            f"model.intermediate_size={2 * hidden}",
+            f"model.num_heads={max(1, hidden // 16)}",
+        ]
         with tempfile.TemporaryDirectory(prefix="bench_threads_") as tmp:
-            cfg = load_config(str(ROOT / "examples" / "grpo_arith.yaml"),
-                              [f"output.dir={tmp}", "output.loggers=[]", "output.plot=false", *size, *overrides])
+            cfg = load_config(
+                str(ROOT / "examples" / "grpo_arith.yaml"),
+                [f"output.dir={tmp}", "output.loggers=[]", "output.plot=false", *size, *overrides],
+            )
             trainer = Trainer(cfg)
             n_params = sum(p.numel() for p in trainer.policy.parameters())
             wall: dict[int, list[float]] = {1: [], cores: []}
@@ -174,9 +188,12 @@ def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -
                     wall[threads].append(time.perf_counter() - start)
                     cpu[threads].append(time.thread_time() - start_cpu)
             w1, wn, c1, cn = (sorted(v)[len(v) // 2] for v in (wall[1], wall[cores], cpu[1], cpu[cores]))
-            print(f"hidden {hidden:5d}  params {n_params / 1e6:7.3f} M | wall 1 thr {w1 * 1e3:8.1f} ms, {cores} thr "
-                  f"{wn * 1e3:8.1f} ms, 1/{cores} {w1 / wn:5.2f} | main-thread CPU 1 thr {c1 * 1e3:8.1f} ms, {cores} thr "
-                  f"{cn * 1e3:8.1f} ms, 1/{cores} {c1 / cn:5.2f}  [{pressure()}]", flush=True)
+            print(
+                f"hidden {hidden:5d}  params {n_params / 1e6:7.3f} M | wall 1 thr {w1 * 1e3:8.1f} ms, {cores} thr "
+                f"{wn * 1e3:8.1f} ms, 1/{cores} {w1 / wn:5.2f} | main-thread CPU 1 thr {c1 * 1e3:8.1f} ms, {cores} thr "
+                f"{cn * 1e3:8.1f} ms, 1/{cores} {c1 / cn:5.2f}  [{pressure()}]",
+                flush=True,
+            )
             torch.set_num_threads(cores)
 
 
@@ -187,8 +204,12 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=_cores(), help="busy-loop processes in the busy scene")
     parser.add_argument("--scenes", nargs="+", choices=("quiet", "busy"), default=["quiet", "busy"])
     parser.add_argument("--variants", nargs="+", default=["one", "default", "passive", "spincount"])
-    parser.add_argument("--sizes", nargs="+", type=int,
-                        help="hidden sizes: steps alternating 1 and <cores> threads in one process per size")
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        type=int,
+        help="hidden sizes: steps alternating 1 and <cores> threads in one process per size",
+    )
     parser.add_argument("overrides", nargs="*", help="more trainer overrides, e.g. --config FILE key=value")
     args = parser.parse_intermixed_args()  # overrides before or between the options
     print(f"cores {_cores()}, python {PYTHON}, {pressure()}")

@@ -73,8 +73,7 @@ def _text(completion: Any) -> str:
     return str(completion)
 
 
-def exact_answer(prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[str],
-                 **_: Any) -> list[float]:
+def exact_answer(prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[str], **_: Any) -> list[float]:
     """1.0 when the stripped completion is exactly the answer, else 0.0 (TRL's reward convention)."""
     return [1.0 if _text(c).strip() == str(a) else 0.0 for c, a in zip(completions, answer)]
 
@@ -86,19 +85,25 @@ def exact_answer(prompts: Sequence[Any], completions: Sequence[Any], answer: Seq
 
 def _ours_config(model: str, data: Path, out: Path, steps: int, threads: int) -> dict[str, Any]:
     return {
-        "experiment_name": "bench_vs_trl", "seed": SEED,
+        "experiment_name": "bench_vs_trl",
+        "seed": SEED,
         "model": {"path": model, "attn_implementation": "sdpa"},
         "task": {"implementation": "dataset", "kwargs": {"chat": True}},
         "data": {"train": str(data), "shuffle": True},
         "reward": [{"implementation": "bench_vs_trl.exact_answer"}],
         "rollout": {"batch_size": PROMPTS_PER_STEP, "n_samples": GROUP},
         "critic": {"enabled": False},
-        "actor": {"max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "kl_ctl": 0.0,
-                  "reward_norm": {"mean_level": "group", "std_level": "group"}, "adv_norm": None,
-                  "eps_clip": 0.2, "ppo_n_minibatches": 1},
+        "actor": {
+            "max_new_tokens": MAX_NEW_TOKENS,
+            "temperature": 1.0,
+            "kl_ctl": 0.0,
+            "reward_norm": {"mean_level": "group", "std_level": "group"},
+            "adv_norm": None,
+            "eps_clip": 0.2,
+            "ppo_n_minibatches": 1,
+        },
         "eval": {"every": None, "samples_per_step": 0},
-        "train": {"steps": steps, "lr": LR, "grad_clip": 1.0, "num_threads": threads, "save_every": 0,
-                  "log_every": 1},
+        "train": {"steps": steps, "lr": LR, "grad_clip": 1.0, "num_threads": threads, "save_every": 0, "log_every": 1},
         "output": {"dir": str(out), "plot": False, "progress_bar": False, "loggers": ["jsonl"], "overwrite": True},
     }
 
@@ -131,9 +136,15 @@ def run_ours(model: str, data: Path, out: Path, steps: int, threads: int, channe
         seconds = time.perf_counter() - start
         mask, attn = output.data["loss_mask"], output.data["attention_mask"]
         generated = mask.sum(-1)
-        channel.send({"seconds": seconds, "prompt": (attn.sum(-1) - generated).tolist(),
-                      "completion": generated.tolist(), "peak_rss_gib": _peak_rss_gib(),
-                      "phases": {k: v for k, v in output.metrics.items() if k.startswith("time/")}})
+        channel.send(
+            {
+                "seconds": seconds,
+                "prompt": (attn.sum(-1) - generated).tolist(),
+                "completion": generated.tolist(),
+                "peak_rss_gib": _peak_rss_gib(),
+                "phases": {k: v for k, v in output.metrics.items() if k.startswith("time/")},
+            }
+        )
 
 
 def _step_clock(channel: Channel) -> Any:
@@ -159,25 +170,49 @@ def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int) 
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]}
-                              for r in rows])
-    args = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=PROMPTS_PER_STEP * GROUP, num_generations=GROUP,
-        gradient_accumulation_steps=1, num_iterations=1, max_completion_length=MAX_NEW_TOKENS,
-        temperature=1.0, top_k=0, top_p=1.0, beta=0.0, epsilon=0.2, learning_rate=LR, max_grad_norm=1.0,
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_steps=steps, logging_steps=1,
-        report_to=[], save_strategy="no", use_cpu=True, bf16=False, fp16=False, seed=SEED,
-        dataloader_num_workers=0, log_completions=False, disable_tqdm=True,
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]} for r in rows]
     )
-    policy = AutoModelForCausalLM.from_pretrained(model, local_files_only=True, dtype="float32",
-                                                  attn_implementation="sdpa")
+    args = GRPOConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=PROMPTS_PER_STEP * GROUP,
+        num_generations=GROUP,
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        max_completion_length=MAX_NEW_TOKENS,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        beta=0.0,
+        epsilon=0.2,
+        learning_rate=LR,
+        max_grad_norm=1.0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_steps=steps,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=SEED,
+        dataloader_num_workers=0,
+        log_completions=False,
+        disable_tqdm=True,
+    )
+    policy = AutoModelForCausalLM.from_pretrained(
+        model, local_files_only=True, dtype="float32", attn_implementation="sdpa"
+    )
     tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
     # the GGUF-converted tokenizer names <|im_start|> as its eos; TRL stops only at the tokenizer's eos, ours
     # at the tokenizer's and the checkpoint's (<|im_end|>): end TRL's turns at <|im_end|> too, as ours end
     if "<|im_end|>" in tokenizer.get_vocab():
         tokenizer.eos_token = "<|im_end|>"
-    return GRPOTrainer(model=policy, reward_funcs=exact_answer, args=args, train_dataset=data,
-                       processing_class=tokenizer)
+    return GRPOTrainer(
+        model=policy, reward_funcs=exact_answer, args=args, train_dataset=data, processing_class=tokenizer
+    )
 
 
 def run_trl(model: str, rows: list[dict[str, str]], out: Path, steps: int, threads: int, channel: Channel) -> None:
@@ -204,8 +239,14 @@ def prompt_lengths(model: str, rows: list[dict[str, str]]) -> list[int]:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
-    return [len(tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
-                                        tokenize=True, return_dict=True)["input_ids"]) for r in rows]
+    return [
+        len(
+            tok.apply_chat_template(
+                [{"role": "user", "content": r["prompt"]}], add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+        )
+        for r in rows
+    ]
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -228,8 +269,13 @@ def worker(args: argparse.Namespace) -> None:
 
 def _env(threads: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    env.update(OMP_WAIT_POLICY="PASSIVE", TOKENIZERS_PARALLELISM="false", PYTHONPATH=f"{ROOT}:{BENCH}",
-               TRANSFORMERS_VERBOSITY="error", HF_HUB_OFFLINE="1")
+    env.update(
+        OMP_WAIT_POLICY="PASSIVE",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONPATH=f"{ROOT}:{BENCH}",
+        TRANSFORMERS_VERBOSITY="error",
+        HF_HUB_OFFLINE="1",
+    )
     return env
 
 
@@ -239,11 +285,31 @@ class Side:
     def __init__(self, name: str, args: argparse.Namespace, tmp: Path) -> None:
         read, write = os.pipe()
         self.name, self.log_path = name, tmp / f"{name}.log"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--report-fd", str(write),
-               "--steps", str(args.steps + 1), "--threads", str(args.threads), "--model", str(args.model)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            name,
+            "--report-fd",
+            str(write),
+            "--steps",
+            str(args.steps + 1),
+            "--threads",
+            str(args.threads),
+            "--model",
+            str(args.model),
+        ]
         with open(self.log_path, "w", encoding="utf-8") as log:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                         pass_fds=(write,), text=True, env=_env(args.threads), cwd=ROOT)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write,),
+                text=True,
+                env=_env(args.threads),
+                cwd=ROOT,
+            )
         os.close(write)
         self.reports = os.fdopen(read, "r")
 
@@ -274,7 +340,7 @@ def run_round(args: argparse.Namespace, sides: list[str], tmp: Path) -> dict[str
             worker_side.receive()  # ready: model loaded
         steps: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
         for i in range(args.steps + 1):
-            for name in (sides if i % 2 == 0 else sides[::-1]):
+            for name in sides if i % 2 == 0 else sides[::-1]:
                 steps[name].append(workers[name].step())
         if "trl" in workers:  # its logged mean completion length of every step
             for report, mean in zip(steps["trl"], workers["trl"].receive()["completion_means"]):
@@ -318,8 +384,10 @@ def _floors(shape: Any, prompt: float, completion: float) -> dict[str, float]:
 
     rows = PROMPTS_PER_STEP * GROUP
     prompts, completions = [round(prompt)] * rows, [round(completion)] * rows
-    return {"plain": step_flops(shape, prompts, completions)["total"],
-            "shared": step_flops(shape, prompts, completions, group=GROUP)["total"]}
+    return {
+        "plain": step_flops(shape, prompts, completions)["total"],
+        "shared": step_flops(shape, prompts, completions, group=GROUP)["total"],
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -348,8 +416,10 @@ def drive(args: argparse.Namespace) -> None:
     sides = args.sides.split(",")
     busy = _busy_loops(args.busy)
     try:
-        print(f"load before: {_load()} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE",
-              flush=True)
+        print(
+            f"load before: {_load()} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE",
+            flush=True,
+        )
         rate_before = matmul_gflops(args.threads)["rate"]
         results: dict[str, list[list[dict[str, Any]]]] = {s: [] for s in sides}
         with tempfile.TemporaryDirectory(prefix="bench_vs_trl_") as tmp:
@@ -357,8 +427,10 @@ def drive(args: argparse.Namespace) -> None:
                 steps = run_round(args, sides, Path(tmp))
                 for side in sides:
                     results[side].append(steps[side])
-                    print(f"round {r + 1} {side}: " + " ".join(f"{t:.2f}" for t in _step_times(steps[side]))
-                          + " s/step", flush=True)
+                    print(
+                        f"round {r + 1} {side}: " + " ".join(f"{t:.2f}" for t in _step_times(steps[side])) + " s/step",
+                        flush=True,
+                    )
         rate_after = matmul_gflops(args.threads)["rate"]
         print(f"load after: {_load()}")
     finally:
@@ -370,8 +442,13 @@ def drive(args: argparse.Namespace) -> None:
     report(results, rate, (rate_before, rate_after), shape, statistics.mean(prompt_lengths(args.model, prompt_rows())))
 
 
-def report(results: dict[str, list[list[dict[str, Any]]]], rate: float, rates: tuple[float, float], shape: Any,
-           prompt_len: float) -> None:
+def report(
+    results: dict[str, list[list[dict[str, Any]]]],
+    rate: float,
+    rates: tuple[float, float],
+    shape: Any,
+    prompt_len: float,
+) -> None:
     print(f"matmul float32: {rates[0]:.1f} GFLOP/s before, {rates[1]:.1f} after (mean {rate:.1f})")
     medians = {}
     for side, rounds in results.items():
@@ -381,20 +458,25 @@ def report(results: dict[str, list[list[dict[str, Any]]]], rate: float, rates: t
         floors = _floors(shape, prompt, completion)
         plain_s, shared_s = floors["plain"] / 1e9 / rate, floors["shared"] / 1e9 / rate
         rss = max(s["peak_rss_gib"] for steps in rounds for s in steps)
-        print(f"{side:>5}: {medians[side]:.2f} s/step (median of {len(times)}) | {prompt:.1f} prompt + "
-              f"{completion:.1f} completion tokens per row | floor {plain_s:.2f} s plain ({floors['plain'] / 1e9:.0f} "
-              f"GFLOP), {shared_s:.2f} s shared prefix ({floors['shared'] / 1e9:.0f} GFLOP) | "
-              f"x{medians[side] / plain_s:.2f} plain floor, x{medians[side] / shared_s:.2f} shared floor | "
-              f"peak rss {rss:.2f} GiB")
+        print(
+            f"{side:>5}: {medians[side]:.2f} s/step (median of {len(times)}) | {prompt:.1f} prompt + "
+            f"{completion:.1f} completion tokens per row | floor {plain_s:.2f} s plain ({floors['plain'] / 1e9:.0f} "
+            f"GFLOP), {shared_s:.2f} s shared prefix ({floors['shared'] / 1e9:.0f} GFLOP) | "
+            f"x{medians[side] / plain_s:.2f} plain floor, x{medians[side] / shared_s:.2f} shared floor | "
+            f"peak rss {rss:.2f} GiB"
+        )
         phases = [s["phases"] for steps in rounds for s in steps[1:] if s.get("phases")]
         if phases:
             mean = {k[5:]: statistics.mean(p[k] for p in phases) for k in phases[0]}
             print("       phases (mean): " + " ".join(f"{k} {v:.2f}" for k, v in mean.items()))
     if "ours" in medians and "trl" in medians:
-        pairs = [a / b for ra, rb in zip(results["ours"], results["trl"])
-                 for a, b in zip(_step_times(ra), _step_times(rb))]
-        print(f"ratio ours / trl: {statistics.median(pairs):.3f} (median of {len(pairs)} adjacent pairs; "
-              f"range {min(pairs):.3f}-{max(pairs):.3f}); ratio of the medians {medians['ours'] / medians['trl']:.3f}")
+        pairs = [
+            a / b for ra, rb in zip(results["ours"], results["trl"]) for a, b in zip(_step_times(ra), _step_times(rb))
+        ]
+        print(
+            f"ratio ours / trl: {statistics.median(pairs):.3f} (median of {len(pairs)} adjacent pairs; "
+            f"range {min(pairs):.3f}-{max(pairs):.3f}); ratio of the medians {medians['ours'] / medians['trl']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,7 @@ from suite_report import report_text, write_docs, write_figure  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "estimator_suite.jsonl"
 #: What a rerun must reproduce exactly (timings and load naturally differ).
-EXACT_FIELDS = ("task", "estimator", "seed", "steps", "config_hash", "final_success", "auc", "curve",
-                "train_reward")
+EXACT_FIELDS = ("task", "estimator", "seed", "steps", "config_hash", "final_success", "auc", "curve", "train_reward")
 
 
 @dataclass(frozen=True)
@@ -64,11 +63,15 @@ class Job:
         return run_config(self.task, self.estimator, self.seed, steps=self.steps, eval_every=self.eval_every)
 
     def key(self) -> tuple[str, str, int, str]:
-        return (self.task, self.estimator, self.seed, config_hash(self.task, self.estimator, self.steps,
-                                                                  self.eval_every))
+        return (
+            self.task,
+            self.estimator,
+            self.seed,
+            config_hash(self.task, self.estimator, self.steps, self.eval_every),
+        )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def config_hash(task: str, estimator: str, steps: int | None = None, eval_every: int | None = None) -> str:
     """sha256 (12 hex digits) of the run's config with seed 0: the same for every seed, changed by any edit."""
     config = run_config(task, estimator, 0, steps=steps, eval_every=eval_every)
@@ -81,14 +84,20 @@ def current_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Rows of an edited task or estimator, and pilot rows with `--steps`, have another config hash and drop out.
     """
-    return [r for r in rows if r["task"] in TASKS and r["estimator"] in ESTIMATORS
-            and r["config_hash"] == config_hash(r["task"], r["estimator"])]
+    return [
+        r
+        for r in rows
+        if r["task"] in TASKS
+        and r["estimator"] in ESTIMATORS
+        and r["config_hash"] == config_hash(r["task"], r["estimator"])
+    ]
 
 
 def git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -110,9 +119,10 @@ def curve_of(metrics: list[dict[str, Any]]) -> list[list[float]]:
 
 def run_job(job: Job) -> dict[str, Any]:
     """Train one (task, estimator, seed) in this process and return its result row."""
+    from suite_stats import auc
+
     from areal.api.cli_args import load_config
     from areal.trainer.run.loop import Trainer
-    from suite_stats import auc
 
     start_load, wall, cpu = os.getloadavg()[0], time.perf_counter(), time.process_time()
     config = job.config()
@@ -123,12 +133,23 @@ def run_job(job: Job) -> dict[str, Any]:
         metrics = read_rows(result.metrics_path)
     curve = curve_of(metrics)
     steps = len(metrics)
-    return {"task": job.task, "estimator": job.estimator, "seed": job.seed, "steps": steps,
-            "final_success": curve[-1][1], "auc": auc([p[0] for p in curve], [p[1] for p in curve]),
-            "curve": curve, "train_reward": [round(float(r["reward_mean"]), 6) for r in metrics],
-            "config_hash": job.key()[3], "eval_every": config["eval"]["every"], "git": git_commit(),
-            "wall_s": round(time.perf_counter() - wall, 3), "cpu_s": round(time.process_time() - cpu, 3),
-            "load1_start": round(start_load, 2), "load1_end": round(os.getloadavg()[0], 2)}
+    return {
+        "task": job.task,
+        "estimator": job.estimator,
+        "seed": job.seed,
+        "steps": steps,
+        "final_success": curve[-1][1],
+        "auc": auc([p[0] for p in curve], [p[1] for p in curve]),
+        "curve": curve,
+        "train_reward": [round(float(r["reward_mean"]), 6) for r in metrics],
+        "config_hash": job.key()[3],
+        "eval_every": config["eval"]["every"],
+        "git": git_commit(),
+        "wall_s": round(time.perf_counter() - wall, 3),
+        "cpu_s": round(time.process_time() - cpu, 3),
+        "load1_start": round(start_load, 2),
+        "load1_end": round(os.getloadavg()[0], 2),
+    }
 
 
 def _worker_init() -> None:
@@ -156,8 +177,7 @@ def train(jobs: list[Job], results: Path, workers: int) -> int:
 
     done = {(r["task"], r["estimator"], r["seed"], r["config_hash"]) for r in read_rows(results)}
     todo = [j for j in jobs if j.key() not in done]
-    print(f"[suite] {len(jobs) - len(todo)} of {len(jobs)} runs already in {results}; {len(todo)} to run",
-          flush=True)
+    print(f"[suite] {len(jobs) - len(todo)} of {len(jobs)} runs already in {results}; {len(todo)} to run", flush=True)
     if not todo:
         return 0
     results.parent.mkdir(parents=True, exist_ok=True)
@@ -170,8 +190,9 @@ def train(jobs: list[Job], results: Path, workers: int) -> int:
     else:
         import multiprocessing
 
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_worker_init) as pool:
+        with ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
+        ) as pool:
             futures = {pool.submit(run_job, job): job for job in todo}
             for future in as_completed(futures):
                 try:
@@ -181,16 +202,18 @@ def train(jobs: list[Job], results: Path, workers: int) -> int:
                     print(f"[suite] {futures[future]} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     bar.close()
     if failed:
-        print(f"[suite] {len(failed)} runs failed (see above); run the same command again to retry them",
-              file=sys.stderr)
+        print(
+            f"[suite] {len(failed)} runs failed (see above); run the same command again to retry them", file=sys.stderr
+        )
     return 1 if failed else 0
 
 
 def _append(results: Path, row: dict[str, Any], bar: Any) -> None:
     with results.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")
-    bar.set_postfix_str(f"{row['task']}/{row['estimator']}/seed{row['seed']}: final {row['final_success']:.2f} "
-                        f"({row['wall_s']:.0f} s)")
+    bar.set_postfix_str(
+        f"{row['task']}/{row['estimator']}/seed{row['seed']}: final {row['final_success']:.2f} ({row['wall_s']:.0f} s)"
+    )
     bar.update(1)
 
 
@@ -207,8 +230,11 @@ def verify(jobs: list[Job], results: Path) -> int:
         again, kept = run_job(job), rows[job.key()]
         diff = [k for k in EXACT_FIELDS if again[k] != kept[k]]
         bad += bool(diff)
-        print(f"[suite] {job.task}/{job.estimator}/seed{job.seed}: "
-              + ("reproduced exactly" if not diff else f"DIFFERS in {diff}"), flush=True)
+        print(
+            f"[suite] {job.task}/{job.estimator}/seed{job.seed}: "
+            + ("reproduced exactly" if not diff else f"DIFFERS in {diff}"),
+            flush=True,
+        )
     print(f"[suite] --verify: {len(checked) - bad} of {len(checked)} rows reproduced exactly")
     return 1 if bad else 0
 
@@ -216,16 +242,20 @@ def verify(jobs: list[Job], results: Path) -> int:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"of {list(TASKS)}")
-    parser.add_argument("--estimators", nargs="+", default=None,
-                        help="default: each task's own list (TASKS[...].estimators)")
+    parser.add_argument(
+        "--estimators", nargs="+", default=None, help="default: each task's own list (TASKS[...].estimators)"
+    )
     parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--workers", type=int, default=2, help="worker processes (one thread each)")
     parser.add_argument("--steps", type=int, default=None, help="override every task's updates (tests, pilots)")
     parser.add_argument("--eval-every", type=int, default=None, help="override every task's evaluation period")
     parser.add_argument("--report", action="store_true", help="print the tables from --results; train nothing")
-    parser.add_argument("--write-docs", action="store_true",
-                        help="with --report: write the figure and the block of --doc between its markers")
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="with --report: write the figure and the block of --doc between its markers",
+    )
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "img" / "estimator_suite.png")
     parser.add_argument("--verify", action="store_true", help="rerun the selected rows and compare them exactly")

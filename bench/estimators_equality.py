@@ -99,16 +99,25 @@ def maxrl(cases: int) -> tuple[float, float]:
 
 def _krpo(cases: int, carry_over: bool) -> float:
     worst = 0.0
-    cfg = PPOActorConfig(kl_ctl=0.0, reward_clip=1e9, reward_norm=None, adv_norm=None, advantage={
-        "outcome_reward_shaping": {"implementation": "krpo", "kwargs": {"carry_over": carry_over}},
-        "estimator": {"implementation": "reinforce_return"}})
+    cfg = PPOActorConfig(
+        kl_ctl=0.0,
+        reward_clip=1e9,
+        reward_norm=None,
+        adv_norm=None,
+        advantage={
+            "outcome_reward_shaping": {"implementation": "krpo", "kwargs": {"carry_over": carry_over}},
+            "estimator": {"implementation": "reinforce_return"},
+        },
+    )
     for seed in range(cases):
         rng = random.Random(seed)
         actor, persistent = PPOActor(cfg), eref.PersistentKRPO()
         for step in range(3 if carry_over else 1):
             sizes = _sizes(rng, 1)
             keys = [rng.randint(0, 3) for _ in sizes]
-            groups = ref.make_peer_groups(1000 * seed + step, sizes, binary=rng.random() < 0.5, split=rng.random() < .5)
+            groups = ref.make_peer_groups(
+                1000 * seed + step, sizes, binary=rng.random() < 0.5, split=rng.random() < 0.5
+            )
             for g, key in zip(groups, keys):
                 g["prompt_keys"] = torch.full((g["input_ids"].shape[0],), key, dtype=torch.long)
             batch, meta = concat_batch(groups)
@@ -116,8 +125,11 @@ def _krpo(cases: int, carry_over: bool) -> float:
             per_group = [[] for _ in sizes]
             for gi, reward in zip(r.index, r.rewards):
                 per_group[gi].append(reward)
-            expected = (persistent.step(list(zip(keys, per_group))) if carry_over
-                        else [eref.krpo_group(p, eref.KalmanFilter()) for p in per_group])
+            expected = (
+                persistent.step(list(zip(keys, per_group)))
+                if carry_over
+                else [eref.krpo_group(p, eref.KalmanFilter()) for p in per_group]
+            )
             out = actor.compute_advantages(batch, meta)["rewards"].double()
             flat = [v for p in expected for v in p]
             for value, rows in zip(flat, r.rows):
@@ -130,8 +142,12 @@ def spo(cases: int) -> float:
     for seed in range(cases):
         rng = random.Random(seed)
         kl = rng.random() < 0.5
-        actor = PPOActor(load_config(PRESETS / "spo.yaml", ["actor.advantage.outcome_reward_shaping.kwargs.rho_mode="
-                                                            + ("kl" if kl else "constant")]).actor)
+        actor = PPOActor(
+            load_config(
+                PRESETS / "spo.yaml",
+                ["actor.advantage.outcome_reward_shaping.kwargs.rho_mode=" + ("kl" if kl else "constant")],
+            ).actor
+        )
         tracker = eref.SPOTracker()
         for step in range(4):
             keys = [rng.randint(0, 5) for _ in range(rng.randint(1, 8))]
@@ -170,16 +186,40 @@ def step_credit(cases: int, estimator: str) -> float:
             gamma, mode = rng.choice([1.0, 0.95, 0.5]), rng.choice(["mean_norm", "mean_std_norm"])
             stats = rng.choice(["steps", "episodes"])
             kwargs = {"step_discount": gamma, "mode": mode, "episode_stats": stats}
-            expected = eref.gigpo([[{"rewards": [t.reward for t in ep.turns[:-1]] + [ep.turns[-1].reward + ep.outcome],
-                                     "anchors": [t.anchor for t in ep.turns]} for ep in eps] for eps in groups],
-                                  gamma, 1.0, mode, cross_steps=stats == "steps")
+            expected = eref.gigpo(
+                [
+                    [
+                        {
+                            "rewards": [t.reward for t in ep.turns[:-1]] + [ep.turns[-1].reward + ep.outcome],
+                            "anchors": [t.anchor for t in ep.turns],
+                        }
+                        for ep in eps
+                    ]
+                    for eps in groups
+                ],
+                gamma,
+                1.0,
+                mode,
+                cross_steps=stats == "steps",
+            )
         else:
             credit = rng.choice(["to_go", "own"])
             kwargs = {"turn_credit": credit}
-            expected = eref.mt_grpo([[{"outcome": ep.outcome, "turn_rewards": [t.reward for t in ep.turns]}
-                                      for ep in eps] for eps in groups], credit=credit)
-        cfg = PPOActorConfig(kl_ctl=0.0, reward_norm=None, adv_norm=None, token_rewards_as_adv=False, reward_clip=1e9,
-                             advantage={"estimator": {"implementation": estimator, "kwargs": kwargs}})
+            expected = eref.mt_grpo(
+                [
+                    [{"outcome": ep.outcome, "turn_rewards": [t.reward for t in ep.turns]} for ep in eps]
+                    for eps in groups
+                ],
+                credit=credit,
+            )
+        cfg = PPOActorConfig(
+            kl_ctl=0.0,
+            reward_norm=None,
+            adv_norm=None,
+            token_rewards_as_adv=False,
+            reward_clip=1e9,
+            advantage={"estimator": {"implementation": estimator, "kwargs": kwargs}},
+        )
         worst = max(worst, _turns(PPOActor(cfg).compute_advantages(batch, meta)["advantages"], groups, expected, split))
     return worst
 
@@ -193,12 +233,24 @@ def entropy(cases: int) -> float:
         batch.pop("token_rewards")
         alpha, kappa = rng.choice([0.1, 0.4, 2.0]), rng.choice([1.0, 2.0, 5.0])
         norm = NormConfig(mean_level="group", std_level="group")
-        base = PPOActor(PPOActorConfig(kl_ctl=0.0, reward_norm=norm, advantage={
-            "estimator": {"implementation": "reinforce_return"}})).compute_advantages(batch, meta)
-        shaped = PPOActor(PPOActorConfig(kl_ctl=0.0, reward_norm=norm, advantage={
-            "estimator": {"implementation": "reinforce_return"},
-            "process_adv_shaping": {"implementation": "entropy_advantage", "kwargs": {"alpha": alpha, "kappa": kappa}},
-        })).compute_advantages(batch, meta)
+        base = PPOActor(
+            PPOActorConfig(
+                kl_ctl=0.0, reward_norm=norm, advantage={"estimator": {"implementation": "reinforce_return"}}
+            )
+        ).compute_advantages(batch, meta)
+        shaped = PPOActor(
+            PPOActorConfig(
+                kl_ctl=0.0,
+                reward_norm=norm,
+                advantage={
+                    "estimator": {"implementation": "reinforce_return"},
+                    "process_adv_shaping": {
+                        "implementation": "entropy_advantage",
+                        "kwargs": {"alpha": alpha, "kappa": kappa},
+                    },
+                },
+            )
+        ).compute_advantages(batch, meta)
         a, h, m = base["advantages"].tolist(), batch["token_entropy"].tolist(), shaped["loss_mask"].tolist()
         got = shaped["advantages"].tolist()
         for b in range(len(a)):
@@ -218,9 +270,16 @@ def main() -> None:
     maxrl_binary, maxrl_relative = maxrl(n)
     rows = [
         ("MaxRL preset vs SkyRL 0.3.0 compute_maxrl_advantage, 0/1 rewards", maxrl_binary, ""),
-        ("OTB preset vs verl 0.9.1 compute_optimal_token_baseline_advantage", token_baseline_verl(n, "optimal_token_baseline"), ""),
-        ("TIR-OTB preset vs verl 0.9.1 compute_multi_turn_optimal_token_baseline_advantage",
-         token_baseline_verl(n, "tir_optimal_token_baseline"), ""),
+        (
+            "OTB preset vs verl 0.9.1 compute_optimal_token_baseline_advantage",
+            token_baseline_verl(n, "optimal_token_baseline"),
+            "",
+        ),
+        (
+            "TIR-OTB preset vs verl 0.9.1 compute_multi_turn_optimal_token_baseline_advantage",
+            token_baseline_verl(n, "tir_optimal_token_baseline"),
+            "",
+        ),
         ("MaxRL preset vs SkyRL 0.3.0, Gaussian rewards (|diff| / max(1, |ref|))", maxrl_relative, ""),
         ("GDPO preset vs verl 0.9.1 compute_gdpo_outcome_advantage", gdpo_worst, f"{gdpo_skipped} skipped"),
         ("KRPO (carry_over: false) vs the authors' group_advantages", _krpo(n, False), ""),

@@ -45,8 +45,15 @@ CASES = {
 
 
 def algo(preset: str, *overrides: str) -> object:
-    return OmegaConf.create({"gamma": 1.0, "lam": 1.0, "use_pf_ppo": False, "areal_config": str(PRESETS / f"{preset}.yaml"),
-                             "areal_overrides": list(overrides)})
+    return OmegaConf.create(
+        {
+            "gamma": 1.0,
+            "lam": 1.0,
+            "use_pf_ppo": False,
+            "areal_config": str(PRESETS / f"{preset}.yaml"),
+            "areal_overrides": list(overrides),
+        }
+    )
 
 
 def masked_max(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
@@ -96,8 +103,10 @@ def verl_ppo(n: int) -> None:
         ours = areal_verl.compute_advantage(batch.proto(), adv_estimator="areal", config=cfg).batch
         worst_adv = max(worst_adv, masked_max(ours["advantages"], theirs["advantages"], mask))
         worst_ret = max(worst_ret, masked_max(ours["returns"], theirs["returns"], mask))
-    print(f"verl wrapper   areal[ppo] vs gae + apply_kl_penalty       max |diff| advantages {worst_adv:.3e}, "
-          f"returns {worst_ret:.3e}  ({n - skipped} batches)")
+    print(
+        f"verl wrapper   areal[ppo] vs gae + apply_kl_penalty       max |diff| advantages {worst_adv:.3e}, "
+        f"returns {worst_ret:.3e}  ({n - skipped} batches)"
+    )
 
 
 def verl_token_baseline(n: int) -> None:
@@ -107,10 +116,23 @@ def verl_token_baseline(n: int) -> None:
     for name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
         rng, worst = random.Random(2), 0.0
         for seed in range(n):
-            batch = tv.with_sum_pi_squared(vb.make_batch(seed, [rng.randint(1, 6) for _ in range(rng.randint(1, 4))]),
-                                           seed, is_weights=seed % 2 == 0)
-            keys = [k for k in ("response_mask", "token_level_rewards", "attention_mask", "old_log_probs",
-                                "sum_pi_squared", "rollout_is_weights") if k in batch.tensors]
+            batch = tv.with_sum_pi_squared(
+                vb.make_batch(seed, [rng.randint(1, 6) for _ in range(rng.randint(1, 4))]),
+                seed,
+                is_weights=seed % 2 == 0,
+            )
+            keys = [
+                k
+                for k in (
+                    "response_mask",
+                    "token_level_rewards",
+                    "attention_mask",
+                    "old_log_probs",
+                    "sum_pi_squared",
+                    "rollout_is_weights",
+                )
+                if k in batch.tensors
+            ]
             theirs = VERL(batch.proto(*keys), adv_estimator=name, config=None).batch
             ours = areal_verl.compute_advantage(batch.proto(*keys), adv_estimator="areal", config=algo(name)).batch
             worst = max(worst, masked_max(ours["advantages"], theirs["advantages"], batch.tensors["response_mask"]))
@@ -131,15 +153,19 @@ actor:
     estimator: {implementation: reinforce_return}
 """)
     model = ts.build_model(Path(tempfile.mkdtemp()))
-    modes = {"group": (PRESETS / "grpo.yaml", ("actor.reward_norm.eps=1.0e-4",)),
-             "group (grpo preset as is, eps 1e-6)": (PRESETS / "grpo.yaml", ()),
-             "none": (PRESETS / "dr_grpo.yaml", ()), "batch": (yaml, ())}
+    modes = {
+        "group": (PRESETS / "grpo.yaml", ("actor.reward_norm.eps=1.0e-4",)),
+        "group (grpo preset as is, eps 1e-6)": (PRESETS / "grpo.yaml", ()),
+        "none": (PRESETS / "dr_grpo.yaml", ()),
+        "batch": (yaml, ()),
+    }
     for label, (path, overrides) in modes.items():
         scale = label.split()[0]
         trainer = ts.make_trainer(model, Path(tempfile.mkdtemp()), str(path), overrides=overrides, scale_rewards=scale)
         trainer.train()
-        worst = max(masked_max(r["ours"], r["trl"][:, None].expand_as(r["ours"]), r["completion_mask"])
-                    for r in trainer.records)
+        worst = max(
+            masked_max(r["ours"], r["trl"][:, None].expand_as(r["ours"]), r["completion_mask"]) for r in trainer.records
+        )
         print(f"trl  scale_rewards={label:38s} max |ours - TRL| {worst:.3e}  ({len(trainer.records)} batches)")
 
 
@@ -157,10 +183,17 @@ def trl_token_baseline() -> None:
             keep = ~torch.isnan(g.rewards)
             mask = g.loss_mask[keep]
             rewards = torch.zeros_like(mask)
-            rewards[torch.arange(mask.shape[0]), (mask * torch.arange(1, mask.shape[1] + 1)).argmax(dim=1)] = g.rewards[keep]
+            rewards[torch.arange(mask.shape[0]), (mask * torch.arange(1, mask.shape[1] + 1)).argmax(dim=1)] = g.rewards[
+                keep
+            ]
             theirs, _ = core_algos.get_adv_estimator_fn(name)(
-                token_level_rewards=rewards, response_mask=mask, index=(keep.nonzero()[:, 0] // g.num_generations).numpy(),
-                old_log_probs=g.logprobs[keep], sum_pi_squared=g.sum_pi_squared[keep], rollout_is_weights=None)
+                token_level_rewards=rewards,
+                response_mask=mask,
+                index=(keep.nonzero()[:, 0] // g.num_generations).numpy(),
+                old_log_probs=g.logprobs[keep],
+                sum_pi_squared=g.sum_pi_squared[keep],
+                rollout_is_weights=None,
+            )
             worst = max(worst, masked_max(record["ours"][keep], theirs, mask))
         print(f"trl  {name:44s} max |ours - verl's function| {worst:.3e}  ({len(trainer.records)} batches)")
 

@@ -99,8 +99,9 @@ def reference_group_norm(
     return out
 
 
-def reference_pipeline(data: dict[str, torch.Tensor], *, kl_ctl: float = 0.1, eps: float = 1e-5,
-                       adv_norm: bool = True) -> dict[str, torch.Tensor]:
+def reference_pipeline(
+    data: dict[str, torch.Tensor], *, kl_ctl: float = 0.1, eps: float = 1e-5, adv_norm: bool = True
+) -> dict[str, torch.Tensor]:
     """The AReaL 1.0.4 default `compute_advantages` (token GAE loop, batch adv norm unless `adv_norm=False`).
 
     Same steps as our default pipeline with `kl_ctl`, k1 KL, discount = lambda = 1

@@ -54,8 +54,9 @@ def loop_sample_continuations(
     ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
     cache_kw = _cache_keyword(model)
     cache = DynamicCache(config=model.config)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                   **{cache_kw: cache}).logits[:, -1]
+    logits = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_kw: cache}
+    ).logits[:, -1]
     limits = torch.tensor(list(max_new_tokens), device=device)
     counts = torch.zeros_like(limits)
     alive = limits > 0
@@ -79,15 +80,21 @@ def loop_sample_continuations(
             break
         feed = torch.where(alive, tok, torch.full_like(tok, pad_id))
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        logits = model(input_ids=feed[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                       use_cache=True, **{cache_kw: cache}).logits[:, -1]
+        logits = model(
+            input_ids=feed[:, None],
+            attention_mask=mask,
+            position_ids=next_pos[:, None],
+            use_cache=True,
+            **{cache_kw: cache},
+        ).logits[:, -1]
         next_pos = next_pos + 1
     model.train(was_training)
     return _collect(tokens, logps, alive_hist, stop_ids)
 
 
-def _collect(tokens: list[torch.Tensor], logps: list[torch.Tensor], alive: list[torch.Tensor],
-             stop_ids: frozenset[int]) -> list[Continuation]:
+def _collect(
+    tokens: list[torch.Tensor], logps: list[torch.Tensor], alive: list[torch.Tensor], stop_ids: frozenset[int]
+) -> list[Continuation]:
     """Per-row lists from the per-step tensors, keeping only steps where the row was alive."""
     tok = torch.stack(tokens, dim=1).cpu()
     lp = torch.stack(logps, dim=1).cpu()

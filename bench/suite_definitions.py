@@ -19,8 +19,19 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS, EXAMPLES = ROOT / "areal" / "presets", ROOT / "examples"
 #: Keys of a full example run's `actor:` that define the algorithm (the rest is the run's shape).
-ALGORITHM_KEYS = ("kl_ctl", "kl_estimator", "discount", "gae_lambda", "gae_timestep_unit", "reward_norm",
-                  "adv_norm", "advantage", "token_rewards_as_adv", "mask_no_eos_with_zero", "reward_clip")
+ALGORITHM_KEYS = (
+    "kl_ctl",
+    "kl_estimator",
+    "discount",
+    "gae_lambda",
+    "gae_timestep_unit",
+    "reward_norm",
+    "adv_norm",
+    "advantage",
+    "token_rewards_as_adv",
+    "mask_no_eos_with_zero",
+    "reward_clip",
+)
 ROLLOUT_KEYS = ("n_samples", "greedy_baseline")
 
 
@@ -42,47 +53,70 @@ class SuiteTask:
 TASKS: dict[str, SuiteTask] = {
     "sparse": SuiteTask(
         reason="chance success is a few percent, so most groups of 8 are all-zero and get no group-relative "
-               "signal; the estimators differ in how hard they push the rare success (GRPO's 1/std, RLOO's "
-               "leave-one-out, pass@k's best-only, MaxRL's 1/p, batch whitening that also pushes failures down)",
+        "signal; the estimators differ in how hard they push the rare success (GRPO's 1/std, RLOO's "
+        "leave-one-out, pass@k's best-only, MaxRL's 1/p, batch whitening that also pushes failures down)",
         situation="sparse binary reward, most groups all-zero",
         task={"implementation": "bench.suite_tasks.make_reverse", "kwargs": {"length": 2}},
-        max_new_tokens=2, steps=100, eval_every=10,
-        estimators=("grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-                    "grpo_passk", "gpg", "maxrl")),
+        max_new_tokens=2,
+        steps=100,
+        eval_every=10,
+        estimators=(
+            "grpo",
+            "dr_grpo",
+            "rloo",
+            "reinforce_plus_plus",
+            "reinforce_plus_plus_baseline",
+            "grpo_passk",
+            "gpg",
+            "maxrl",
+        ),
+    ),
     "lengths": SuiteTask(
         reason="right answers are 1 or 3 words long in the same batch; a token-mean loss gives a long answer "
-               "three times the weight of a short one, and the estimators scale and baseline each group "
-               "differently (std or not, OPO's length-weighted baseline)",
+        "three times the weight of a short one, and the estimators scale and baseline each group "
+        "differently (std or not, OPO's length-weighted baseline)",
         situation="right answers of very different lengths",
         task={"implementation": "bench.suite_tasks.make_repeat", "kwargs": {"counts": [1, 3]}},
-        max_new_tokens=3, steps=150, eval_every=10,
-        estimators=("grpo", "dr_grpo", "rloo", "opo", "reinforce_plus_plus_baseline", "gpg")),
+        max_new_tokens=3,
+        steps=150,
+        eval_every=10,
+        estimators=("grpo", "dr_grpo", "rloo", "opo", "reinforce_plus_plus_baseline", "gpg"),
+    ),
     "multiturn": SuiteTask(
         reason="four one-word turns, two decisive at random positions, reward only after the last: "
-               "trajectory-level credit blames right and free turns of a failed episode alike, turn-level "
-               "credit (a critic over turns, GiGPO's anchor states, MT-GRPO's turn rewards) need not",
+        "trajectory-level credit blames right and free turns of a failed episode alike, turn-level "
+        "credit (a critic over turns, GiGPO's anchor states, MT-GRPO's turn rewards) need not",
         situation="multi-turn, reward only at the end, some turns decisive",
         task={"implementation": "bench.suite_tasks.make_echo", "kwargs": {"turns": 4, "decisive": 2}},
-        max_new_tokens=4, steps=40, eval_every=4,
-        estimators=("grpo", "rloo", "turn_gae", "gigpo", "mt_grpo", "ppo")),
+        max_new_tokens=4,
+        steps=40,
+        eval_every=4,
+        estimators=("grpo", "rloo", "turn_gae", "gigpo", "mt_grpo", "ppo"),
+    ),
     "noisy_process": SuiteTask(
         reason="the same multi-turn task with a per-turn process score that is wrong 30 % of the time: "
-               "shaping that trusts it (additive, GVPO, process-weighted, MT-GRPO's turn rewards) gains "
-               "dense credit but inherits the noise; outcome-only estimators ignore it",
+        "shaping that trusts it (additive, GVPO, process-weighted, MT-GRPO's turn rewards) gains "
+        "dense credit but inherits the noise; outcome-only estimators ignore it",
         situation="noisy per-turn process rewards",
-        task={"implementation": "bench.suite_tasks.make_echo",
-              "kwargs": {"turns": 4, "decisive": 2, "noise": 0.3}},
-        max_new_tokens=4, steps=40, eval_every=4,
-        estimators=("grpo", "rloo", "grpo_prm_additive", "gvpo", "process_weighted", "mt_grpo")),
+        task={"implementation": "bench.suite_tasks.make_echo", "kwargs": {"turns": 4, "decisive": 2, "noise": 0.3}},
+        max_new_tokens=4,
+        steps=40,
+        eval_every=4,
+        estimators=("grpo", "rloo", "grpo_prm_additive", "gvpo", "process_weighted", "mt_grpo"),
+    ),
     "two_rewards": SuiteTask(
         reason="a common component (answer starts with a letter, chance about one half) beside a rare one "
-               "(the exact answer, a few percent): normalising their sum lets the common one set the scale, "
-               "GDPO normalises each on its own",
+        "(the exact answer, a few percent): normalising their sum lets the common one set the scale, "
+        "GDPO normalises each on its own",
         situation="two reward components, one rare",
         task={"implementation": "bench.suite_tasks.make_reverse", "kwargs": {"length": 2}},
         reward=({"implementation": "bench.suite_tasks.any_letter", "weight": 1.0},),
-        success_threshold=2.0, max_new_tokens=2, steps=120, eval_every=10,
-        estimators=("grpo", "gdpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gpg")),
+        success_threshold=2.0,
+        max_new_tokens=2,
+        steps=120,
+        eval_every=10,
+        estimators=("grpo", "gdpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gpg"),
+    ),
 }
 
 
@@ -100,19 +134,38 @@ def _preset(name: str, **kw: Any) -> EstimatorSource:
 
 
 ESTIMATORS: dict[str, EstimatorSource] = {
-    **{name: _preset(name) for name in ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus",
-                                        "reinforce_plus_plus_baseline", "grpo_passk", "gpg", "opo", "gdpo",
-                                        "ppo", "maxrl")},
+    **{
+        name: _preset(name)
+        for name in (
+            "grpo",
+            "dr_grpo",
+            "rloo",
+            "reinforce_plus_plus",
+            "reinforce_plus_plus_baseline",
+            "grpo_passk",
+            "gpg",
+            "opo",
+            "gdpo",
+            "ppo",
+            "maxrl",
+        )
+    },
     "turn_gae": EstimatorSource(EXAMPLES / "ppo_turn_gae_guess.yaml", full_run=True),
     "gigpo": EstimatorSource(EXAMPLES / "guess_gigpo.yaml", full_run=True),
     "mt_grpo": EstimatorSource(EXAMPLES / "guess_mt_grpo.yaml", full_run=True),
     "gvpo": EstimatorSource(EXAMPLES / "guess_gvpo.yaml", full_run=True),
     "process_weighted": EstimatorSource(EXAMPLES / "guess_process_weighted.yaml", full_run=True),
     # GRPO plus the process scores added to each turn's tokens (the default process stage, `additive`)
-    "grpo_prm_additive": _preset("grpo", extra={
-        "rollout": {"prm": {"enabled": True}},
-        "actor": {"token_rewards_as_adv": True, "advantage": {"process_adv_shaping": {"implementation": "additive"}}},
-    }),
+    "grpo_prm_additive": _preset(
+        "grpo",
+        extra={
+            "rollout": {"prm": {"enabled": True}},
+            "actor": {
+                "token_rewards_as_adv": True,
+                "advantage": {"process_adv_shaping": {"implementation": "additive"}},
+            },
+        },
+    ),
 }
 
 
@@ -133,8 +186,9 @@ def algorithm(name: str) -> dict[str, Any]:
     actor_keys = [k for k in raw.get("actor", {}) if not source.full_run or k in ALGORITHM_KEYS]
     out: dict[str, Any] = {"actor": _resolved(cfg.actor, actor_keys)}
     out["critic"] = _resolved(cfg.critic, list(raw.get("critic", {})))
-    rollout = {k: v for k, v in _resolved(cfg.rollout, [k for k in raw.get("rollout", {}) if k in ROLLOUT_KEYS])
-               .items()}
+    rollout = {
+        k: v for k, v in _resolved(cfg.rollout, [k for k in raw.get("rollout", {}) if k in ROLLOUT_KEYS]).items()
+    }
     if raw.get("rollout", {}).get("prm", {}).get("enabled"):
         rollout["prm"] = {"enabled": True}
     out["rollout"] = rollout
@@ -152,27 +206,46 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-def run_config(task: str, estimator: str, seed: int, *, steps: int | None = None,
-               eval_every: int | None = None) -> dict[str, Any]:
+def run_config(
+    task: str, estimator: str, seed: int, *, steps: int | None = None, eval_every: int | None = None
+) -> dict[str, Any]:
     """The full config mapping of one run (`load_config` input); `output.dir` is set by the runner."""
     spec, algo = TASKS[task], algorithm(estimator)
     task_section = copy.deepcopy(spec.task)
     task_section["kwargs"] = {**task_section.get("kwargs", {}), **algo.pop("task_kwargs")}
     if task_section["implementation"].endswith("make_echo"):
         task_section["kwargs"]["seed"] = seed  # the process-score noise stream, one per run seed
-    actor = {"max_new_tokens": spec.max_new_tokens, "temperature": 1.0, "eps_clip": 0.2, "ppo_n_minibatches": 2,
-             **algo["actor"], "kl_ctl": 0.0}
+    actor = {
+        "max_new_tokens": spec.max_new_tokens,
+        "temperature": 1.0,
+        "eps_clip": 0.2,
+        "ppo_n_minibatches": 2,
+        **algo["actor"],
+        "kl_ctl": 0.0,
+    }
     return {
-        "experiment_name": f"{task}-{estimator}", "trial_name": f"seed{seed}", "seed": seed,
+        "experiment_name": f"{task}-{estimator}",
+        "trial_name": f"seed{seed}",
+        "seed": seed,
         "model": {"path": None},
         "task": task_section,
         "reward": [dict(r) for r in spec.reward],
         "rollout": {"batch_size": 16, "n_samples": 8, **algo["rollout"]},
         "critic": {"enabled": False, "lr": 1.0e-3, **algo["critic"]},
         "actor": actor,
-        "train": {"steps": steps or spec.steps, "lr": 5.0e-4, "grad_clip": 1.0, "num_threads": 1,
-                  "save_every": 0, "log_every": 10_000},
-        "eval": {"every": eval_every or spec.eval_every, "n_prompts": 32, "samples_per_step": 0,
-                 "success_threshold": spec.success_threshold},
+        "train": {
+            "steps": steps or spec.steps,
+            "lr": 5.0e-4,
+            "grad_clip": 1.0,
+            "num_threads": 1,
+            "save_every": 0,
+            "log_every": 10_000,
+        },
+        "eval": {
+            "every": eval_every or spec.eval_every,
+            "n_prompts": 32,
+            "samples_per_step": 0,
+            "success_threshold": spec.success_threshold,
+        },
         "output": {"plot": False, "progress_bar": False, "loggers": ["jsonl"]},
     }

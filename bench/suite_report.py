@@ -44,7 +44,8 @@ def task_stats(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[str
         area = {s: r["auc"] for s, r in seeds.items()}
         paired = name != BASELINE and bool(set(seeds) & set(base))
         out[name] = {
-            "final": bootstrap_mean(list(final.values())), "auc": bootstrap_mean(list(area.values())),
+            "final": bootstrap_mean(list(final.values())),
+            "auc": bootstrap_mean(list(area.values())),
             "d_final": paired_difference(final, {s: r["final_success"] for s, r in base.items()}) if paired else None,
             "d_auc": paired_difference(area, {s: r["auc"] for s, r in base.items()}) if paired else None,
         }
@@ -53,16 +54,20 @@ def task_stats(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[str
 
 def table(task: str, runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     stats = task_stats(runs)
-    lines = ["| estimator | seeds | final success [95 % CI] | AUC [95 % CI] | final − GRPO (paired) [CI] | "
-             "AUC − GRPO (paired) [CI] | CPU s / run | wall s / run | load |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| estimator | seeds | final success [95 % CI] | AUC [95 % CI] | final − GRPO (paired) [CI] | "
+        "AUC − GRPO (paired) [CI] | CPU s / run | wall s / run | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, seeds in runs.items():
         s = stats[name]
         cpu, wall = (statistics.fmean(r[k] for r in seeds.values()) for k in ("cpu_s", "wall_s"))
         load = statistics.fmean(r["load1_start"] for r in seeds.values())
-        lines.append(f"| {name} | {len(seeds)} | {fmt(s['final'])} | {fmt(s['auc'])} | "
-                     f"{fmt(s['d_final'], True) if s['d_final'] else '—'} | "
-                     f"{fmt(s['d_auc'], True) if s['d_auc'] else '—'} | {cpu:.1f} | {wall:.0f} | {load:.1f} |")
+        lines.append(
+            f"| {name} | {len(seeds)} | {fmt(s['final'])} | {fmt(s['auc'])} | "
+            f"{fmt(s['d_final'], True) if s['d_final'] else '—'} | "
+            f"{fmt(s['d_auc'], True) if s['d_auc'] else '—'} | {cpu:.1f} | {wall:.0f} | {load:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -87,14 +92,19 @@ def verdict(runs: dict[str, dict[int, dict[str, Any]]], metric: str = "final") -
     if d.n < MIN_SEEDS:
         return f"too few paired seeds for a verdict ({d.n}, need {MIN_SEEDS})", None
     if d.low > 0:
-        return (f"{best} beats GRPO by {d.mean:+.3f} {words}, CI [{d.low:+.3f}, {d.high:+.3f}] "
-                f"({d.n} paired seeds)"), best
+        return (
+            f"{best} beats GRPO by {d.mean:+.3f} {words}, CI [{d.low:+.3f}, {d.high:+.3f}] ({d.n} paired seeds)"
+        ), best
     if all(s[key].high < 0 for s in stats.values()):
-        return (f"GRPO beats every other estimator on {words}; the closest, {best}, by {-d.mean:.3f}, "
-                f"CI of its difference [{d.low:+.3f}, {d.high:+.3f}]"), None
+        return (
+            f"GRPO beats every other estimator on {words}; the closest, {best}, by {-d.mean:.3f}, "
+            f"CI of its difference [{d.low:+.3f}, {d.high:+.3f}]"
+        ), None
     width = max(abs(d.low), abs(d.high))
-    return (f"no difference larger than ±{width:.3f} in {words} between the best estimator ({best}, "
-            f"{d.mean:+.3f}, CI [{d.low:+.3f}, {d.high:+.3f}], half-width {d.half_width:.3f}) and GRPO"), None
+    return (
+        f"no difference larger than ±{width:.3f} in {words} between the best estimator ({best}, "
+        f"{d.mean:+.3f}, CI [{d.low:+.3f}, {d.high:+.3f}], half-width {d.half_width:.3f}) and GRPO"
+    ), None
 
 
 def choice(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
@@ -112,15 +122,20 @@ def report_text(rows: list[dict[str, Any]], tasks: list[str], figure: str | None
         spec = TASKS[task]
         steps = sorted({r["steps"] for seeds in runs.values() for r in seeds.values()})
         final, area = verdict(runs, "final")[0], verdict(runs, "auc")[0]
-        parts.append(f"#### `{task}`: {spec.situation}\n\nWhy estimators should differ: {spec.reason}. "
-                     f"{'/'.join(map(str, steps))} updates, held-out greedy success on 32 prompts.\n\n"
-                     f"{table(task, runs)}\n\n**Verdict.** Final success: {final}. AUC: {area}.\n")
+        parts.append(
+            f"#### `{task}`: {spec.situation}\n\nWhy estimators should differ: {spec.reason}. "
+            f"{'/'.join(map(str, steps))} updates, held-out greedy success on 32 prompts.\n\n"
+            f"{table(task, runs)}\n\n**Verdict.** Final success: {final}. AUC: {area}.\n"
+        )
         decisions.append(f"| {spec.situation} | {choice(runs)} | final: {final}; AUC: {area} |")
     parts.insert(0, cost_line(rows))
     if figure:
         parts.insert(0, f"![Held-out success per update, mean over seeds]({figure})\n")
-    parts.append("#### Decision table\n\nThe estimator that beats GRPO on final success, else the one that beats it "
-                 "on AUC, else GRPO (nothing measured better).\n\n| situation | use | measured |\n| --- | --- | --- |\n" + "\n".join(decisions))
+    parts.append(
+        "#### Decision table\n\nThe estimator that beats GRPO on final success, else the one that beats it "
+        "on AUC, else GRPO (nothing measured better).\n\n| situation | use | measured |\n| --- | --- | --- |\n"
+        + "\n".join(decisions)
+    )
     return "\n".join(parts)
 
 
@@ -130,10 +145,12 @@ def cost_line(rows: list[dict[str, Any]]) -> str:
         return "No runs yet.\n"
     cpu, wall = sum(r["cpu_s"] for r in rows), sum(r["wall_s"] for r in rows)
     load = statistics.fmean(r["load1_start"] for r in rows)
-    return (f"{len(rows)} runs: {cpu:.0f} CPU s in all, {cpu / len(rows):.1f} s per run, so about "
-            f"{cpu / 2 / 60:.0f} min on 2 quiet cores (two one-thread workers). They were measured on a "
-            f"shared 2-core machine at a mean 1-min load average of {load:.1f}: {wall / len(rows):.0f} s of wall "
-            f"time per run, {wall / cpu:.1f} x its CPU time.\n")
+    return (
+        f"{len(rows)} runs: {cpu:.0f} CPU s in all, {cpu / len(rows):.1f} s per run, so about "
+        f"{cpu / 2 / 60:.0f} min on 2 quiet cores (two one-thread workers). They were measured on a "
+        f"shared 2-core machine at a mean 1-min load average of {load:.1f}: {wall / len(rows):.0f} s of wall "
+        f"time per run, {wall / cpu:.1f} x its CPU time.\n"
+    )
 
 
 def write_figure(rows: list[dict[str, Any]], tasks: list[str], path: Path) -> None:
@@ -148,15 +165,20 @@ def write_figure(rows: list[dict[str, Any]], tasks: list[str], path: Path) -> No
     cols = min(max(len(shown), 1), 3)
     nrows = -(-max(len(shown), 1) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.4 * cols, 3.5 * nrows), squeeze=False)
-    for ax in axes.flat[len(shown):]:
+    for ax in axes.flat[len(shown) :]:
         ax.axis("off")
     for ax, task in zip(axes.flat, shown):
         for name, seeds in by_estimator(rows, task).items():
             curves = [r["curve"] for r in seeds.values()]
             updates = [p[0] for p in curves[0]]
             mean = np.mean([[p[1] for p in c] for c in curves if len(c) == len(updates)], axis=0)
-            ax.plot(updates, mean, label=name, lw=2.2 if name == BASELINE else 1.2,
-                    color="black" if name == BASELINE else None)
+            ax.plot(
+                updates,
+                mean,
+                label=name,
+                lw=2.2 if name == BASELINE else 1.2,
+                color="black" if name == BASELINE else None,
+            )
         ax.set_title(task)
         ax.set_xlabel("updates")
         ax.set_ylim(-0.02, 1.02)
@@ -171,8 +193,10 @@ def write_figure(rows: list[dict[str, Any]], tasks: list[str], path: Path) -> No
 
 def docs_block(rows: list[dict[str, Any]], tasks: list[str], figure: str) -> str:
     n = len(rows)
-    return (f"{DOC_BEGIN}\n<!-- generated by `{COMMAND}` from bench/results/estimator_suite.jsonl "
-            f"({n} runs); do not edit by hand -->\n\n{report_text(rows, tasks, figure)}\n{DOC_END}")
+    return (
+        f"{DOC_BEGIN}\n<!-- generated by `{COMMAND}` from bench/results/estimator_suite.jsonl "
+        f"({n} runs); do not edit by hand -->\n\n{report_text(rows, tasks, figure)}\n{DOC_END}"
+    )
 
 
 def write_docs(rows: list[dict[str, Any]], tasks: list[str], doc: Path, figure: Path) -> None:

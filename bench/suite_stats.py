@@ -40,16 +40,18 @@ def auc(updates: Sequence[float], success: Sequence[float]) -> float:
     start, 0.0 never solved; a method that gets there sooner has the larger area.
     """
     if len(updates) != len(success) or len(updates) < 2:
-        raise ValueError(f"auc: need >= 2 points with one success value each, got {len(updates)} updates and "
-                         f"{len(success)} values")
+        raise ValueError(
+            f"auc: need >= 2 points with one success value each, got {len(updates)} updates and {len(success)} values"
+        )
     x, y = np.asarray(updates, dtype=float), np.asarray(success, dtype=float)
     if np.any(np.diff(x) <= 0):
         raise ValueError(f"auc: updates must increase, got {list(updates)}")
     return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))
 
 
-def bootstrap_mean(values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES,
-                   seed: int = BOOTSTRAP_SEED, level: float = 0.95) -> Estimate:
+def bootstrap_mean(
+    values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED, level: float = 0.95
+) -> Estimate:
     """The mean of `values` and the percentile bootstrap CI of it (resampling the values with replacement)."""
     x = np.asarray(values, dtype=float)
     if x.size == 0:

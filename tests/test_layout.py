@@ -63,8 +63,12 @@ PACKAGE_ORDER = (
     ("areal.trainer.ppo.rewards",),
     ("areal.trainer.ppo.checks",),
     # the stage API at the seed's paths, at ppo's top level but below the packages that use it
-    ("areal.trainer.ppo.stage_types", "areal.trainer.ppo.stage_state", "areal.trainer.ppo.gae",
-     "areal.trainer.ppo.advantage_algorithms"),
+    (
+        "areal.trainer.ppo.stage_types",
+        "areal.trainer.ppo.stage_state",
+        "areal.trainer.ppo.gae",
+        "areal.trainer.ppo.advantage_algorithms",
+    ),
     ("areal.trainer.ppo.kernels",),
     ("areal.trainer.parallel",),
     ("areal.trainer.lm",),
@@ -93,15 +97,20 @@ def _rank(module: str) -> int:
 
 def upward_imports(graph: dict[str, list[str]]) -> list[str]:
     """Every edge `a -> b` whose target sits in a package above a's own."""
-    return [f"{a} ({PACKAGE_ORDER[_rank(a)][0]}) imports {b} ({PACKAGE_ORDER[_rank(b)][0]})"
-            for a, targets in graph.items() for b in targets if _rank(b) < _rank(a)]
+    return [
+        f"{a} ({PACKAGE_ORDER[_rank(a)][0]}) imports {b} ({PACKAGE_ORDER[_rank(b)][0]})"
+        for a, targets in graph.items()
+        for b in targets
+        if _rank(b) < _rank(a)
+    ]
 
 
 def _direction_targets(module: str, path: Path, modules: dict[str, Path]) -> list[str]:
     """Modules `module` imports; `from pkg import sub` counts as `pkg.sub`, not as `pkg` itself."""
     found = _imported(module, path) & modules.keys() - {module}
-    return sorted(t for t in found if not (modules[t].name == "__init__.py"
-                                           and any(o.startswith(t + ".") for o in found)))
+    return sorted(
+        t for t in found if not (modules[t].name == "__init__.py" and any(o.startswith(t + ".") for o in found))
+    )
 
 
 def test_imports_point_down_the_package_order():
@@ -113,8 +122,9 @@ def test_imports_point_down_the_package_order():
 
 def test_the_direction_check_can_fail():
     graph = {"areal.trainer.lm.model": ["areal.trainer.run.loop"], "areal.trainer.run.loop": ["areal.trainer.lm.model"]}
-    assert upward_imports(graph) == ["areal.trainer.lm.model (areal.trainer.lm) imports areal.trainer.run.loop "
-                                     "(areal.trainer.run)"]
+    assert upward_imports(graph) == [
+        "areal.trainer.lm.model (areal.trainer.lm) imports areal.trainer.run.loop (areal.trainer.run)"
+    ]
     with pytest.raises(AssertionError, match="in no package"):
         _rank("numpy.linalg")
 
@@ -130,8 +140,11 @@ def test_every_module_has_its_own_file_name():
 
 def test_every_package_says_what_it_holds():
     """Each package's `__init__` opens with a docstring (what it holds, what it may import)."""
-    bare = [str(p.relative_to(ROOT)) for m, p in _all_modules().items()
-            if p.name == "__init__.py" and m.count(".") >= 2 and not ast.get_docstring(ast.parse(p.read_text()))]
+    bare = [
+        str(p.relative_to(ROOT))
+        for m, p in _all_modules().items()
+        if p.name == "__init__.py" and m.count(".") >= 2 and not ast.get_docstring(ast.parse(p.read_text()))
+    ]
     assert not bare, f"packages without a docstring: {bare}"
 
 
@@ -156,7 +169,7 @@ def test_no_import_circle():
         state[node] = 1
         for nxt in graph[node]:
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join(path[path.index(nxt):] + [node, nxt]))  # nxt is an ancestor
+                cycles.append(" -> ".join(path[path.index(nxt) :] + [node, nxt]))  # nxt is an ancestor
             elif nxt not in state:
                 visit(nxt, path + [node])
         state[node] = 2
@@ -177,12 +190,29 @@ def test_the_circle_check_can_fail(tmp_path):
 @pytest.mark.parametrize(
     "seed_path, home, names",
     [
-        ("areal.trainer.ppo.advantage", "areal.trainer.ppo.stage_types",
-         ["OutcomeRewardInputs", "OutcomeResult", "AdvantageInputs", "AdvantageResult",
-          "TemporalInputs", "TemporalResult", "ProcessAdvantageInputs"]),
-        ("areal.trainer.ppo.advantage_algorithms", "areal.trainer.ppo.stage_types",
-         ["TemporalInputs", "TemporalResult", "ProcessAdvantageInputs"]),
-        ("areal.trainer.ppo.advantage", "areal.trainer.ppo.stage_resolution", ["ResolvedAdvantage", "resolve_advantage"]),
+        (
+            "areal.trainer.ppo.advantage",
+            "areal.trainer.ppo.stage_types",
+            [
+                "OutcomeRewardInputs",
+                "OutcomeResult",
+                "AdvantageInputs",
+                "AdvantageResult",
+                "TemporalInputs",
+                "TemporalResult",
+                "ProcessAdvantageInputs",
+            ],
+        ),
+        (
+            "areal.trainer.ppo.advantage_algorithms",
+            "areal.trainer.ppo.stage_types",
+            ["TemporalInputs", "TemporalResult", "ProcessAdvantageInputs"],
+        ),
+        (
+            "areal.trainer.ppo.advantage",
+            "areal.trainer.ppo.stage_resolution",
+            ["ResolvedAdvantage", "resolve_advantage"],
+        ),
         ("areal.utils.data", "areal.utils.batch_meta", ["TrajBatchMeta", "RolloutGroup"]),
         ("areal.utils.data", "areal.utils.concat", ["concat_batch"]),
         ("areal.utils.data", "areal.utils.normalization", ["Normalization"]),

@@ -24,25 +24,43 @@ EXAMPLES = sorted(p for pattern in ("*.yaml", "*.md") for p in (ROOT / "examples
 
 #: The seed's module paths and the public names a user's plugin imports from them.
 SEED = [
-    "areal.trainer.ppo.advantage.OutcomeRewardInputs", "areal.trainer.ppo.advantage.OutcomeResult",
-    "areal.trainer.ppo.advantage.AdvantageInputs", "areal.trainer.ppo.advantage.AdvantageResult",
-    "areal.trainer.ppo.advantage.TemporalInputs", "areal.trainer.ppo.advantage.TemporalResult",
-    "areal.trainer.ppo.advantage.ProcessAdvantageInputs", "areal.trainer.ppo.advantage.resolve_advantage",
+    "areal.trainer.ppo.advantage.OutcomeRewardInputs",
+    "areal.trainer.ppo.advantage.OutcomeResult",
+    "areal.trainer.ppo.advantage.AdvantageInputs",
+    "areal.trainer.ppo.advantage.AdvantageResult",
+    "areal.trainer.ppo.advantage.TemporalInputs",
+    "areal.trainer.ppo.advantage.TemporalResult",
+    "areal.trainer.ppo.advantage.ProcessAdvantageInputs",
+    "areal.trainer.ppo.advantage.resolve_advantage",
     "areal.trainer.ppo.advantage.ResolvedAdvantage",
     "areal.trainer.ppo.advantage_algorithms.TemporalInputs",
     "areal.trainer.ppo.advantage_algorithms.ProcessAdvantageInputs",
-    "areal.trainer.ppo.advantage_algorithms.token_gae", "areal.trainer.ppo.advantage_algorithms.turn_gae",
-    "areal.trainer.ppo.gae.compute_gae_lambda", "areal.trainer.ppo.gae.GAELambdaContext",
-    "areal.api.cli_args.PPOActorConfig", "areal.api.cli_args.NormConfig", "areal.api.cli_args.AdvantageConfig",
+    "areal.trainer.ppo.advantage_algorithms.token_gae",
+    "areal.trainer.ppo.advantage_algorithms.turn_gae",
+    "areal.trainer.ppo.gae.compute_gae_lambda",
+    "areal.trainer.ppo.gae.GAELambdaContext",
+    "areal.api.cli_args.PPOActorConfig",
+    "areal.api.cli_args.NormConfig",
+    "areal.api.cli_args.AdvantageConfig",
     "areal.api.cli_args.load_config",
-    "areal.utils.data.TrajBatchMeta", "areal.utils.data.RolloutGroup", "areal.utils.data.concat_batch",
-    "areal.utils.data.Normalization", "areal.utils.data.KLEstimator",
-    "areal.trainer.ppo.actor.PPOActor", "areal.trainer.ppo.stage_types", "areal.trainer.ppo.stage_state.StageState",
+    "areal.utils.data.TrajBatchMeta",
+    "areal.utils.data.RolloutGroup",
+    "areal.utils.data.concat_batch",
+    "areal.utils.data.Normalization",
+    "areal.utils.data.KLEstimator",
+    "areal.trainer.ppo.actor.PPOActor",
+    "areal.trainer.ppo.stage_types",
+    "areal.trainer.ppo.stage_state.StageState",
 ]
 
 #: Paths from before the trainer was regrouped, kept for plugins written against them (re-exports).
-KEPT = ["areal.trainer.tasks.Task", "areal.trainer.tasks.Environment", "areal.trainer.tasks.StepResult",
-        "areal.trainer.tasks.make_task", "areal.trainer.main.main"]
+KEPT = [
+    "areal.trainer.tasks.Task",
+    "areal.trainer.tasks.Environment",
+    "areal.trainer.tasks.StepResult",
+    "areal.trainer.tasks.make_task",
+    "areal.trainer.main.main",
+]
 
 _DOTTED = re.compile(r"(?<![\w./-])areal(?:\.[A-Za-z_]\w*)+")
 _FROM = re.compile(r"^\s*from (areal[\w.]*) import \(?([\w, ]+)\)?", re.MULTILINE)
@@ -92,11 +110,19 @@ def _source_strings() -> list[str]:
     found = set()
     for path in sorted((ROOT / "areal").rglob("*.py")):
         tree = ast.parse(path.read_text())
-        loggers = {id(call.args[0]) for call in ast.walk(tree) if isinstance(call, ast.Call) and call.args
-                   and getattr(call.func, "attr", "") == "getLogger"}
-        found.update(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-                     and isinstance(node.value, str) and re.fullmatch(r"areal(\.\w+)+", node.value)
-                     and id(node) not in loggers)
+        loggers = {
+            id(call.args[0])
+            for call in ast.walk(tree)
+            if isinstance(call, ast.Call) and call.args and getattr(call.func, "attr", "") == "getLogger"
+        }
+        found.update(
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"areal(\.\w+)+", node.value)
+            and id(node) not in loggers
+        )
     return sorted(found)
 
 
@@ -145,4 +171,8 @@ def test_a_broken_path_fails():
     with pytest.raises(AttributeError):
         resolve("areal.trainer.ppo.advantage.NoSuchName")
     assert documented_paths("see `areal.utils.data.concat_batch`.\nfrom areal.api.cli_args import (A, B as C)\n") == {
-        "areal.utils.data.concat_batch", "areal.api.cli_args", "areal.api.cli_args.A", "areal.api.cli_args.B"}
+        "areal.utils.data.concat_batch",
+        "areal.api.cli_args",
+        "areal.api.cli_args.A",
+        "areal.api.cli_args.B",
+    }

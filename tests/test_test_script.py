@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-_SUITE = '''
+_SUITE = """
 import os
 from pathlib import Path
 
@@ -34,7 +34,7 @@ def test_grouped(i):
 @pytest.mark.parametrize("i", range(8))
 def test_free(i):
     _record("free", i)
-'''
+"""
 
 
 def _script_options() -> tuple[str, str]:
@@ -51,8 +51,28 @@ def _workers(folder: Path, dist: str) -> dict[str, set[str]]:
     (folder / "test_suite.py").write_text(_SUITE)
     # the installed plugins (hypothesis, ...) are not needed here: xdist alone starts its workers in a second
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "xdist.plugin", "-p", "no:cacheprovider", "-n", "2",
-                           "--dist", dist, str(folder)], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "xdist.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            dist,
+            str(folder),
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert len(list(folder.glob("*.worker"))) == 16, proc.stdout[-3000:]
     return {kind: {p.read_text() for p in folder.glob(f"{kind}-*.worker")} for kind in ("grouped", "free")}

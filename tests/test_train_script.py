@@ -19,8 +19,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv"
 
-pytestmark = pytest.mark.skipif(Path(sys.prefix).resolve() != VENV.resolve(),
-                                reason="scripts/train.sh runs the clone's .venv, which is not this interpreter")
+pytestmark = pytest.mark.skipif(
+    Path(sys.prefix).resolve() != VENV.resolve(),
+    reason="scripts/train.sh runs the clone's .venv, which is not this interpreter",
+)
 
 MY_RUN = """\
 experiment_name: my_run
@@ -61,8 +63,14 @@ def _env() -> dict[str, str]:
 def test_train_sh_runs_in_the_callers_folder(tmp_path: Path) -> None:
     user = _user_folder(tmp_path)
     assert not str(user.resolve()).startswith(str(ROOT.resolve()))
-    proc = subprocess.run([str(ROOT / "scripts" / "train.sh"), "--config", "my_run.yaml"], cwd=user, env=_env(),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "train.sh"), "--config", "my_run.yaml"],
+        cwd=user,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     metrics = user / "runs" / "my_run" / "trial0" / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -73,7 +81,13 @@ def test_train_sh_runs_in_the_callers_folder(tmp_path: Path) -> None:
 
 def test_the_console_script_imports_plugins_from_the_callers_folder(tmp_path: Path) -> None:
     user = _user_folder(tmp_path)
-    proc = subprocess.run([str(VENV / "bin" / "areal"), "validate", "my_run.yaml"], cwd=user, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(VENV / "bin" / "areal"), "validate", "my_run.yaml"],
+        cwd=user,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "mypkg.rewards.exact_answer" in proc.stdout and "config OK" in proc.stdout

@@ -54,14 +54,14 @@ class NormConfig:
             )
         _check_bool("NormConfig.mean_leave1out", self.mean_leave1out)
         if self.mean_level == "running" and self.mean_leave1out:
-            raise ConfigError("NormConfig.mean_leave1out: true with mean_level='running'; the running mean spans the "
-                              "whole run, so there is no sample to leave out (set mean_leave1out: false)")
+            raise ConfigError(
+                "NormConfig.mean_leave1out: true with mean_level='running'; the running mean spans the "
+                "whole run, so there is no sample to leave out (set mean_leave1out: false)"
+            )
         _check_bool("NormConfig.std_unbiased", self.std_unbiased)
         _check_number("NormConfig.eps", self.eps, low=0.0)
         if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
-            raise ConfigError(
-                f"NormConfig.group_size: got {self.group_size!r}, expected an integer >= 1"
-            )
+            raise ConfigError(f"NormConfig.group_size: got {self.group_size!r}, expected an integer >= 1")
 
 
 _NORM_FIELDS = tuple(f.name for f in dataclasses.fields(NormConfig))
@@ -77,7 +77,7 @@ def _norm_init(self: NormConfig, *args: Any, **kwargs: Any) -> None:
     field (OmegaConf's `to_object` of a loaded YAML, `dataclasses.replace`, a worker's copy)
     cannot tell a chosen 1 from the default and does not count as a choice.
     """
-    named = set(_NORM_FIELDS[:len(args)]) | set(kwargs)
+    named = set(_NORM_FIELDS[: len(args)]) | set(kwargs)
     # an attribute outside the dataclass fields (so neither compared, copied nor serialised)
     self._group_size_chosen = "group_size" in named and named != set(_NORM_FIELDS)  # type: ignore[attr-defined]
     _norm_dataclass_init(self, *args, **kwargs)
@@ -97,8 +97,12 @@ def singleton_centering(norm: NormConfig | Mapping[str, Any] | None) -> bool:
     """True for group-level centering with a chosen group_size of 1 (a mapping's key, or a NormConfig argument)."""
     if isinstance(norm, Mapping):
         return norm.get("mean_level") == "group" and norm.get("group_size") == 1
-    return isinstance(norm, NormConfig) and norm.mean_level == "group" and norm.group_size == 1 \
+    return (
+        isinstance(norm, NormConfig)
+        and norm.mean_level == "group"
+        and norm.group_size == 1
         and getattr(norm, "_group_size_chosen", False)
+    )
 
 
 def _build(field: str, cls: type, value: Mapping[str, Any]) -> Any:
@@ -111,8 +115,9 @@ def _build(field: str, cls: type, value: Mapping[str, Any]) -> Any:
     except TypeError as exc:
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(value) - set(names))
-        raise ConfigError(f"{field}: unknown keys {unknown}, expected a subset of {names} ({exc})"
-                          f"{did_you_mean(unknown, names)}") from None
+        raise ConfigError(
+            f"{field}: unknown keys {unknown}, expected a subset of {names} ({exc}){did_you_mean(unknown, names)}"
+        ) from None
 
 
 def _check_norm_eps(field: str, norm: NormConfig | None) -> None:
@@ -225,8 +230,10 @@ class AdvantageConfig:
                 )
             for name, value in process.kwargs.items():
                 _check_number(f"actor.advantage.process_adv_shaping.kwargs.{name}", value, low=0.0)
-        for stage, names in (("process_adv_shaping", ("additive", "process_weighted")),
-                             ("outcome_reward_shaping", ("identity",))):
+        for stage, names in (
+            ("process_adv_shaping", ("additive", "process_weighted")),
+            ("outcome_reward_shaping", ("identity",)),
+        ):
             spec = getattr(self, stage)
             if spec is not None and spec.implementation in names and spec.kwargs:
                 raise ConfigError(
@@ -319,8 +326,13 @@ class PPOActorConfig:
         _check_number(p + "discount", self.discount, low=0.0, high=1.0)
         _check_choice(p + "kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
         _check_choice(p + "gae_timestep_unit", self.gae_timestep_unit, ("token", "turn"))
-        for name in ("overlong_reward_penalty", "mask_no_eos_with_zero", "token_rewards_as_adv",
-                     "use_decoupled_loss", "recompute_logprob"):
+        for name in (
+            "overlong_reward_penalty",
+            "mask_no_eos_with_zero",
+            "token_rewards_as_adv",
+            "use_decoupled_loss",
+            "recompute_logprob",
+        ):
             _check_bool(p + name, getattr(self, name))
         if isinstance(self.gae_lambda_kwargs, Mapping):
             self.gae_lambda_kwargs = plain(self.gae_lambda_kwargs)
@@ -343,8 +355,11 @@ class PPOActorConfig:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ConfigError(f"{p}max_new_tokens: got {self.max_new_tokens!r}, expected an integer >= 1")
         if self.overlong_reward_penalty:
-            if isinstance(self.overlong_tokens, bool) or not isinstance(self.overlong_tokens, int) \
-                    or not 1 <= self.overlong_tokens <= self.max_new_tokens:
+            if (
+                isinstance(self.overlong_tokens, bool)
+                or not isinstance(self.overlong_tokens, int)
+                or not 1 <= self.overlong_tokens <= self.max_new_tokens
+            ):
                 raise ConfigError(
                     f"{p}overlong_tokens: got {self.overlong_tokens!r}, expected an integer in "
                     f"[1, max_new_tokens={self.max_new_tokens}] when overlong_reward_penalty is true"
@@ -369,13 +384,21 @@ class PPOActorConfig:
                 _check_number(p + name, getattr(self, name), low=0.0, low_open=True)
         if self.c_clip is not None:
             _check_number(p + "c_clip", self.c_clip, low=1.0, low_open=True)
-        if isinstance(self.ppo_n_minibatches, bool) or not isinstance(self.ppo_n_minibatches, int) \
-                or self.ppo_n_minibatches < 1:
+        if (
+            isinstance(self.ppo_n_minibatches, bool)
+            or not isinstance(self.ppo_n_minibatches, int)
+            or self.ppo_n_minibatches < 1
+        ):
             raise ConfigError(f"{p}ppo_n_minibatches: got {self.ppo_n_minibatches!r}, expected an integer >= 1")
-        if self.ppo_micro_batch_size is not None and (isinstance(self.ppo_micro_batch_size, bool) or not isinstance(
-                self.ppo_micro_batch_size, int) or self.ppo_micro_batch_size < 1):
-            raise ConfigError(f"{p}ppo_micro_batch_size: got {self.ppo_micro_batch_size!r}, expected null (the whole "
-                              "minibatch) or an integer >= 1 (rows per forward on each rank)")
+        if self.ppo_micro_batch_size is not None and (
+            isinstance(self.ppo_micro_batch_size, bool)
+            or not isinstance(self.ppo_micro_batch_size, int)
+            or self.ppo_micro_batch_size < 1
+        ):
+            raise ConfigError(
+                f"{p}ppo_micro_batch_size: got {self.ppo_micro_batch_size!r}, expected null (the whole "
+                "minibatch) or an integer >= 1 (rows per forward on each rank)"
+            )
         _check_number(p + "temperature", self.temperature, low=0.0, low_open=True)
         if isinstance(self.advantage, Mapping):
             self.advantage = _build(f"{p}advantage", AdvantageConfig, self.advantage)
@@ -392,10 +415,6 @@ class PPOActorConfig:
             return
         where = "actor.advantage.process_adv_shaping"
         if not self.token_rewards_as_adv:
-            raise ConfigError(
-                f"{where}: {spec.implementation!r} requires actor.token_rewards_as_adv=true (got false)"
-            )
+            raise ConfigError(f"{where}: {spec.implementation!r} requires actor.token_rewards_as_adv=true (got false)")
         if spec.implementation == "process_weighted" and self.mask_no_eos_with_zero:
-            raise ConfigError(
-                f"{where}: 'process_weighted' requires actor.mask_no_eos_with_zero=false (got true)"
-            )
+            raise ConfigError(f"{where}: 'process_weighted' requires actor.mask_no_eos_with_zero=false (got true)")

@@ -24,8 +24,18 @@ from areal.api.config_checks import ConfigError
 from areal.api.train_args import ExperimentConfig
 
 __all__ = [
-    "GVPO_PARAMS", "STAGE_NAMES", "AdvantageConfig", "ConfigError", "ExperimentConfig", "NormConfig",
-    "PPOActorConfig", "StageSpec", "actor_config_from_dict", "config_to_dict", "config_to_yaml", "load_config",
+    "GVPO_PARAMS",
+    "STAGE_NAMES",
+    "AdvantageConfig",
+    "ConfigError",
+    "ExperimentConfig",
+    "NormConfig",
+    "PPOActorConfig",
+    "StageSpec",
+    "actor_config_from_dict",
+    "config_to_dict",
+    "config_to_yaml",
+    "load_config",
 ]
 
 # ---------------------------------------------------------------------------
@@ -57,8 +67,9 @@ def load_config(
     if schema is None:
         schema = ExperimentConfig
     try:
-        layers = mapping_layers(source) if isinstance(source, Mapping) else [] if source is None else \
-            file_layers(source)
+        layers = (
+            mapping_layers(source) if isinstance(source, Mapping) else [] if source is None else file_layers(source)
+        )
         extra = override_layer(overrides)
         merged = merge_layers(schema, [*layers, *([extra] if extra else [])], _named_nodes(schema))
     except CompositionError as exc:
@@ -78,11 +89,25 @@ def _named_nodes(schema: type) -> list[Any]:
     from areal.api.compose import NamedNode
 
     names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else set()
-    prefix = () if schema is AdvantageConfig else ("advantage",) if "advantage" in names else \
-        ("actor", "advantage") if "actor" in names else None
-    nodes = [] if prefix is None else [
-        NamedNode((*prefix, stage), "implementation", fresh=lambda name: StageSpec(implementation=name),
-                  bare_string=True) for stage in ("compute", *STAGE_NAMES)]
+    prefix = (
+        ()
+        if schema is AdvantageConfig
+        else ("advantage",)
+        if "advantage" in names
+        else ("actor", "advantage")
+        if "actor" in names
+        else None
+    )
+    nodes = (
+        []
+        if prefix is None
+        else [
+            NamedNode(
+                (*prefix, stage), "implementation", fresh=lambda name: StageSpec(implementation=name), bare_string=True
+            )
+            for stage in ("compute", *STAGE_NAMES)
+        ]
+    )
     if "task" in names:
         nodes.append(NamedNode(("task",), "implementation", aliases=("name",)))
     return nodes

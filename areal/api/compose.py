@@ -101,12 +101,15 @@ def _default_entries(data: dict[str, Any], source: str) -> list[str]:
     if entries is None:
         return []
     if isinstance(entries, str) or not isinstance(entries, list):
-        raise CompositionError(f"{DEFAULTS_KEY} (in {source}): got {entries!r}, expected a list of YAML file paths "
-                          "relative to this file or preset names, e.g. defaults: [preset:grpo]")
+        raise CompositionError(
+            f"{DEFAULTS_KEY} (in {source}): got {entries!r}, expected a list of YAML file paths "
+            "relative to this file or preset names, e.g. defaults: [preset:grpo]"
+        )
     for i, entry in enumerate(entries):
         if not isinstance(entry, str) or not entry:
-            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {source}): got {entry!r}, expected a YAML file path "
-                                   "or preset:NAME")
+            raise CompositionError(
+                f"{DEFAULTS_KEY}[{i}] (in {source}): got {entry!r}, expected a YAML file path or preset:NAME"
+            )
     return entries
 
 
@@ -126,8 +129,10 @@ def file_layers(path: str | os.PathLike, _stack: tuple[str, ...] = ()) -> list[L
     for i, entry in enumerate(entries):
         target = _default_target(entry, here, f"{DEFAULTS_KEY}[{i}] (in {path})")
         if not os.path.isfile(target):
-            raise CompositionError(f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} resolves to {os.path.normpath(target)!r}, "
-                              "which does not exist (paths are relative to the including file)")
+            raise CompositionError(
+                f"{DEFAULTS_KEY}[{i}] (in {path}): {entry!r} resolves to {os.path.normpath(target)!r}, "
+                "which does not exist (paths are relative to the including file)"
+            )
         chain = (*_stack, real)
         if os.path.realpath(target) in chain:
             cycle = " -> ".join(os.path.basename(p) for p in (*chain, os.path.realpath(target)))

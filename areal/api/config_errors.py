@@ -116,7 +116,9 @@ def _expected(merged: Any, path: tuple[str, ...]) -> str:
     declared = _declared_type(merged, path)
     if declared is None:
         return "which the schema does not accept there"
-    optional = typing.get_origin(declared) in (typing.Union, types.UnionType) and type(None) in typing.get_args(declared)
+    optional = typing.get_origin(declared) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
+        declared
+    )
     declared = _unwrap_optional(declared)
     origin = typing.get_origin(declared) or declared
     if dataclasses.is_dataclass(origin):
@@ -158,7 +160,7 @@ def describe_merge_error(exc: BaseException, merged: Any, data: Mapping[str, Any
 
 
 def unknown_key(merged: Any, path: tuple[str, ...]) -> str | None:
-    """"unknown key 'k' in X; did you mean ...?" when `path[-1]` is no field of the structured node above it."""
+    """ "unknown key 'k' in X; did you mean ...?" when `path[-1]` is no field of the structured node above it."""
     import dataclasses
 
     from omegaconf import OmegaConf
@@ -197,7 +199,10 @@ def _list_entry_detail(merged: Any, path: tuple[str, ...], value: Any, original:
         where = f"{'.'.join(path)}[{i}]"
         node = OmegaConf.structured(cls)
         if not isinstance(item, Mapping):
-            return where, f"got {item!r} ({type(item).__name__}), expected a mapping of {cls.__name__} fields ({original})"
+            return (
+                where,
+                f"got {item!r} ({type(item).__name__}), expected a mapping of {cls.__name__} fields ({original})",
+            )
         if not _merge_fails(node, (), item):
             continue
         sub = locate(node, item)
@@ -207,7 +212,10 @@ def _list_entry_detail(merged: Any, path: tuple[str, ...], value: Any, original:
         if unknown is not None:
             return f"{where}.{'.'.join(sub)}", unknown
         found = _value_at(item, sub)
-        return f"{where}.{'.'.join(sub)}", f"got {found!r} ({type(found).__name__}), {_expected(node, sub)} ({original})"
+        return (
+            f"{where}.{'.'.join(sub)}",
+            f"got {found!r} ({type(found).__name__}), {_expected(node, sub)} ({original})",
+        )
     return None
 
 

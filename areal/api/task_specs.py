@@ -128,7 +128,10 @@ class ReasoningGymSpec:
 
 
 TASK_SPECS: dict[str, type] = {
-    "arith": ArithSpec, "guess": GuessSpec, "dataset": DatasetTaskSpec, "reasoning_gym": ReasoningGymSpec,
+    "arith": ArithSpec,
+    "guess": GuessSpec,
+    "dataset": DatasetTaskSpec,
+    "reasoning_gym": ReasoningGymSpec,
 }
 BUILTIN_TASKS: tuple[str, ...] = tuple(TASK_SPECS)
 _PROCESS_SCORERS = frozenset({"guess"})
@@ -154,8 +157,10 @@ def build_task_spec(name: Any, kwargs: dict[str, Any], field: str = "task.implem
         return spec_type(**kwargs, dataset_config=extra)
     unknown = sorted(set(kwargs) - known)
     if unknown:
-        raise ConfigError(f"task.kwargs: unknown keys {unknown} for task {name!r}, expected a subset of "
-                          f"{sorted(known)}{did_you_mean(unknown, known)}")
+        raise ConfigError(
+            f"task.kwargs: unknown keys {unknown} for task {name!r}, expected a subset of "
+            f"{sorted(known)}{did_you_mean(unknown, known)}"
+        )
     return spec_type(**kwargs)
 
 

@@ -56,7 +56,11 @@ def _check_choice(name: str, value: Any, choices: tuple) -> None:
 
 #: Architecture of the tiny random-init policy; each applies only while `model.path` is null.
 TINY_ARCHITECTURE: dict[str, Any] = {
-    "arch": "llama", "hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 128,
+    "arch": "llama",
+    "hidden_size": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "intermediate_size": 128,
     "max_position_embeddings": 128,
 }
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -84,9 +88,12 @@ class LoraConfig:
         check_number("model.lora.alpha", self.alpha, low=0.0, low_open=True)
         check_number("model.lora.dropout", self.dropout, low=0.0, high=1.0)
         if self.target_modules is not None and (
-                isinstance(self.target_modules, str) or not all(isinstance(m, str) and m for m in self.target_modules)):
-            raise ConfigError(f"model.lora.target_modules: got {self.target_modules!r}, expected null or a list of "
-                              "module names such as [q_proj, v_proj]")
+            isinstance(self.target_modules, str) or not all(isinstance(m, str) and m for m in self.target_modules)
+        ):
+            raise ConfigError(
+                f"model.lora.target_modules: got {self.target_modules!r}, expected null or a list of "
+                "module names such as [q_proj, v_proj]"
+            )
         if self.target_modules is not None:
             self.target_modules = list(self.target_modules)
 
@@ -126,8 +133,9 @@ class ModelConfig:
         if isinstance(self.lora, dict):
             self.lora = LoraConfig(**self.lora)
         elif self.lora is not None and not isinstance(self.lora, LoraConfig):
-            raise ConfigError(f"model.lora: got {self.lora!r}, expected null or a mapping {{r, alpha, dropout, "
-                              "target_modules}")
+            raise ConfigError(
+                f"model.lora: got {self.lora!r}, expected null or a mapping {{r, alpha, dropout, target_modules}}"
+            )
         if self.gguf_file is not None and self.path is None:
             self._split_gguf_path()
         if self.path is None:
@@ -137,14 +145,17 @@ class ModelConfig:
 
     def architecture(self) -> dict[str, Any]:
         """The random-init architecture: each field, or its default when null."""
-        return {name: default if getattr(self, name) is None else getattr(self, name)
-                for name, default in TINY_ARCHITECTURE.items()}
+        return {
+            name: default if getattr(self, name) is None else getattr(self, name)
+            for name, default in TINY_ARCHITECTURE.items()
+        }
 
     def _split_gguf_path(self) -> None:
         """`gguf_file: /dir/model.gguf` alone means `path: /dir`, `gguf_file: model.gguf`."""
         if not isinstance(self.gguf_file, str) or not os.path.isfile(self.gguf_file):
-            raise ConfigError(f"model.gguf_file: got {self.gguf_file!r}, expected a GGUF file (or a file name "
-                              "inside model.path)")
+            raise ConfigError(
+                f"model.gguf_file: got {self.gguf_file!r}, expected a GGUF file (or a file name inside model.path)"
+            )
         self.path, self.gguf_file = os.path.split(os.path.abspath(self.gguf_file))
 
     def _check_tiny_architecture(self) -> None:
@@ -153,8 +164,10 @@ class ModelConfig:
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
             _check_int(f"model.{name}", arch[name], 1)
         if arch["hidden_size"] % arch["num_heads"]:
-            raise ConfigError(f"model.hidden_size: got {arch['hidden_size']}, expected a multiple of "
-                              f"model.num_heads={arch['num_heads']}")
+            raise ConfigError(
+                f"model.hidden_size: got {arch['hidden_size']}, expected a multiple of "
+                f"model.num_heads={arch['num_heads']}"
+            )
 
     def _check_checkpoint(self) -> None:
         if not isinstance(self.path, str) or not self.path:
@@ -166,8 +179,10 @@ class ModelConfig:
                 f"the checkpoint at model.path={self.path!r} brings its own architecture, so remove them"
             )
         if not os.path.isdir(self.path):
-            raise ConfigError(f"model.path: {self.path!r} is not a local directory; use null for a tiny randomly "
-                              "initialised model (hub ids are not downloaded)")
+            raise ConfigError(
+                f"model.path: {self.path!r} is not a local directory; use null for a tiny randomly "
+                "initialised model (hub ids are not downloaded)"
+            )
         if self.gguf_file is not None:
             if not isinstance(self.gguf_file, str) or not os.path.isfile(os.path.join(self.path, self.gguf_file)):
                 raise ConfigError(f"model.gguf_file: {self.gguf_file!r} is not a file inside model.path={self.path!r}")
@@ -272,8 +287,10 @@ class RewardFunctionConfig:
 
     def validate(self, where: str) -> None:
         if not is_import_path(self.implementation):
-            raise ConfigError(f"{where}.implementation: got {self.implementation!r}, expected a dotted import path "
-                              "such as 'my_package.rewards.exact_match'")
+            raise ConfigError(
+                f"{where}.implementation: got {self.implementation!r}, expected a dotted import path "
+                "such as 'my_package.rewards.exact_match'"
+            )
         self.kwargs = check_kwargs(f"{where}.kwargs", self.kwargs)
         check_number(f"{where}.weight", self.weight)
         if self.name is None:
@@ -308,8 +325,10 @@ class DataConfig:
             if not isinstance(path, str) or not os.path.exists(path):
                 raise ConfigError(f"data.{name}: {path!r} does not exist (expected a local file or folder)")
             if os.path.isfile(path) and not path.lower().endswith(_DATA_SUFFIXES):
-                raise ConfigError(f"data.{name}: {path!r} has an unknown format; expected one of "
-                                  f"{list(_DATA_SUFFIXES)} or a folder written by Dataset.save_to_disk")
+                raise ConfigError(
+                    f"data.{name}: {path!r} has an unknown format; expected one of "
+                    f"{list(_DATA_SUFFIXES)} or a folder written by Dataset.save_to_disk"
+                )
         for name in ("prompt_key", "train_split", "eval_split"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ConfigError(f"data.{name}: got {getattr(self, name)!r}, expected a non-empty string")
@@ -485,11 +504,15 @@ class TrainConfig:
         from areal.utils.checkpoint_folders import MANIFEST
 
         if not os.path.isdir(value):
-            raise ConfigError(f"train.resume: {value!r} is not a directory; expected auto, null or a checkpoint "
-                              "folder such as runs/<experiment>/<trial>/checkpoints/step_100")
+            raise ConfigError(
+                f"train.resume: {value!r} is not a directory; expected auto, null or a checkpoint "
+                "folder such as runs/<experiment>/<trial>/checkpoints/step_100"
+            )
         if not os.path.isfile(os.path.join(value, MANIFEST)):
-            raise ConfigError(f"train.resume: {value!r} has no {MANIFEST}, so it is not a complete checkpoint "
-                              "(a save that was interrupted never gets one); pick a checkpoints/step_<N> folder")
+            raise ConfigError(
+                f"train.resume: {value!r} has no {MANIFEST}, so it is not a complete checkpoint "
+                "(a save that was interrupted never gets one); pick a checkpoints/step_<N> folder"
+            )
 
 
 _LOGGERS = ("jsonl", "tensorboard", "wandb")
@@ -527,9 +550,11 @@ class OutputConfig:
         for name in ("plot", "progress_bar", "overwrite", "save_checkpoint"):
             _check_bool(f"output.{name}", getattr(self, name))
         if self.save_checkpoint:
-            raise ConfigError("output.save_checkpoint: retired; checkpoints are written every train.save_every steps "
-                              "and after the last step to <run_dir>/checkpoints/step_<N>/ (policy/ is loadable with "
-                              "model.path=); remove the key")
+            raise ConfigError(
+                "output.save_checkpoint: retired; checkpoints are written every train.save_every steps "
+                "and after the last step to <run_dir>/checkpoints/step_<N>/ (policy/ is loadable with "
+                "model.path=); remove the key"
+            )
         self._check_loggers()
         _check_choice("output.wandb_mode", self.wandb_mode, _WANDB_MODES)
         if self.wandb_project is not None and (not isinstance(self.wandb_project, str) or not self.wandb_project):
@@ -548,8 +573,10 @@ class OutputConfig:
             import importlib.util
 
             if importlib.util.find_spec("wandb") is None:
-                raise ConfigError("output.loggers: 'wandb' needs the wandb package, which is not installed; "
-                                  "pip install 'areal[wandb]' (or drop wandb from output.loggers)")
+                raise ConfigError(
+                    "output.loggers: 'wandb' needs the wandb package, which is not installed; "
+                    "pip install 'areal[wandb]' (or drop wandb from output.loggers)"
+                )
         self.loggers = loggers
 
 
@@ -610,7 +637,11 @@ class ExperimentConfig:
             self.critic.ppo_n_minibatches = actor.ppo_n_minibatches
         self._check_task_and_data()
         self._check_rewards()
-        if rollout.prm.enabled and not self.task.is_plugin and not task_has_process_scorer(str(self.task.implementation)):
+        if (
+            rollout.prm.enabled
+            and not self.task.is_plugin
+            and not task_has_process_scorer(str(self.task.implementation))
+        ):
             raise ConfigError(
                 f"rollout.prm.enabled: task {self.task.implementation!r} has no process-reward scorer "
                 "(the guess task has one; a task plugin declares has_process_scorer = True)"
@@ -624,8 +655,10 @@ class ExperimentConfig:
         if task.implementation == "dataset" and data.train is None:
             raise ConfigError("data.train: task 'dataset' takes its prompts from data.train, which is not set")
         if self.eval.every is not None and task.implementation == "dataset" and data.eval is None:
-            raise ConfigError("data.eval: eval.every is set but task 'dataset' has no held-out prompts; "
-                              "set data.eval (a file of held-out rows) or eval.every=null")
+            raise ConfigError(
+                "data.eval: eval.every is set but task 'dataset' has no held-out prompts; "
+                "set data.eval (a file of held-out rows) or eval.every=null"
+            )
 
     def _check_rewards(self) -> None:
         if not isinstance(self.reward, list):

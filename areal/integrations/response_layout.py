@@ -24,8 +24,15 @@ import torch
 
 from areal.utils.data import TrajBatchMeta
 
-__all__ = ["ResponseBatch", "PipelineBatch", "to_pipeline", "to_response", "response_advantages", "turn_ids_from_mask",
-           "LayoutError"]
+__all__ = [
+    "ResponseBatch",
+    "PipelineBatch",
+    "to_pipeline",
+    "to_response",
+    "response_advantages",
+    "turn_ids_from_mask",
+    "LayoutError",
+]
 
 
 class LayoutError(ValueError):
@@ -112,13 +119,22 @@ def _check(batch: ResponseBatch) -> tuple[int, int]:
         shape = tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__
         raise LayoutError(f"{batch.name('response_mask')}: expected a non-empty [B, R] tensor, got {shape}")
     B, R = mask.shape
-    for field in ("values", "logprobs", "ref_logprobs", "token_rewards", "turn_ids", "sum_pi_squared",
-                  "rollout_is_weights"):
+    for field in (
+        "values",
+        "logprobs",
+        "ref_logprobs",
+        "token_rewards",
+        "turn_ids",
+        "sum_pi_squared",
+        "rollout_is_weights",
+    ):
         _check_shape(batch, field, getattr(batch, field), (B, R))
     for field in ("rewards", "lengths", "is_truncated", "reward_baselines"):
         _check_shape(batch, field, getattr(batch, field), (B,))
     if len(batch.group_ids) != B:
-        raise LayoutError(f"{batch.name('group_ids')}: got {len(batch.group_ids)} group ids, expected one per row ({B})")
+        raise LayoutError(
+            f"{batch.name('group_ids')}: got {len(batch.group_ids)} group ids, expected one per row ({B})"
+        )
     return B, R
 
 
@@ -160,7 +176,8 @@ def to_pipeline(batch: ResponseBatch) -> PipelineBatch:
         "attention_mask": (columns[None, :] <= lengths[:, None]).to(torch.float32),
         "loss_mask": _prepend(mask.to(torch.float32), 0.0),
         "logprobs": torch.zeros((B, R + 1), dtype=torch.float32, device=device)
-        if batch.logprobs is None else _prepend(batch.logprobs.to(torch.float32), 0.0),
+        if batch.logprobs is None
+        else _prepend(batch.logprobs.to(torch.float32), 0.0),
         "rewards": batch.rewards.to(device=device, dtype=torch.float32),
         "is_truncated": (lengths == R) if batch.is_truncated is None else batch.is_truncated.to(device).bool(),
     }

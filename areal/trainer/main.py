@@ -45,15 +45,24 @@ DEFAULT_CONFIG = "preset:grpo_arith"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m areal.trainer.main",
-                                     description="Train a tiny policy with GRPO/PPO on a synthetic task.")
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="experiment YAML, or preset:NAME for a preset shipped with the package (`areal presets` lists "
-                             "them; default: preset:grpo_arith, the default run)")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the fully resolved config as YAML and exit without training")
-    parser.add_argument("--debug", action="store_true",
-                        help="print the traceback of an error in your reward function, task or stage on the terminal "
-                             "too (it is always in <run dir>/error.log; AREAL_TRACEBACK=1 does the same)")
+    parser = argparse.ArgumentParser(
+        prog="python -m areal.trainer.main", description="Train a tiny policy with GRPO/PPO on a synthetic task."
+    )
+    parser.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG,
+        help="experiment YAML, or preset:NAME for a preset shipped with the package (`areal presets` lists "
+        "them; default: preset:grpo_arith, the default run)",
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the fully resolved config as YAML and exit without training"
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of an error in your reward function, task or stage on the terminal "
+        "too (it is always in <run dir>/error.log; AREAL_TRACEBACK=1 does the same)",
+    )
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.steps=10 actor.kl_ctl=0")
     # intermixed: `key=value --config X key=value` works, overrides on either side of the options
     return parser.parse_intermixed_args(argv)
@@ -76,14 +85,15 @@ def _setup_message(exc: BaseException, text: str, *, resuming: bool = False) -> 
     return f"{kind}: {text}"
 
 
-def _stop_every_rank(exc: BaseException, watch: Any, *, setup: bool, resuming: bool = False,
-                     run_dir: Path | None = None) -> int:
+def _stop_every_rank(
+    exc: BaseException, watch: Any, *, setup: bool, resuming: bool = False, run_dir: Path | None = None
+) -> int:
     """Tell the other ranks, print this rank's line (and, on the failing rank, the traceback), exit 1.
 
     The failing rank also appends its traceback to `<run dir>/error.log` when the run has a directory.
     """
-    from areal.trainer.run.error_report import write_error_log
     from areal.trainer.parallel.failures import write_error_file
+    from areal.trainer.run.error_report import write_error_log
 
     failure = watch.fail(exc)
     if failure is not exc and not setup and failure.rank in failure.report.ranks:  # the root cause is here
@@ -134,8 +144,8 @@ def _build(cfg: Any, ctx: Any, watch: Any, debug: bool) -> tuple[Any, int]:
 
 def _train(cfg: Any, ctx: Any, watch: Any, debug: bool = False) -> int:
     """Build and run the trainer; under a failure watch every failure goes through `_stop_every_rank`."""
-    from areal.utils.checkpoint_folders import CheckpointError
     from areal.trainer.parallel.distributed import barrier
+    from areal.utils.checkpoint_folders import CheckpointError
 
     trainer, status = _build(cfg, ctx, watch, debug)
     if trainer is None:
@@ -162,8 +172,11 @@ def _start_watch(watch_cls: Any, ctx: Any, timeout_s: float) -> Any:
     try:
         return watch_cls.for_this_rank(ctx.rank, ctx.world_size, timeout_s)
     except (KeyError, ValueError, RuntimeError) as exc:  # no MASTER_ADDR/PORT, or the store does not answer
-        print(f"[areal] rank {ctx.rank}: warning: failures will not reach the other ranks (no rendezvous store: "
-              f"{type(exc).__name__}: {exc})", file=sys.stderr)
+        print(
+            f"[areal] rank {ctx.rank}: warning: failures will not reach the other ranks (no rendezvous store: "
+            f"{type(exc).__name__}: {exc})",
+            file=sys.stderr,
+        )
         return None
 
 

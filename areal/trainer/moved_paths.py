@@ -26,24 +26,45 @@ from types import ModuleType
 MOVED_IN = "0.1.0"
 #: old module path -> new module path
 MOVED: dict[str, str] = {
-    **{f"areal.trainer.{m}": f"areal.trainer.lm.{m}" for m in ("codec", "logprobs", "model", "sampling",
-                                                                 "tokenizer")},
-    **{f"areal.trainer.{m}": f"areal.trainer.parallel.{m}" for m in ("checksum", "cpu_threads", "distributed",
-                                                                       "engine", "failures", "launch_env",
-                                                                       "peer_progress")},
-    **{f"areal.trainer.{m}": f"areal.trainer.run.{m}" for m in ("dry_run", "error_report", "evaluation", "loggers",
-                                                                  "metrics", "plot", "preflight", "progress",
-                                                                  "run_dir", "task_setup", "trainer_state")},
+    **{f"areal.trainer.{m}": f"areal.trainer.lm.{m}" for m in ("codec", "logprobs", "model", "sampling", "tokenizer")},
+    **{
+        f"areal.trainer.{m}": f"areal.trainer.parallel.{m}"
+        for m in ("checksum", "cpu_threads", "distributed", "engine", "failures", "launch_env", "peer_progress")
+    },
+    **{
+        f"areal.trainer.{m}": f"areal.trainer.run.{m}"
+        for m in (
+            "dry_run",
+            "error_report",
+            "evaluation",
+            "loggers",
+            "metrics",
+            "plot",
+            "preflight",
+            "progress",
+            "run_dir",
+            "task_setup",
+            "trainer_state",
+        )
+    },
     "areal.trainer.trainer": "areal.trainer.run.loop",
     "areal.trainer.data": "areal.trainer.rollout.prompt_data",
     "areal.trainer.rewards": "areal.trainer.rollout.reward_functions",
     "areal.trainer.stage_fields": "areal.trainer.rollout.stage_fields",
     "areal.trainer.checkpoint": "areal.utils.checkpoint_folders",
-    **{f"areal.trainer.ppo.{m}": f"areal.trainer.ppo.checks.{m}" for m in ("aux_fields", "batch_checks",
-                                                                             "contracts")},
-    **{f"areal.trainer.ppo.{m}": f"areal.trainer.ppo.estimators.{m}"
-       for m in ("entropy_shaping", "gdpo", "lambda_fn", "peer_algorithms", "prompt_table", "stateful_baselines",
-                 "step_credit")},
+    **{f"areal.trainer.ppo.{m}": f"areal.trainer.ppo.checks.{m}" for m in ("aux_fields", "batch_checks", "contracts")},
+    **{
+        f"areal.trainer.ppo.{m}": f"areal.trainer.ppo.estimators.{m}"
+        for m in (
+            "entropy_shaping",
+            "gdpo",
+            "lambda_fn",
+            "peer_algorithms",
+            "prompt_table",
+            "stateful_baselines",
+            "step_credit",
+        )
+    },
     "areal.trainer.ppo.reward_components": "areal.trainer.ppo.rewards.components",
     **{f"areal.trainer.ppo.{m}": f"areal.trainer.ppo.training.{m}" for m in ("critic", "loss", "update")},
 }
@@ -56,9 +77,12 @@ class _MovedLoader(importlib.abc.Loader):
         self.new = new
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        warnings.warn(f"{spec.name} moved to {self.new} in areal {MOVED_IN}; import it from there (the old "
-                      "path still works, with this warning)",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{spec.name} moved to {self.new} in areal {MOVED_IN}; import it from there (the old "
+            "path still works, with this warning)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return importlib.import_module(self.new)
 
     def exec_module(self, module: ModuleType) -> None:
@@ -68,8 +92,9 @@ class _MovedLoader(importlib.abc.Loader):
 class MovedPathFinder(importlib.abc.MetaPathFinder):
     """Finds only the old names in `MOVED`; every other import goes to the next finder."""
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None) \
-            -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         new = MOVED.get(fullname)
         return None if new is None else importlib.machinery.ModuleSpec(fullname, _MovedLoader(new))
 

@@ -59,9 +59,7 @@ class RolloutGroup:
             return False
         if self.rewards is None or other.rewards is None:
             return self.rewards is None and other.rewards is None
-        return self.rewards.dtype == other.rewards.dtype and torch.equal(
-            self.rewards.cpu(), other.rewards.cpu()
-        )
+        return self.rewards.dtype == other.rewards.dtype and torch.equal(self.rewards.cpu(), other.rewards.cpu())
 
     def __hash__(self) -> int:
         return hash(self.row_counts)
@@ -87,8 +85,10 @@ def _check_reference_rewards(rewards: Any, n_logical: int) -> torch.Tensor | Non
                 f"sequence of {n_logical} numbers ({exc})"
             ) from None
     if tensor.device.type == "meta":
-        raise ValueError(f"{field}: on device meta (a tensor without data), expected {n_logical} finite numbers "
-                         "with values (on the CPU or the batch's device)")
+        raise ValueError(
+            f"{field}: on device meta (a tensor without data), expected {n_logical} finite numbers "
+            "with values (on the CPU or the batch's device)"
+        )
     if tensor.dtype == torch.bool or tensor.is_complex():
         raise ValueError(f"{field}: got dtype {tensor.dtype}, expected a real (float) tensor")
     if not tensor.dtype.is_floating_point:
@@ -122,8 +122,10 @@ def _check_reward_names(keys: Any, weights: Any) -> tuple[tuple[str, ...] | None
     if weights is None:
         return keys, None
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence) or len(weights) != len(keys):
-        raise ValueError(f"TrajBatchMeta.reward_weights: got {weights!r}, expected {len(keys)} numbers (one per "
-                         f"reward key {list(keys)})")
+        raise ValueError(
+            f"TrajBatchMeta.reward_weights: got {weights!r}, expected {len(keys)} numbers (one per "
+            f"reward key {list(keys)})"
+        )
     out = []
     for i, w in enumerate(weights):
         if isinstance(w, bool) or not isinstance(w, (int, float)) or w != w or w in (float("inf"), float("-inf")):
@@ -155,10 +157,14 @@ class TrajBatchMeta:
         n_trajs = as_int(self.n_trajs)
         if n_trajs is not None:
             object.__setattr__(self, "n_trajs", n_trajs)
-        object.__setattr__(self, "traj_group_sizes", int_tuple(
-            "TrajBatchMeta.traj_group_sizes", self.traj_group_sizes, minimum=1))
-        object.__setattr__(self, "traj_seqlens", int_tuple(
-            "TrajBatchMeta.traj_seqlens", self.traj_seqlens, minimum=1, allow_empty=True))
+        object.__setattr__(
+            self, "traj_group_sizes", int_tuple("TrajBatchMeta.traj_group_sizes", self.traj_group_sizes, minimum=1)
+        )
+        object.__setattr__(
+            self,
+            "traj_seqlens",
+            int_tuple("TrajBatchMeta.traj_seqlens", self.traj_seqlens, minimum=1, allow_empty=True),
+        )
         groups = self.rollout_groups
         if groups is not None:
             if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
@@ -203,9 +209,7 @@ class TrajBatchMeta:
         if self.rollout_groups is None:
             return
         if len(self.rollout_groups) != n:
-            raise ValueError(
-                f"{prefix}.rollout_groups: got {len(self.rollout_groups)} entries, expected n_trajs={n}"
-            )
+            raise ValueError(f"{prefix}.rollout_groups: got {len(self.rollout_groups)} entries, expected n_trajs={n}")
         for i, (group, rows) in enumerate(zip(self.rollout_groups, self.traj_group_sizes)):
             if group is None:
                 continue
@@ -226,8 +230,7 @@ class TrajBatchMeta:
         total = sum(self.traj_group_sizes)
         if total != batch_size:
             raise ValueError(
-                f"{field_prefix}.traj_group_sizes: sizes sum to {total} rows, expected the batch size "
-                f"{batch_size}"
+                f"{field_prefix}.traj_group_sizes: sizes sum to {total} rows, expected the batch size {batch_size}"
             )
 
     def _check_references(self, prefix: str) -> None:

@@ -60,8 +60,10 @@ class CallFailure(RuntimeError):
         self.failed = failed
         self.failed_ranks = [f.rank for f in failed]
         self.failed_error, self.failed_where = failed[0].error, failed[0].where
-        super().__init__(f"{call}: " + "; ".join(
-            f"rank {f.rank} failed in {f.stage}: {f.error} (raised at {f.where})" for f in failed))
+        super().__init__(
+            f"{call}: "
+            + "; ".join(f"rank {f.rank} failed in {f.stage}: {f.error} (raised at {f.where})" for f in failed)
+        )
 
 
 @dataclass
@@ -100,8 +102,13 @@ def _exchange(call: _Call, exc: BaseException | None) -> None:
     dist.all_reduce(status, op=dist.ReduceOp.MAX)
     if int(status.item()) == 0:
         return
-    mine = None if exc is None else FailedRank(dist.get_rank(), call.describe_stage(exc),
-                                               f"{type(exc).__name__}: {exc}", _innermost_frame(exc))
+    mine = (
+        None
+        if exc is None
+        else FailedRank(
+            dist.get_rank(), call.describe_stage(exc), f"{type(exc).__name__}: {exc}", _innermost_frame(exc)
+        )
+    )
     reports: list[FailedRank | None] = [None] * dist.get_world_size()
     dist.all_gather_object(reports, mine)
     raise CallFailure(call.name, [r for r in reports if r is not None]) from exc

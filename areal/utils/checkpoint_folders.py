@@ -97,8 +97,7 @@ def _replace_folder(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def write_atomically(root: str | os.PathLike, step: int,
-                     writer: Callable[[Path], Mapping[str, Any] | None]) -> Path:
+def write_atomically(root: str | os.PathLike, step: int, writer: Callable[[Path], Mapping[str, Any] | None]) -> Path:
     """Write checkpoint `step` through `writer(tmp_folder)` and publish it atomically as `step_<step>`.
 
     `writer` fills the folder and may return extra manifest fields. An
@@ -138,15 +137,19 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise CheckpointError(f"checkpoint {folder}: {MANIFEST} is not an areal checkpoint manifest")
     if manifest.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {folder}: format {manifest.get('format')!r}, this version of areal "
-                              f"reads format {FORMAT_VERSION}")
+        raise CheckpointError(
+            f"checkpoint {folder}: format {manifest.get('format')!r}, this version of areal "
+            f"reads format {FORMAT_VERSION}"
+        )
     for rel, size in manifest["files"].items():
         file = folder / rel
         if not file.is_file():
             raise CheckpointError(f"checkpoint {folder}: {rel} is listed in the manifest but missing")
         if file.stat().st_size != size:
-            raise CheckpointError(f"checkpoint {folder}: {rel} has {file.stat().st_size} bytes, the manifest "
-                                  f"says {size} (the file was changed or truncated)")
+            raise CheckpointError(
+                f"checkpoint {folder}: {rel} has {file.stat().st_size} bytes, the manifest "
+                f"says {size} (the file was changed or truncated)"
+            )
     return manifest
 
 

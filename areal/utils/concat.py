@@ -29,9 +29,7 @@ _REWARD_NAME_KEYS: tuple[str, ...] = ("reward_keys", "reward_weights")
 def _split_trajectory(i: int, traj: Any) -> tuple[dict[str, torch.Tensor], RolloutGroup | None]:
     """Separate one trajectory group's tensors from its RolloutGroup, checking types (reward names skipped)."""
     if not isinstance(traj, Mapping):
-        raise ValueError(
-            f"concat_batch: trajectory {i} is {type(traj).__name__}, expected a mapping of tensors"
-        )
+        raise ValueError(f"concat_batch: trajectory {i} is {type(traj).__name__}, expected a mapping of tensors")
     tensors: dict[str, torch.Tensor] = {}
     group = None
     for key, value in traj.items():
@@ -61,8 +59,7 @@ def _check_trajectory(i: int, tensors: dict[str, torch.Tensor], group: RolloutGr
             raise ValueError(f"concat_batch: trajectory {i} lacks required key {key!r}")
         if tensors[key].ndim != 2:
             raise ValueError(
-                f"concat_batch: trajectory {i} key {key!r} has shape {tuple(tensors[key].shape)}, "
-                "expected [rows, T]"
+                f"concat_batch: trajectory {i} key {key!r} has shape {tuple(tensors[key].shape)}, expected [rows, T]"
             )
     rows, seqlen = tensors["input_ids"].shape
     if rows < 1 or seqlen < 1:
@@ -94,8 +91,9 @@ def _check_trajectory(i: int, tensors: dict[str, torch.Tensor], group: RolloutGr
     return rows, seqlen
 
 
-def _check_consistent(i: int, tensors: dict[str, torch.Tensor], first: dict[str, torch.Tensor],
-                      device: torch.device) -> None:
+def _check_consistent(
+    i: int, tensors: dict[str, torch.Tensor], first: dict[str, torch.Tensor], device: torch.device
+) -> None:
     """Same keys, ranks, dtypes and device as trajectory 0."""
     if tensors.keys() != first.keys():
         missing = sorted(first.keys() - tensors.keys())
@@ -108,8 +106,7 @@ def _check_consistent(i: int, tensors: dict[str, torch.Tensor], first: dict[str,
         ref = first[key]
         if t.ndim != ref.ndim:
             raise ValueError(
-                f"concat_batch: trajectory {i} key {key!r} is {t.ndim}-D, expected {ref.ndim}-D "
-                "like trajectory 0"
+                f"concat_batch: trajectory {i} key {key!r} is {t.ndim}-D, expected {ref.ndim}-D like trajectory 0"
             )
         if key in _ROW_MATRIX_KEYS and t.ndim == 2 and t.shape[1] != ref.shape[1]:
             raise ValueError(
@@ -118,8 +115,7 @@ def _check_consistent(i: int, tensors: dict[str, torch.Tensor], first: dict[str,
             )
         if t.dtype != ref.dtype:
             raise ValueError(
-                f"concat_batch: trajectory {i} key {key!r} has dtype {t.dtype}, expected {ref.dtype} "
-                "like trajectory 0"
+                f"concat_batch: trajectory {i} key {key!r} has dtype {t.dtype}, expected {ref.dtype} like trajectory 0"
             )
         if t.device != device:
             raise ValueError(
@@ -163,7 +159,7 @@ def concat_batch(trajs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, torch.Te
         padded = torch.full((batch_size, max_len), _PAD_VALUES.get(key, 0), dtype=ref.dtype, device=device)
         start = 0
         for piece in pieces:  # one copy per trajectory group, not per row
-            padded[start:start + piece.shape[0], : piece.shape[1]] = piece
+            padded[start : start + piece.shape[0], : piece.shape[1]] = piece
             start += piece.shape[0]
         out[key] = padded
     meta = TrajBatchMeta(

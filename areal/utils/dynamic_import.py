@@ -57,8 +57,7 @@ def _missing_attribute(module_name: str, module: Any, rest: list[str]) -> str | 
             owner = ".".join([module_name, *rest[:depth]])
             hint = did_you_mean(attr, _names_in(obj))
             if depth < len(rest) - 1:  # the name is followed by more: it was meant as a module
-                return (f"no module named {f'{owner}.{attr}'!r}, and {owner!r} has no attribute {attr!r}"
-                        f"{hint}")
+                return f"no module named {f'{owner}.{attr}'!r}, and {owner!r} has no attribute {attr!r}{hint}"
             return f"module {owner!r} has no attribute {attr!r}{hint}"
         obj = getattr(obj, attr)
     return None
@@ -79,9 +78,7 @@ def import_object(path: str, *, stage: str) -> Any:
             # Only swallow "this prefix is not a module"; a missing dependency
             # *inside* the user's module must be reported as such.
             if exc.name is not None and not module_name.startswith(exc.name) and exc.name != module_name:
-                raise PluginResolutionError(
-                    stage, path, f"importing module {module_name!r} failed: {exc}"
-                ) from exc
+                raise PluginResolutionError(stage, path, f"importing module {module_name!r} failed: {exc}") from exc
             last_error = exc
             continue
         except (Exception, SystemExit) as exc:  # the user's module raised (or exited) while importing
@@ -95,8 +92,12 @@ def import_object(path: str, *, stage: str) -> Any:
         for attr in parts[split:]:
             obj = getattr(obj, attr)
         return obj
-    raise PluginResolutionError(stage, path, f"no module named {parts[0]!r} ({last_error}; looked in the working "
-                                f"directory {os.getcwd()} and the installed packages)")
+    raise PluginResolutionError(
+        stage,
+        path,
+        f"no module named {parts[0]!r} ({last_error}; looked in the working "
+        f"directory {os.getcwd()} and the installed packages)",
+    )
 
 
 def bind_kwargs(
@@ -113,8 +114,11 @@ def bind_kwargs(
         signature.bind(*([None] * n_positional), **kwargs)
     except TypeError as exc:
         params = ", ".join(str(p) for p in signature.parameters.values())
-        names = [n for n, p in signature.parameters.items()
-                 if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+        names = [
+            n
+            for n, p in signature.parameters.items()
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        ]
         hint = did_you_mean([k for k in sorted(kwargs) if k not in names], names)
         raise PluginResolutionError(
             stage, path, f"its signature ({params}) cannot take the configured kwargs {sorted(kwargs)}: {exc}{hint}"

@@ -37,7 +37,7 @@ _EXP_NEXT = 1.0 / math.factorial(12)
 _EXP_REST = tuple(1.0 / math.factorial(i) for i in range(11, -1, -1))
 #: 2**k for k = -_POW2_OFFSET .. _POW2_OFFSET (|k| <= 29 for |x| <= K3_RATIO_BOUND).
 _POW2_OFFSET = 32
-_POW2 = np.array([2.0 ** k for k in range(-_POW2_OFFSET, _POW2_OFFSET + 1)], dtype=np.float64)
+_POW2 = np.array([2.0**k for k in range(-_POW2_OFFSET, _POW2_OFFSET + 1)], dtype=np.float64)
 _POW2_TENSORS: dict[torch.device, torch.Tensor] = {}
 #: Below this many elements a CPU tensor's k3 runs in torch operations (a numba call costs a few microseconds).
 _NUMBA_MIN_ELEMENTS = 4096

@@ -254,10 +254,14 @@ if NUMBA_AVAILABLE:
     _normalise_row = _jit(_normalise_row)
     _par = numba.njit(cache=True, nogil=True, parallel=True)
     _PASSES = {
-        ("moments", True): _par(_moments_parallel), ("moments", False): _jit(_moments_serial),
-        ("sums", True): _par(_sums_parallel), ("sums", False): _jit(_sums_serial),
-        ("squares", True): _par(_squares_parallel), ("squares", False): _jit(_squares_serial),
-        ("normalise", True): _par(_normalise_parallel), ("normalise", False): _jit(_normalise_serial),
+        ("moments", True): _par(_moments_parallel),
+        ("moments", False): _jit(_moments_serial),
+        ("sums", True): _par(_sums_parallel),
+        ("sums", False): _jit(_sums_serial),
+        ("squares", True): _par(_squares_parallel),
+        ("squares", False): _jit(_squares_serial),
+        ("normalise", True): _par(_normalise_parallel),
+        ("normalise", False): _jit(_normalise_serial),
     }
 
 
@@ -289,8 +293,15 @@ def _mask_np(x: torch.Tensor, mask: torch.Tensor | None) -> tuple[np.ndarray, bo
 class RowStats:
     """Per-row inputs of the element baseline, as float64 numpy vectors."""
 
-    def __init__(self, n_rows: int, loo: bool, mean: torch.Tensor, total: torch.Tensor,
-                 count: torch.Tensor, row_self: torch.Tensor):
+    def __init__(
+        self,
+        n_rows: int,
+        loo: bool,
+        mean: torch.Tensor,
+        total: torch.Tensor,
+        count: torch.Tensor,
+        row_self: torch.Tensor,
+    ):
         self.loo = loo
         self.mean = _np(torch.broadcast_to(mean.to(torch.float64), (n_rows,)))
         self.total = _np(torch.broadcast_to(total.to(torch.float64), (n_rows,)))
@@ -335,8 +346,9 @@ def row_squares(x: torch.Tensor, mask: torch.Tensor | None, stats: RowStats) -> 
     """Per-row sum of squared, masked deviations from each element's baseline."""
     squares = torch.empty(x.shape[0], dtype=torch.float64)
     m, has_mask = _mask_np(x, mask)
-    _pass("squares", x)(_np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self,
-                 squares.numpy())
+    _pass("squares", x)(
+        _np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self, squares.numpy()
+    )
     return squares
 
 
@@ -349,6 +361,7 @@ def normalise(x: torch.Tensor, mask: torch.Tensor | None, stats: RowStats, denom
     # denominator (eps 0 with a zero std, reachable only past config validation)
     # makes the row NaN instead, so the output guard reports it with its cause.
     denom = _np(torch.where(denom == 0, torch.nan, denom))
-    _pass("normalise", x)(_np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self,
-               denom, out.numpy())
+    _pass("normalise", x)(
+        _np(x), m, has_mask, stats.loo, stats.mean, stats.total, stats.count, stats.row_self, denom, out.numpy()
+    )
     return out

@@ -121,8 +121,7 @@ class Normalization:
         layout = self._layout(x, group_sizes, logical_group_sizes)
         with one_exchange():
             mean, denom, _ = self._compute(x, loss_mask, layout, reduce_group)
-        return (torch.broadcast_to(mean, x.shape).contiguous(),
-                torch.broadcast_to(denom, x.shape).contiguous())
+        return (torch.broadcast_to(mean, x.shape).contiguous(), torch.broadcast_to(denom, x.shape).contiguous())
 
     # -- internals -----------------------------------------------------------
 
@@ -144,8 +143,7 @@ class Normalization:
                 )
         logical = None
         if logical_group_sizes is not None:
-            logical = int_tuple("Normalization logical_group_sizes", logical_group_sizes, minimum=1,
-                                 allow_empty=True)
+            logical = int_tuple("Normalization logical_group_sizes", logical_group_sizes, minimum=1, allow_empty=True)
         if sizes is None and "group" in (self.mean_level, self.std_level) and batch % self.group_size:
             raise ValueError(
                 f"NormConfig.group_size: batch size {batch} is not divisible by group_size="
@@ -180,7 +178,11 @@ class Normalization:
         return _GroupLayout(row_group=row_group, n_groups=len(sizes), singleton=singleton)
 
     def _fused(
-        self, x: torch.Tensor, loss_mask: torch.Tensor | None, layout: _GroupLayout | None, reduce_group: Any,
+        self,
+        x: torch.Tensor,
+        loss_mask: torch.Tensor | None,
+        layout: _GroupLayout | None,
+        reduce_group: Any,
         moments: norm_kernels.RowMoments | None = None,
     ) -> torch.Tensor:
         """`_compute` for [B, T] CPU tensors with fused numba passes and no [B, T] temporaries.
@@ -244,8 +246,9 @@ class Normalization:
         return std.masked_fill_(fallback, 1.0)
 
     @staticmethod
-    def _reduce(level: str, rows: list[torch.Tensor], layout: _GroupLayout | None,
-                reduce_group: Any) -> list[torch.Tensor]:
+    def _reduce(
+        level: str, rows: list[torch.Tensor], layout: _GroupLayout | None, reduce_group: Any
+    ) -> list[torch.Tensor]:
         """Sum per-row quantities over the batch (all-reduced, 0-d) or into groups ([n_groups])."""
         if level == "batch":
             totals = torch.stack([r.sum() for r in rows])
@@ -276,8 +279,9 @@ class Normalization:
         mask = None if loss_mask is None else loss_mask.to(torch.float64)
         x_masked = x64 if mask is None else x64 * mask
         if mask is None:
-            row_weight = torch.full((x.shape[0],), float(x[0].numel()) if x.shape[0] else 0.0,
-                                    dtype=torch.float64, device=x.device)
+            row_weight = torch.full(
+                (x.shape[0],), float(x[0].numel()) if x.shape[0] else 0.0, dtype=torch.float64, device=x.device
+            )
         else:
             row_weight = _row_sums(mask)
 
@@ -341,8 +345,10 @@ def _check_row_moments(moments: Any, x: torch.Tensor, loss_mask: torch.Tensor | 
         raise ValueError(f"Normalization: row_moments must be a norm_kernels.RowMoments, got {type(moments).__name__}")
     for name, value in zip(moments._fields, moments):
         if tuple(value.shape) != (x.shape[0],) or value.dtype != torch.float64:
-            raise ValueError(f"Normalization: row_moments.{name} is {tuple(value.shape)} {value.dtype}, "
-                             f"expected float64 of shape ({x.shape[0]},)")
+            raise ValueError(
+                f"Normalization: row_moments.{name} is {tuple(value.shape)} {value.dtype}, "
+                f"expected float64 of shape ({x.shape[0]},)"
+            )
 
 
 def _row_sums(values: torch.Tensor) -> torch.Tensor:

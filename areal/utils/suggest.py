@@ -19,7 +19,7 @@ def close_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
 
 
 def did_you_mean(names: str | Iterable[str], candidates: Iterable[str]) -> str:
-    """"; did you mean 'x'?" for one unknown name, "; did you mean 'x' for 'y'?" for several; "" if none is close."""
+    """ "; did you mean 'x'?" for one unknown name, "; did you mean 'x' for 'y'?" for several; "" if none is close."""
     candidates = list(candidates)
     if isinstance(names, str):
         close = close_names(names, candidates)

@@ -66,7 +66,11 @@ def token_gae_turn_lambda(inputs: TemporalInputs) -> TemporalResult:
     )
     rewards = inputs.kl_rewards + inputs.outcome_rewards + inputs.process_rewards
     advantages, returns = token_gae(
-        rewards, inputs.values, inputs.loss_mask, discount=inputs.discount, lam=lam,
+        rewards,
+        inputs.values,
+        inputs.loss_mask,
+        discount=inputs.discount,
+        lam=lam,
         bootstrap=inputs.truncated_bootstrap(),
     )
     return TemporalResult(advantages=advantages, returns=returns, total_rewards=rewards)
@@ -105,7 +109,12 @@ def sequence_reinforce(inputs: AdvantageInputs) -> AdvantageResult:
     advantages = (rewards - baseline).unsqueeze(-1) * loss_mask
     zeros = torch.zeros_like(advantages)
     return AdvantageResult(
-        advantages=advantages, returns=advantages.clone(), loss_mask=loss_mask, logprobs=logprobs,
-        rewards=rewards, total_rewards=zeros, kl_rewards=zeros.clone(),
+        advantages=advantages,
+        returns=advantages.clone(),
+        loss_mask=loss_mask,
+        logprobs=logprobs,
+        rewards=rewards,
+        total_rewards=zeros,
+        kl_rewards=zeros.clone(),
         extras={"prox_logp": logprobs},
     )

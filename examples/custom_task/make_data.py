@@ -1,6 +1,6 @@
 """Writes the small example prompt files in data/ (JSONL rows: prompt, answer).
 
-    python examples/custom_task/make_data.py
+python examples/custom_task/make_data.py
 """
 
 from __future__ import annotations

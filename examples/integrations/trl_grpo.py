@@ -28,12 +28,23 @@ WORDS = ["<pad>", "<eos>", "<unk>", "a", "b", "c", "yes", "no"]
 def tiny_model(directory: Path) -> str:
     backend = Tokenizer(WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     backend.pre_tokenizer = WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>",
-                            unk_token="<unk>").save_pretrained(directory)
+    PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    ).save_pretrained(directory)
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=2, pad_token_id=0, eos_token_id=1,
-                                 bos_token_id=None)).save_pretrained(directory)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(WORDS),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            pad_token_id=0,
+            eos_token_id=1,
+            bos_token_id=None,
+        )
+    ).save_pretrained(directory)
     return str(directory)
 
 
@@ -44,8 +55,10 @@ def says_yes(completions: list[str], **_) -> list[float]:
 
 def yes_no_steps(completion_ids: list[list[int]], **_) -> list[list[float]]:
     """Per-token process rewards: +0.1 for each 'yes', -0.1 for each 'no'."""
-    return [[0.1 if t == WORDS.index("yes") else -0.1 if t == WORDS.index("no") else 0.0 for t in ids]
-            for ids in completion_ids]
+    return [
+        [0.1 if t == WORDS.index("yes") else -0.1 if t == WORDS.index("no") else 0.0 for t in ids]
+        for ids in completion_ids
+    ]
 
 
 def main() -> None:
@@ -57,9 +70,18 @@ def main() -> None:
     trainer = AReaLGRPOTrainer(
         model=tiny_model(work / "model"),
         reward_funcs=says_yes,
-        args=GRPOConfig(output_dir=str(work / "out"), use_cpu=True, per_device_train_batch_size=8, num_generations=4,
-                        max_completion_length=6, max_steps=args.steps, report_to="none", save_strategy="no",
-                        logging_steps=1, disable_tqdm=True),
+        args=GRPOConfig(
+            output_dir=str(work / "out"),
+            use_cpu=True,
+            per_device_train_batch_size=8,
+            num_generations=4,
+            max_completion_length=6,
+            max_steps=args.steps,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+        ),
         train_dataset=Dataset.from_dict({"prompt": ["a b", "b c", "c a", "a a"]}),
         areal_config=args.config,
         areal_overrides=["actor.reward_norm.eps=1e-4"],  # TRL's std + 1e-4

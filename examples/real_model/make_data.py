@@ -20,8 +20,9 @@ SEED = 0
 
 
 def problems() -> list[dict[str, object]]:
-    rows = [{"prompt": f"What is {a} + {b}?", "answer": str(a + b), "a": a, "b": b}
-            for a in range(10) for b in range(10)]
+    rows = [
+        {"prompt": f"What is {a} + {b}?", "answer": str(a + b), "a": a, "b": b} for a in range(10) for b in range(10)
+    ]
     random.Random(SEED).shuffle(rows)
     return rows
 

@@ -49,9 +49,11 @@ def chat(question: str, system: str | None) -> list[dict[str, str]]:
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
 
 
-def sums(rng: random.Random, n: int, lo: int, hi: int, system: str | None = NUMBER_ONLY, suffix: str = "",
-         shots: int = 0) -> list[Prompt]:
+def sums(
+    rng: random.Random, n: int, lo: int, hi: int, system: str | None = NUMBER_ONLY, suffix: str = "", shots: int = 0
+) -> list[Prompt]:
     """`What is a + b?` with a, b in [lo, hi]; `shots` solved examples as earlier chat turns."""
+
     def one() -> tuple[str, str]:
         a, b = rng.randint(lo, hi), rng.randint(lo, hi)
         return f"What is {a} + {b}?", str(a + b)
@@ -95,14 +97,29 @@ def candidates(n: int) -> dict[str, tuple[Callable[[], list[Prompt]], int]]:
         "sums_instruction_in_user_turn": (lambda: sums(rng, n, 0, 9, None, " " + NUMBER_ONLY), 12),
         "sums_2_shot": (lambda: sums(rng, n, 0, 9, shots=2), 12),
         "sums_2digit_2_shot": (lambda: sums(rng, n, 10, 99, shots=2), 12),
-        "rg_chain_sum_2_3_terms": (lambda: reasoning_gym("chain_sum", n, min_terms=2, max_terms=3, min_digits=1,
-                                                         max_digits=1), 16),
-        "rg_basic_arithmetic_1_2_digits": (lambda: reasoning_gym(
-            "basic_arithmetic", n, min_terms=2, max_terms=2, min_digits=1, max_digits=2, operators=("+", "-"),
-            allow_parentheses=False, allow_negation=False), 16),
+        "rg_chain_sum_2_3_terms": (
+            lambda: reasoning_gym("chain_sum", n, min_terms=2, max_terms=3, min_digits=1, max_digits=1),
+            16,
+        ),
+        "rg_basic_arithmetic_1_2_digits": (
+            lambda: reasoning_gym(
+                "basic_arithmetic",
+                n,
+                min_terms=2,
+                max_terms=2,
+                min_digits=1,
+                max_digits=2,
+                operators=("+", "-"),
+                allow_parentheses=False,
+                allow_negation=False,
+            ),
+            16,
+        ),
         "rg_letter_counting": (lambda: reasoning_gym("letter_counting", n, min_words=3, max_words=5), 16),
-        "rg_leg_counting": (lambda: reasoning_gym("leg_counting", n, min_animals=1, max_animals=2,
-                                                  max_instances=3), 16),
+        "rg_leg_counting": (
+            lambda: reasoning_gym("leg_counting", n, min_animals=1, max_animals=2, max_instances=3),
+            16,
+        ),
     }
 
 
@@ -113,9 +130,10 @@ def probe(model: object, tok: object, prompts: list[Prompt], max_new: int) -> tu
     enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     stops = sorted({tok.eos_token_id, model.generation_config.eos_token_id})
     start = time.perf_counter()
-    out = model.generate(**enc, max_new_tokens=max_new, do_sample=False, pad_token_id=model.config.eos_token_id,
-                         eos_token_id=stops)
-    new = out[:, enc.input_ids.shape[1]:]
+    out = model.generate(
+        **enc, max_new_tokens=max_new, do_sample=False, pad_token_id=model.config.eos_token_id, eos_token_id=stops
+    )
+    new = out[:, enc.input_ids.shape[1] :]
     finished = torch.isin(new, torch.tensor(stops)).any(dim=1).tolist()
     return tok.batch_decode(new, skip_special_tokens=True), finished, time.perf_counter() - start
 
@@ -125,20 +143,29 @@ def generate(model: Any, tok: Any, texts: list[str], max_new: int, samples: int 
     """Completions of chat-formatted `texts` (greedy; `samples` > 0: that many each at temperature 1), finished?"""
     enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     stops = sorted({tok.eos_token_id, model.generation_config.eos_token_id})
-    sampling = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
-                "num_return_sequences": samples} if samples else {"do_sample": False}
-    out = model.generate(**enc, max_new_tokens=max_new, pad_token_id=model.config.eos_token_id, eos_token_id=stops,
-                         **sampling)
-    new = out[:, enc.input_ids.shape[1]:]
+    sampling = (
+        {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "num_return_sequences": samples}
+        if samples
+        else {"do_sample": False}
+    )
+    out = model.generate(
+        **enc, max_new_tokens=max_new, pad_token_id=model.config.eos_token_id, eos_token_id=stops, **sampling
+    )
+    new = out[:, enc.input_ids.shape[1] :]
     return tok.batch_decode(new, skip_special_tokens=True), torch.isin(new, torch.tensor(stops)).any(dim=1).tolist()
 
 
 def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: int, sampled: int) -> dict[str, Any]:
     """strict / lenient / forced-prefix greedy accuracy on `n` rows, and sampled success on the first `sampled`."""
     rows = skill_tasks.rows(task, seed=5, size=n)
-    texts = [tok.apply_chat_template([{"role": "system", "content": task.system_prompt},
-                                      {"role": "user", "content": r["prompt"]}], tokenize=False,
-                                     add_generation_prompt=True) for r in rows]
+    texts = [
+        tok.apply_chat_template(
+            [{"role": "system", "content": task.system_prompt}, {"role": "user", "content": r["prompt"]}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for r in rows
+    ]
 
     def solved(row: dict[str, str], answer: str | None) -> bool:
         return skill_tasks.score(task.name, answer, row["answer"], row["metadata"]) == 1.0
@@ -151,16 +178,24 @@ def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: in
     forced, _ = generate(model, tok, [t + task.prefix for t in texts], task.max_new_tokens)
     picked = rows[:sampled]
     draws, draws_done = generate(model, tok, texts[:sampled], task.max_new_tokens, samples=k)
-    wins = [[ok and solved(r, c.strip()) for c, ok in zip(draws[i * k:(i + 1) * k], draws_done[i * k:(i + 1) * k])]
-            for i, r in enumerate(picked)]
-    return {"task": task.name, "n": n, "max_new": task.max_new_tokens,
-            "strict": sum(ok and solved(r, c.strip()) for r, c, ok in zip(rows, greedy, done)) / n,
-            "lenient": sum(lenient(r, c) for r, c in zip(rows, greedy)) / n,
-            "prefix": sum(lenient(r, task.prefix + c) for r, c in zip(rows, forced)) / n,
-            "sampled_mean": sum(map(sum, wins)) / (k * len(wins)), "pass_at_k": sum(map(any, wins)) / len(wins),
-            "mixed_groups": sum(any(w) and not all(w) for w in wins) / len(wins), "k": k,
-            "seconds": time.perf_counter() - start,
-            "examples": [(r["prompt"], c, r["answer"]) for r, c in zip(rows[:3], greedy)]}
+    wins = [
+        [ok and solved(r, c.strip()) for c, ok in zip(draws[i * k : (i + 1) * k], draws_done[i * k : (i + 1) * k])]
+        for i, r in enumerate(picked)
+    ]
+    return {
+        "task": task.name,
+        "n": n,
+        "max_new": task.max_new_tokens,
+        "strict": sum(ok and solved(r, c.strip()) for r, c, ok in zip(rows, greedy, done)) / n,
+        "lenient": sum(lenient(r, c) for r, c in zip(rows, greedy)) / n,
+        "prefix": sum(lenient(r, task.prefix + c) for r, c in zip(rows, forced)) / n,
+        "sampled_mean": sum(map(sum, wins)) / (k * len(wins)),
+        "pass_at_k": sum(map(any, wins)) / len(wins),
+        "mixed_groups": sum(any(w) and not all(w) for w in wins) / len(wins),
+        "k": k,
+        "seconds": time.perf_counter() - start,
+        "examples": [(r["prompt"], c, r["answer"]) for r, c in zip(rows[:3], greedy)],
+    }
 
 
 def main_skills(model: Any, tok: Any, opts: argparse.Namespace) -> None:
@@ -169,9 +204,12 @@ def main_skills(model: Any, tok: Any, opts: argparse.Namespace) -> None:
         if opts.only and name not in opts.only:
             continue
         r = probe_skill(model, tok, task, opts.n, opts.k, opts.sampled_prompts)
-        print(f"{name}: n={r['n']} max_new={r['max_new']} strict={r['strict']:.2f} lenient={r['lenient']:.2f} "
-              f"prefix={r['prefix']:.2f} sampled={r['sampled_mean']:.3f} pass@{r['k']}={r['pass_at_k']:.2f} "
-              f"mixed={r['mixed_groups']:.2f} ({r['seconds']:.0f} s)", flush=True)
+        print(
+            f"{name}: n={r['n']} max_new={r['max_new']} strict={r['strict']:.2f} lenient={r['lenient']:.2f} "
+            f"prefix={r['prefix']:.2f} sampled={r['sampled_mean']:.3f} pass@{r['k']}={r['pass_at_k']:.2f} "
+            f"mixed={r['mixed_groups']:.2f} ({r['seconds']:.0f} s)",
+            flush=True,
+        )
         for prompt, completion, answer in r["examples"]:
             print(f"    {prompt!r} -> {completion!r} [{answer}]")
 
@@ -203,8 +241,11 @@ def main() -> None:
         last = [last_integer(c) == a for c, a in zip(completions, answers)]
         correct = sum(ok and done for ok, done in zip(last, finished)) / len(answers)
         length = sum(len(tok(c).input_ids) for c in completions) / len(completions)
-        print(f"{name}: n={len(prompts)} max_new={max_new} strict={strict:.2f} last_int={sum(last) / len(last):.2f} "
-              f"correct={correct:.2f} tokens={length:.1f} ({seconds:.0f} s)", flush=True)
+        print(
+            f"{name}: n={len(prompts)} max_new={max_new} strict={strict:.2f} last_int={sum(last) / len(last):.2f} "
+            f"correct={correct:.2f} tokens={length:.1f} ({seconds:.0f} s)",
+            flush=True,
+        )
         for (messages, answer), completion in list(zip(prompts, completions))[:3]:
             print(f"    {messages[-1]['content']!r} -> {completion!r} [{answer}]")
 

@@ -30,8 +30,13 @@ def last_integer(text: str) -> str | None:
     return found[-1] if found else None
 
 
-def correct(prompts: list[Any], completions: list[Any], answer: list[str], completion_ids: list[list[int]],
-            end_ids: Sequence[int] | None = None) -> list[float]:
+def correct(
+    prompts: list[Any],
+    completions: list[Any],
+    answer: list[str],
+    completion_ids: list[list[int]],
+    end_ids: Sequence[int] | None = None,
+) -> list[float]:
     """1.0 when the completion ended with one of `end_ids` (None: any ending) and its last integer is `answer`.
 
     The trainer keeps the stop token that ended a completion as its last id
@@ -39,8 +44,10 @@ def correct(prompts: list[Any], completions: list[Any], answer: list[str], compl
     ordinary token. `end_ids` are the model's stop tokens (SmolLM2: 1 and 2).
     """
     ends = None if end_ids is None else set(end_ids)
-    return [1.0 if (ends is None or (ids and ids[-1] in ends)) and last_integer(_text(c)) == str(a).strip()
-            else 0.0 for c, a, ids in zip(completions, answer, completion_ids)]
+    return [
+        1.0 if (ends is None or (ids and ids[-1] in ends)) and last_integer(_text(c)) == str(a).strip() else 0.0
+        for c, a, ids in zip(completions, answer, completion_ids)
+    ]
 
 
 def number_only(prompts: list[Any], completions: list[Any]) -> list[float]:

@@ -28,22 +28,40 @@ def _finished(ids: Sequence[int], end_ids: Sequence[int] | None) -> bool:
     return end_ids is None or (len(ids) > 0 and ids[-1] in set(end_ids))
 
 
-def score(prompts: list[Any], completions: list[Any], answer: list[str], task: list[str], metadata: list[str],
-          completion_ids: list[list[int]], end_ids: Sequence[int] | None = None) -> list[float]:
+def score(
+    prompts: list[Any],
+    completions: list[Any],
+    answer: list[str],
+    task: list[str],
+    metadata: list[str],
+    completion_ids: list[list[int]],
+    end_ids: Sequence[int] | None = None,
+) -> list[float]:
     """reasoning-gym's `score_answer` of the stripped completion; 0 for one the token budget cut off."""
-    return [skill_tasks.score(t, _text(c).strip(), a, m) if _finished(ids, end_ids) else 0.0
-            for c, a, t, m, ids in zip(completions, answer, task, metadata, completion_ids)]
+    return [
+        skill_tasks.score(t, _text(c).strip(), a, m) if _finished(ids, end_ids) else 0.0
+        for c, a, t, m, ids in zip(completions, answer, task, metadata, completion_ids)
+    ]
 
 
-def solved(prompts: list[Any], completions: list[Any], answer: list[str], task: list[str], metadata: list[str],
-           completion_ids: list[list[int]], end_ids: Sequence[int] | None = None) -> list[float]:
+def solved(
+    prompts: list[Any],
+    completions: list[Any],
+    answer: list[str],
+    task: list[str],
+    metadata: list[str],
+    completion_ids: list[list[int]],
+    end_ids: Sequence[int] | None = None,
+) -> list[float]:
     """1.0 when `score` is 1.0: the finished completion is exactly the answer (the strict accuracy)."""
-    return [1.0 if s == 1.0 else 0.0
-            for s in score(prompts, completions, answer, task, metadata, completion_ids, end_ids)]
+    return [
+        1.0 if s == 1.0 else 0.0 for s in score(prompts, completions, answer, task, metadata, completion_ids, end_ids)
+    ]
 
 
-def solved_lenient(prompts: list[Any], completions: list[Any], answer: list[str], task: list[str],
-                   metadata: list[str]) -> list[float]:
+def solved_lenient(
+    prompts: list[Any], completions: list[Any], answer: list[str], task: list[str], metadata: list[str]
+) -> list[float]:
     """1.0 when the answer read from any wording scores 1.0 (the format-fixed accuracy; cut-offs count too)."""
     out = []
     for c, a, t, m in zip(completions, answer, task, metadata):

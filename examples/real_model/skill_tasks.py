@@ -51,19 +51,42 @@ class SkillTask:
         return "The answer is " if self.answer_kind == "integer" else "The word spelled backward is: "
 
 
-TASKS: dict[str, SkillTask] = {t.name: t for t in (
-    SkillTask("spell_backward_3_6", "spell_backward", {"min_word_len": 3, "max_word_len": 6}, "word", 12),
-    SkillTask("char_count_verl", "char_count", {"min_length": 5, "max_length": 10, "max_count": 4}),
-    SkillTask("basic_arithmetic_2digit_add", "basic_arithmetic", {
-        "min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2, "operators": ["+"],
-        "allow_parentheses": False, "allow_negation": False}),
-    SkillTask("letter_counting_3_5words", "letter_counting", {"min_words": 3, "max_words": 5}),
-    SkillTask("letter_counting_1word", "letter_counting", {"min_words": 1, "max_words": 1}),
-    SkillTask("spell_backward_3_10", "spell_backward", {}, "word", 16),
-    SkillTask("basic_arithmetic_2digit_add_sub", "basic_arithmetic", {
-        "min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2, "operators": ["+", "-"],
-        "allow_parentheses": False, "allow_negation": False}),
-)}
+TASKS: dict[str, SkillTask] = {
+    t.name: t
+    for t in (
+        SkillTask("spell_backward_3_6", "spell_backward", {"min_word_len": 3, "max_word_len": 6}, "word", 12),
+        SkillTask("char_count_verl", "char_count", {"min_length": 5, "max_length": 10, "max_count": 4}),
+        SkillTask(
+            "basic_arithmetic_2digit_add",
+            "basic_arithmetic",
+            {
+                "min_terms": 2,
+                "max_terms": 2,
+                "min_digits": 2,
+                "max_digits": 2,
+                "operators": ["+"],
+                "allow_parentheses": False,
+                "allow_negation": False,
+            },
+        ),
+        SkillTask("letter_counting_3_5words", "letter_counting", {"min_words": 3, "max_words": 5}),
+        SkillTask("letter_counting_1word", "letter_counting", {"min_words": 1, "max_words": 1}),
+        SkillTask("spell_backward_3_10", "spell_backward", {}, "word", 16),
+        SkillTask(
+            "basic_arithmetic_2digit_add_sub",
+            "basic_arithmetic",
+            {
+                "min_terms": 2,
+                "max_terms": 2,
+                "min_digits": 2,
+                "max_digits": 2,
+                "operators": ["+", "-"],
+                "allow_parentheses": False,
+                "allow_negation": False,
+            },
+        ),
+    )
+}
 
 
 def rows(task: SkillTask, seed: int, size: int) -> list[dict[str, str]]:
@@ -73,9 +96,15 @@ def rows(task: SkillTask, seed: int, size: int) -> list[dict[str, str]]:
     import reasoning_gym as rg
 
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in task.config.items()}
-    return [{"prompt": e["question"], "answer": str(e["answer"]), "task": task.name,
-             "metadata": json.dumps(e["metadata"], default=str)}
-            for e in rg.create_dataset(task.dataset, seed=seed, size=size, **config)]
+    return [
+        {
+            "prompt": e["question"],
+            "answer": str(e["answer"]),
+            "task": task.name,
+            "metadata": json.dumps(e["metadata"], default=str),
+        }
+        for e in rg.create_dataset(task.dataset, seed=seed, size=size, **config)
+    ]
 
 
 def char_count_rows(seed: int, size: int, min_length: int, max_length: int, max_count: int) -> list[dict[str, str]]:
@@ -89,8 +118,14 @@ def char_count_rows(seed: int, size: int, min_length: int, max_length: int, max_
         letters = others + [target] * count
         rng.shuffle(letters)
         word = "-".join(letters)
-        out.append({"prompt": f"How many {target} are there in word {word}?", "answer": str(count),
-                    "task": "char_count_verl", "metadata": json.dumps({"word": word, "char": target})})
+        out.append(
+            {
+                "prompt": f"How many {target} are there in word {word}?",
+                "answer": str(count),
+                "task": "char_count_verl",
+                "metadata": json.dumps({"word": word, "char": target}),
+            }
+        )
     return out
 
 

@@ -64,8 +64,12 @@ class NimTask(Task):
         self.max_turn_tokens = 2
 
     def sample(self, rng: random.Random, split: str) -> dict[str, Any]:
-        return {"stones": rng.randint(self.low, self.high), "role_id": rng.randint(0, 1), "game_id": "nim",
-                "seed": rng.randrange(2**31)}
+        return {
+            "stones": rng.randint(self.low, self.high),
+            "role_id": rng.randint(0, 1),
+            "game_id": "nim",
+            "seed": rng.randrange(2**31),
+        }
 
     def environment(self, row: dict[str, Any]) -> NimEnvironment:
         return NimEnvironment(int(row["stones"]), int(row["role_id"]), int(row["seed"]))

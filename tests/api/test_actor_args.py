@@ -11,11 +11,15 @@ from omegaconf import OmegaConf
 from areal.api.cli_args import NormConfig, PPOActorConfig, actor_config_from_dict, config_to_dict, load_config
 
 
-@pytest.mark.parametrize("reward_norm", [
-    NormConfig(mean_level="group", std_level="group", group_size=1),
-    {"mean_level": "group", "std_level": "group", "group_size": 1},
-    OmegaConf.create({"mean_level": "group", "std_level": "group", "group_size": 1}),
-], ids=["norm-config", "dict", "dict-config"])
+@pytest.mark.parametrize(
+    "reward_norm",
+    [
+        NormConfig(mean_level="group", std_level="group", group_size=1),
+        {"mean_level": "group", "std_level": "group", "group_size": 1},
+        OmegaConf.create({"mean_level": "group", "std_level": "group", "group_size": 1}),
+    ],
+    ids=["norm-config", "dict", "dict-config"],
+)
 def test_singleton_group_centering_warns_at_construction_in_areal_words(reward_norm):
     """AReaL's upstream test (tests/test_adv_norm_config.py): every config shape warns when it is built."""
     with pytest.warns(UserWarning, match="singleton group centering erases the task reward") as caught:
@@ -24,14 +28,18 @@ def test_singleton_group_centering_warns_at_construction_in_areal_words(reward_n
     assert caught[0].filename == __file__  # points at the caller's line
 
 
-@pytest.mark.parametrize("reward_norm", [
-    None,
-    NormConfig(mean_level=None, std_level="group", group_size=1),
-    NormConfig(mean_level="group", std_level="group", group_size=2),
-    NormConfig(mean_level="batch", std_level="batch", group_size=1),
-    NormConfig(mean_level="group", std_level="group"),  # group_size not chosen: groups come from the metadata
-    {"mean_level": "group", "std_level": "group"},  # AReaL reads the mapping's key
-], ids=["none", "no-centering", "pairs", "batch", "default-size", "dict-without-size"])
+@pytest.mark.parametrize(
+    "reward_norm",
+    [
+        None,
+        NormConfig(mean_level=None, std_level="group", group_size=1),
+        NormConfig(mean_level="group", std_level="group", group_size=2),
+        NormConfig(mean_level="batch", std_level="batch", group_size=1),
+        NormConfig(mean_level="group", std_level="group"),  # group_size not chosen: groups come from the metadata
+        {"mean_level": "group", "std_level": "group"},  # AReaL reads the mapping's key
+    ],
+    ids=["none", "no-centering", "pairs", "batch", "default-size", "dict-without-size"],
+)
 def test_no_construction_warning_without_a_chosen_singleton_group(reward_norm):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -23,18 +23,22 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_actor_only_file_builds_on_the_default_run(tmp_path: Path) -> None:
-    snippet = _write(tmp_path / "snippet.yaml", f"""
+    snippet = _write(
+        tmp_path / "snippet.yaml",
+        f"""
 defaults: [{DEFAULT}]
 actor:
   advantage:
     outcome_reward_shaping:
       implementation: examples.custom_advantage.plugins.scale_outcome
       kwargs: {{factor: 0.5}}
-""")
+""",
+    )
     cfg = load_config(snippet)
     base = load_config(DEFAULT)
     assert cfg.actor.advantage.outcome_reward_shaping == StageSpec(
-        "examples.custom_advantage.plugins.scale_outcome", {"factor": 0.5})
+        "examples.custom_advantage.plugins.scale_outcome", {"factor": 0.5}
+    )
     # everything else is the default run, not the built-in dataclass defaults
     mine, theirs = config_to_dict(cfg), config_to_dict(base)
     mine["actor"]["advantage"]["outcome_reward_shaping"] = None
@@ -53,26 +57,42 @@ def test_defaults_merge_in_order_then_the_file_then_overrides(tmp_path: Path) ->
     assert (cfg.train.steps, cfg.experiment_name) == (9, "cli")
 
 
-def test_defaults_in_a_mapping_are_relative_to_the_working_directory(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_defaults_in_a_mapping_are_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _write(tmp_path / "a.yaml", "seed: 5\n")
     monkeypatch.chdir(tmp_path)
     assert load_config({"defaults": ["a.yaml"], "train": {"steps": 2}}).seed == 5
 
 
-@pytest.mark.parametrize("text,match", [
-    ("defaults: base.yaml\n", r"defaults \(in .*top\.yaml\): got 'base\.yaml', expected a list"),
-    ("defaults: [3]\n", r"defaults\[0\] \(in .*top\.yaml\): got 3, expected a YAML file path"),
-    ("defaults: [nope.yaml]\n", r"defaults\[0\] \(in .*top\.yaml\): 'nope\.yaml' resolves to .*nope\.yaml'?, which "
-                                r"does not exist"),
-    ("defaults: [top.yaml]\n", r"defaults\[0\] \(in .*top\.yaml\): 'top\.yaml' forms a cycle: top\.yaml -> top\.yaml"),
-    ("defaults: [loop.yaml]\n", r"defaults\[0\] \(in .*loop\.yaml\): 'top\.yaml' forms a cycle: "
-                                r"top\.yaml -> loop\.yaml -> top\.yaml"),
-    ("- a\n- b\n", r"top\.yaml'?: expected a mapping at the top level"),
-    ("train: {steps: [1\n", r"top\.yaml'?: cannot parse YAML"),
-    ("train: {stepz: 3}\n", r"train\.stepz \(in .*top\.yaml\): unknown key 'stepz' in TrainConfig; did you mean "
-                            r"'steps'\?$"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("defaults: base.yaml\n", r"defaults \(in .*top\.yaml\): got 'base\.yaml', expected a list"),
+        ("defaults: [3]\n", r"defaults\[0\] \(in .*top\.yaml\): got 3, expected a YAML file path"),
+        (
+            "defaults: [nope.yaml]\n",
+            r"defaults\[0\] \(in .*top\.yaml\): 'nope\.yaml' resolves to .*nope\.yaml'?, which "
+            r"does not exist",
+        ),
+        (
+            "defaults: [top.yaml]\n",
+            r"defaults\[0\] \(in .*top\.yaml\): 'top\.yaml' forms a cycle: top\.yaml -> top\.yaml",
+        ),
+        (
+            "defaults: [loop.yaml]\n",
+            r"defaults\[0\] \(in .*loop\.yaml\): 'top\.yaml' forms a cycle: "
+            r"top\.yaml -> loop\.yaml -> top\.yaml",
+        ),
+        ("- a\n- b\n", r"top\.yaml'?: expected a mapping at the top level"),
+        ("train: {steps: [1\n", r"top\.yaml'?: cannot parse YAML"),
+        (
+            "train: {stepz: 3}\n",
+            r"train\.stepz \(in .*top\.yaml\): unknown key 'stepz' in TrainConfig; did you mean "
+            r"'steps'\?$",
+        ),
+    ],
+)
 def test_bad_defaults_name_the_key_and_file(tmp_path: Path, text: str, match: str) -> None:
     _write(tmp_path / "loop.yaml", "defaults: [top.yaml]\n")
     top = _write(tmp_path / "top.yaml", text)
@@ -97,8 +117,7 @@ def test_a_diamond_is_not_a_cycle(tmp_path: Path) -> None:
 
 
 def test_bare_string_stage_means_implementation_with_no_kwargs(tmp_path: Path) -> None:
-    path = _write(tmp_path / "s.yaml", "actor:\n  advantage:\n    estimator: turn_gae\n"
-                                       "    process_adv_shaping: gvpo\n")
+    path = _write(tmp_path / "s.yaml", "actor:\n  advantage:\n    estimator: turn_gae\n    process_adv_shaping: gvpo\n")
     adv = load_config(path).actor.advantage
     assert adv.estimator == StageSpec("turn_gae", {}) and adv.process_adv_shaping == StageSpec("gvpo", {})
     adv = load_config(DEFAULT, ["actor.advantage.estimator=token_gae"]).actor.advantage
@@ -108,8 +127,11 @@ def test_bare_string_stage_means_implementation_with_no_kwargs(tmp_path: Path) -
 
 
 def test_a_new_implementation_drops_the_old_kwargs_and_kwargs_alone_update(tmp_path: Path) -> None:
-    base = _write(tmp_path / "base.yaml", "actor:\n  advantage:\n    process_adv_shaping:\n"
-                                          "      implementation: gvpo\n      kwargs: {negative_scale: 0.3}\n")
+    base = _write(
+        tmp_path / "base.yaml",
+        "actor:\n  advantage:\n    process_adv_shaping:\n"
+        "      implementation: gvpo\n      kwargs: {negative_scale: 0.3}\n",
+    )
     top = _write(tmp_path / "top.yaml", "defaults: [base.yaml]\nactor: {advantage: {process_adv_shaping: additive}}\n")
     assert load_config(top).actor.advantage.process_adv_shaping == StageSpec("additive", {})
     same = load_config(base, ["actor.advantage.process_adv_shaping.kwargs.zero_penalty=0.5"])
@@ -145,19 +167,34 @@ def test_print_config_prints_the_resolved_config_and_exits(tmp_path: Path, capsy
     printed = OmegaConf.to_container(OmegaConf.create(out))
     expected = load_config(snippet, ["seed=9", f"output.dir={tmp_path / 'never'}"])
     assert out == config_to_yaml(expected) and printed == config_to_dict(expected)
-    assert printed["seed"] == 9 and printed["actor"]["advantage"]["estimator"] == {"implementation": "turn_gae",
-                                                                                     "kwargs": {}}
+    assert printed["seed"] == 9 and printed["actor"]["advantage"]["estimator"] == {
+        "implementation": "turn_gae",
+        "kwargs": {},
+    }
     assert not (tmp_path / "never").exists()  # nothing was built or written
 
 
 def test_print_config_output_loads_back_to_the_same_config(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "areal.trainer.main", "--config",
-                           str(ROOT / "examples" / "ppo_turn_gae_guess.yaml"), "--print-config", "seed=2"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "areal.trainer.main",
+            "--config",
+            str(ROOT / "examples" / "ppo_turn_gae_guess.yaml"),
+            "--print-config",
+            "seed=2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     again = _write(tmp_path / "printed.yaml", proc.stdout)
     assert config_to_dict(load_config(again)) == config_to_dict(
-        load_config(ROOT / "examples" / "ppo_turn_gae_guess.yaml", ["seed=2"]))
+        load_config(ROOT / "examples" / "ppo_turn_gae_guess.yaml", ["seed=2"])
+    )
 
 
 def test_print_config_reports_a_bad_config(capsys: pytest.CaptureFixture) -> None:
@@ -189,8 +226,7 @@ def test_a_later_task_wins_on_the_command_line_whichever_key_names_it(key: str, 
 
 def test_a_defaults_child_naming_a_task_plugin_starts_from_empty_kwargs(tmp_path: Path) -> None:
     _write(tmp_path / "base.yaml", "task: {name: guess, kwargs: {num_range: 4, max_turns: 2}}\n")
-    child = _write(tmp_path / "child.yaml", "defaults: [base.yaml]\n"
-                                            "task: {implementation: userpkg.tasks.make_adder}\n")
+    child = _write(tmp_path / "child.yaml", "defaults: [base.yaml]\ntask: {implementation: userpkg.tasks.make_adder}\n")
     cfg = load_config(child)
     assert (cfg.task.implementation, cfg.task.kwargs) == ("userpkg.tasks.make_adder", {})
     cfg = load_config(child, ["task.kwargs.log=x"])
@@ -218,7 +254,10 @@ def test_tuples_in_kwargs_run_as_the_lists_config_yaml_saves(tmp_path: Path) -> 
     )
     assert cfg.actor.advantage.estimator.kwargs == {"w": [1, [2.5, "a"]], "m": {"t": []}}
     assert (cfg.actor.gae_lambda_kwargs, cfg.task.kwargs, cfg.reward[0].kwargs) == (
-        {"k": [1, 2]}, {"sizes": [3, 4]}, {"pair": ["x", "y"]})
+        {"k": [1, 2]},
+        {"sizes": [3, 4]},
+        {"pair": ["x", "y"]},
+    )
     assert given["estimator"]["kwargs"]["w"] == (1, (2.5, "a"))  # the caller's mapping is left as it was
     saved = _write(tmp_path / "config.yaml", config_to_yaml(cfg))
     assert load_config(saved) == cfg

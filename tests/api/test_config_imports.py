@@ -56,16 +56,22 @@ def test_config_modules_and_what_they_import_have_no_import_cycle() -> None:
 
     for module in sorted(graph):
         visit(module, ())
-    assert order.index("areal.api.config_checks") < order.index("areal.api.actor_args") \
-        < order.index("areal.api.train_args") < order.index("areal.api.cli_args")
+    assert (
+        order.index("areal.api.config_checks")
+        < order.index("areal.api.actor_args")
+        < order.index("areal.api.train_args")
+        < order.index("areal.api.cli_args")
+    )
 
 
 def test_loading_a_config_with_plugins_imports_neither_torch_nor_the_plugins() -> None:
-    code = ("import sys; from areal.api.cli_args import load_config; "
-            "c = load_config('examples/custom_task/single_turn.yaml', "
-            "['reward=[{implementation: examples.custom_task.rewards.brevity}]']); "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'datasets') "
-            "or m.startswith('examples.custom_task.') or m.startswith('areal.trainer')]; "
-            "print(bad); assert not bad")
+    code = (
+        "import sys; from areal.api.cli_args import load_config; "
+        "c = load_config('examples/custom_task/single_turn.yaml', "
+        "['reward=[{implementation: examples.custom_task.rewards.brevity}]']); "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'datasets') "
+        "or m.startswith('examples.custom_task.') or m.startswith('areal.trainer')]; "
+        "print(bad); assert not bad"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -24,19 +24,27 @@ def test_dictconfig_everywhere_a_mapping_is_accepted():
         adv_norm=OmegaConf.create({}),
         gae_lambda="vapo",
         gae_lambda_kwargs=OmegaConf.create({"alpha": 0.5}),
-        advantage=OmegaConf.create({
-            "outcome_reward_shaping": {"implementation": "examples.custom_advantage.plugins.scale_outcome",
-                                       "kwargs": {"factor": 0.5}},
-            "estimator": {"implementation": "turn_gae", "kwargs": {}},
-            "process_adv_shaping": {"implementation": "gvpo", "kwargs": OmegaConf.create({"negative_scale": 0.3})},
-        }),
+        advantage=OmegaConf.create(
+            {
+                "outcome_reward_shaping": {
+                    "implementation": "examples.custom_advantage.plugins.scale_outcome",
+                    "kwargs": {"factor": 0.5},
+                },
+                "estimator": {"implementation": "turn_gae", "kwargs": {}},
+                "process_adv_shaping": {"implementation": "gvpo", "kwargs": OmegaConf.create({"negative_scale": 0.3})},
+            }
+        ),
     )
     plain_cfg = PPOActorConfig(
-        reward_norm=NormConfig(mean_level="group", std_level="group"), adv_norm=NormConfig(), gae_lambda="vapo",
+        reward_norm=NormConfig(mean_level="group", std_level="group"),
+        adv_norm=NormConfig(),
+        gae_lambda="vapo",
         gae_lambda_kwargs={"alpha": 0.5},
         advantage=AdvantageConfig(
             outcome_reward_shaping=StageSpec("examples.custom_advantage.plugins.scale_outcome", {"factor": 0.5}),
-            estimator=StageSpec("turn_gae"), process_adv_shaping=StageSpec("gvpo", {"negative_scale": 0.3})),
+            estimator=StageSpec("turn_gae"),
+            process_adv_shaping=StageSpec("gvpo", {"negative_scale": 0.3}),
+        ),
     )
     assert cfg == plain_cfg
     assert type(cfg.gae_lambda_kwargs) is dict and type(cfg.advantage.process_adv_shaping.kwargs) is dict
@@ -52,15 +60,24 @@ def test_stage_spec_kwargs_and_nested_lists_from_omegaconf():
     assert stage == StageSpec("token_gae", {})
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    (dict(adv_norm=OmegaConf.create({"bogus": 1})), r"actor\.adv_norm: unknown keys \['bogus'\]"),
-    (dict(advantage=OmegaConf.create({"estimator": {"implementation": "turn_gae", "extra": 1}})),
-     r"actor\.advantage\.estimator: unknown keys \['extra'\]"),
-    (dict(advantage=OmegaConf.create({"estimator": {"implementation": "turn_gae", "kwargs": [1, 2]}})),
-     r"actor\.advantage\.estimator\.kwargs: got \[1, 2\] \(list\), expected a mapping"),
-    (dict(gae_lambda="vapo", gae_lambda_kwargs=OmegaConf.create({"alpha": float("nan")})),
-     r"actor\.gae_lambda_kwargs\.alpha: got nan"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(adv_norm=OmegaConf.create({"bogus": 1})), r"actor\.adv_norm: unknown keys \['bogus'\]"),
+        (
+            dict(advantage=OmegaConf.create({"estimator": {"implementation": "turn_gae", "extra": 1}})),
+            r"actor\.advantage\.estimator: unknown keys \['extra'\]",
+        ),
+        (
+            dict(advantage=OmegaConf.create({"estimator": {"implementation": "turn_gae", "kwargs": [1, 2]}})),
+            r"actor\.advantage\.estimator\.kwargs: got \[1, 2\] \(list\), expected a mapping",
+        ),
+        (
+            dict(gae_lambda="vapo", gae_lambda_kwargs=OmegaConf.create({"alpha": float("nan")})),
+            r"actor\.gae_lambda_kwargs\.alpha: got nan",
+        ),
+    ],
+)
 def test_bad_omegaconf_values_name_the_field(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):
         PPOActorConfig(**kwargs)

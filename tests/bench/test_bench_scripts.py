@@ -16,13 +16,30 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_pipeline_bench_runs_and_checks_its_results():
-    proc = _run("bench/bench_pipeline.py", "--sizes", "16x64", "--threads", "1", "--reps", "1", "--ref-reps", "1",
-                "--tensor-reps", "1")
+    proc = _run(
+        "bench/bench_pipeline.py",
+        "--sizes",
+        "16x64",
+        "--threads",
+        "1",
+        "--reps",
+        "1",
+        "--ref-reps",
+        "1",
+        "--tensor-reps",
+        "1",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "16x64 1 thr: default token:" in proc.stdout
 
@@ -44,8 +61,21 @@ def test_threads_bench_runs_both_modes() -> None:
     proc = _run("bench/bench_threads.py", "--sizes", "32", "--steps", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OMP_WAIT_POLICY=PASSIVE" in proc.stdout and "hidden    32  params " in proc.stdout
-    proc = _run("bench/bench_threads.py", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64",
-                "--steps", "1", "--scenes", "busy", "--busy", "1", "--variants", "one", "spincount")
+    proc = _run(
+        "bench/bench_threads.py",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "model.intermediate_size=64",
+        "--steps",
+        "1",
+        "--scenes",
+        "busy",
+        "--busy",
+        "1",
+        "--variants",
+        "one",
+        "spincount",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "busy 1  spincount " in proc.stdout and "x1.00 of one" in proc.stdout
 
@@ -55,8 +85,9 @@ def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> 
     from checkpoint_factory import build_checkpoint
 
     build_checkpoint(tmp_path / "tiny")
-    proc = _run("bench/bench_vs_trl.py", "--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "2",
-                "--threads", "1")
+    proc = _run(
+        "bench/bench_vs_trl.py", "--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "2", "--threads", "1"
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for side in ("ours", "trl"):
         assert f"round 1 {side}: " in proc.stdout

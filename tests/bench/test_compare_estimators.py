@@ -22,8 +22,20 @@ ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gdpo")
 
 
 def _run(tmp: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(SCRIPT), "--tiny", "--runs-dir", str(tmp / "runs"), "--results",
-           str(tmp / "results.jsonl"), "--plot", str(tmp / "plot.png"), "--set", "eval.every=2", *args]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--tiny",
+        "--runs-dir",
+        str(tmp / "runs"),
+        "--results",
+        str(tmp / "results.jsonl"),
+        "--plot",
+        str(tmp / "plot.png"),
+        "--set",
+        "eval.every=2",
+        *args,
+    ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
@@ -68,8 +80,14 @@ def test_each_run_is_the_base_run_with_the_presets_algorithm(campaign: Path):
             assert getattr(cfg.actor, key) == getattr(preset.actor, key), (name, key)
         for key in set(vars(base.actor)) - set(algorithm):  # everything else is the run's
             assert getattr(cfg.actor, key) == getattr(base.actor, key), (name, key)
-        assert (cfg.task, cfg.data, cfg.reward, cfg.rollout, cfg.eval, cfg.train.lr) == \
-               (base.task, base.data, base.reward, base.rollout, base.eval, base.train.lr), name
+        assert (cfg.task, cfg.data, cfg.reward, cfg.rollout, cfg.eval, cfg.train.lr) == (
+            base.task,
+            base.data,
+            base.reward,
+            base.rollout,
+            base.eval,
+            base.train.lr,
+        ), name
     # the example run itself is the GRPO row: examples/real_model/run.sh trains exactly that
     assert load_config(configs / "grpo.yaml").actor == base.actor
 
@@ -88,17 +106,30 @@ def test_a_finished_campaign_is_skipped_and_the_doc_block_is_rebuilt(campaign: P
     assert all(f"| {name} | 1 |" in page for name in ESTIMATORS)
 
 
-def test_a_stopped_part_resumes_from_its_checkpoint_and_equals_the_run_in_one_piece(campaign: Path,
-                                                                                    tmp_path: Path):
-    first = _run(tmp_path, "--estimators", "grpo", "--seeds", "1", "--steps", "4", "--chunk-steps", "2",
-                 "--stop-after-hours", "0", "--tag", "part")
+def test_a_stopped_part_resumes_from_its_checkpoint_and_equals_the_run_in_one_piece(campaign: Path, tmp_path: Path):
+    first = _run(
+        tmp_path,
+        "--estimators",
+        "grpo",
+        "--seeds",
+        "1",
+        "--steps",
+        "4",
+        "--chunk-steps",
+        "2",
+        "--stop-after-hours",
+        "0",
+        "--tag",
+        "part",
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     assert "--stop-after-hours 0.0: 1 chunks done" in first.stdout
     assert not (tmp_path / "results.jsonl").exists()
     metrics = tmp_path / "runs" / "part" / "grpo" / "seed1" / "metrics.jsonl"
     assert len(metrics.read_text().splitlines()) == 2
-    second = _run(tmp_path, "--estimators", "grpo", "--seeds", "1", "--steps", "4", "--chunk-steps", "2",
-                  "--tag", "part")
+    second = _run(
+        tmp_path, "--estimators", "grpo", "--seeds", "1", "--steps", "4", "--chunk-steps", "2", "--tag", "part"
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     (row,) = _rows(tmp_path)
     assert row["chunks"] == 2 and [r for r in row["commands"] if "train.steps=4" in r]
@@ -108,8 +139,10 @@ def test_a_stopped_part_resumes_from_its_checkpoint_and_equals_the_run_in_one_pi
     assert [r["step"] for r in chunked] == [0, 1, 2, 3]
     assert not list((tmp_path / "runs" / "part" / "grpo" / "seed1" / "checkpoints").glob("step_*"))
     # chunks change nothing but the clock: the campaign's grpo run (in one piece) has the same metrics and curve
-    one = [json.loads(line) for line in (campaign / "runs" / "all" / "grpo" / "seed1" / "metrics.jsonl")
-           .read_text().splitlines()]
+    one = [
+        json.loads(line)
+        for line in (campaign / "runs" / "all" / "grpo" / "seed1" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [_untimed(r) for r in chunked] == [_untimed(r) for r in one]
     whole = next(r for r in _rows(campaign) if r["estimator"] == "grpo")
     assert [p["accuracy"] for p in whole["curve"]] == [p["accuracy"] for p in row["curve"]]
@@ -117,8 +150,12 @@ def test_a_stopped_part_resumes_from_its_checkpoint_and_equals_the_run_in_one_pi
 
 def _untimed(row: dict) -> dict:
     """A metrics row without its wall-clock and memory fields, and without the evaluations (a chunk adds one)."""
-    return {k: v for k, v in row.items() if k not in ("seconds", "elapsed", "tokens_per_s")
-            and not k.startswith(("eval/", "time/", "throughput/", "memory/"))}
+    return {
+        k: v
+        for k, v in row.items()
+        if k not in ("seconds", "elapsed", "tokens_per_s")
+        and not k.startswith(("eval/", "time/", "throughput/", "memory/"))
+    }
 
 
 def test_bad_arguments_name_the_option(tmp_path: Path):

@@ -62,24 +62,46 @@ def test_paired_difference_pairs_by_seed():
 
 
 def _row(task: str, estimator: str, seed: int, final: float) -> dict:
-    return {"task": task, "estimator": estimator, "seed": seed, "final_success": final, "auc": final / 2,
-            "steps": 10, "wall_s": 1.0, "cpu_s": 1.0, "load1_start": 0.0, "curve": [[0, 0.0], [10, final]]}
+    return {
+        "task": task,
+        "estimator": estimator,
+        "seed": seed,
+        "final_success": final,
+        "auc": final / 2,
+        "steps": 10,
+        "wall_s": 1.0,
+        "cpu_s": 1.0,
+        "load1_start": 0.0,
+        "curve": [[0, 0.0], [10, final]],
+    }
 
 
 def test_verdicts_follow_the_paired_differences():
-    better = {"grpo": {s: _row("sparse", "grpo", s, 0.5) for s in range(1, 11)},
-              "rloo": {s: _row("sparse", "rloo", s, 0.7 + 0.01 * s) for s in range(1, 11)}}
+    better = {
+        "grpo": {s: _row("sparse", "grpo", s, 0.5) for s in range(1, 11)},
+        "rloo": {s: _row("sparse", "rloo", s, 0.7 + 0.01 * s) for s in range(1, 11)},
+    }
     text, winner = verdict(better)
     assert winner == "rloo" and text.startswith("rloo beats GRPO by +0.255 final success")
     assert verdict(better, "auc")[0].startswith("rloo beats GRPO by +0.128 AUC") and choice(better) == "rloo"
-    same = {"grpo": better["grpo"], "rloo": {s: _row("sparse", "rloo", s, 0.5 + (0.02 if s % 2 else -0.02))
-                                              for s in range(1, 11)}}
+    same = {
+        "grpo": better["grpo"],
+        "rloo": {s: _row("sparse", "rloo", s, 0.5 + (0.02 if s % 2 else -0.02)) for s in range(1, 11)},
+    }
     text, winner = verdict(same)
     bound = float(text.split("±")[1].split()[0])
-    assert winner is None and choice(same) == "grpo" and text.startswith("no difference larger than ±") and 0.0 < bound <= 0.02
+    assert (
+        winner is None
+        and choice(same) == "grpo"
+        and text.startswith("no difference larger than ±")
+        and 0.0 < bound <= 0.02
+    )
     worse = {"grpo": better["grpo"], "rloo": {s: _row("sparse", "rloo", s, 0.2) for s in range(1, 11)}}
-    assert verdict(worse) == ("GRPO beats every other estimator on final success; the closest, rloo, by 0.300, "
-                              "CI of its difference [-0.300, -0.300]", None)
+    assert verdict(worse) == (
+        "GRPO beats every other estimator on final success; the closest, rloo, by 0.300, "
+        "CI of its difference [-0.300, -0.300]",
+        None,
+    )
     two = {name: {s: r for s, r in seeds.items() if s <= 2} for name, seeds in better.items()}
     assert verdict(two) == ("too few paired seeds for a verdict (2, need 3)", None) and choice(two) == "grpo"
     faster = {"grpo": better["grpo"], "rloo": {s: {**_row("sparse", "rloo", s, 0.5), "auc": 0.4} for s in range(1, 11)}}
@@ -101,9 +123,27 @@ def test_every_estimator_keeps_the_task_and_sets_only_the_algorithm():
 
 
 def _suite(tmp: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, str(SCRIPT), "--tasks", "sparse", "two_rewards", "--estimators", "grpo", "rloo",
-           "--seeds", "1", "--steps", "3", "--eval-every", "1", "--workers", "1", "--results",
-           str(tmp / "rows.jsonl"), *args]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--tasks",
+        "sparse",
+        "two_rewards",
+        "--estimators",
+        "grpo",
+        "rloo",
+        "--seeds",
+        "1",
+        "--steps",
+        "3",
+        "--eval-every",
+        "1",
+        "--workers",
+        "1",
+        "--results",
+        str(tmp / "rows.jsonl"),
+        *args,
+    ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
@@ -112,7 +152,11 @@ def test_a_tiny_suite_writes_rows_resumes_reproduces_and_reports(tmp_path: Path)
     assert first.returncode == 0, first.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert sorted((r["task"], r["estimator"]) for r in rows) == [
-        ("sparse", "grpo"), ("sparse", "rloo"), ("two_rewards", "grpo"), ("two_rewards", "rloo")]
+        ("sparse", "grpo"),
+        ("sparse", "rloo"),
+        ("two_rewards", "grpo"),
+        ("two_rewards", "rloo"),
+    ]
     for row in rows:
         assert row["seed"] == 1 and row["steps"] == 3 and [p[0] for p in row["curve"]] == [0, 1, 3]
         assert row["final_success"] == row["curve"][-1][1] and 0.0 <= row["auc"] <= 1.0

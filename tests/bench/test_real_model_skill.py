@@ -63,20 +63,28 @@ def _score_directly(dataset: str, answer: str | None, row: dict) -> float:
 ENDED, CUT = [5, 2], [5, 7]  # completion ids ending with a stop token (2) or cut by the budget
 
 
-@pytest.mark.parametrize(("completion", "ids", "score", "strict", "lenient"), [
-    ("noea", ENDED, 1.0, 1.0, 1.0),
-    (" Noea \n", ENDED, 1.0, 1.0, 1.0),              # reasoning-gym's spell_backward ignores case
-    ("noea", CUT, 0.0, 0.0, 1.0),                    # cut by the budget: no strict credit
-    ("The word backward is noea.", ENDED, None, 0.0, 1.0),  # right skill, wrong format
-    ("noe", ENDED, None, 0.0, 0.0),                  # partial credit for the right prefix, not solved
-    ("aeon", ENDED, None, 0.0, 0.0),                 # the word itself
-    ("", ENDED, 0.0, 0.0, 0.0),
-])
+@pytest.mark.parametrize(
+    ("completion", "ids", "score", "strict", "lenient"),
+    [
+        ("noea", ENDED, 1.0, 1.0, 1.0),
+        (" Noea \n", ENDED, 1.0, 1.0, 1.0),  # reasoning-gym's spell_backward ignores case
+        ("noea", CUT, 0.0, 0.0, 1.0),  # cut by the budget: no strict credit
+        ("The word backward is noea.", ENDED, None, 0.0, 1.0),  # right skill, wrong format
+        ("noe", ENDED, None, 0.0, 0.0),  # partial credit for the right prefix, not solved
+        ("aeon", ENDED, None, 0.0, 0.0),  # the word itself
+        ("", ENDED, 0.0, 0.0, 0.0),
+    ],
+)
 def test_spell_backward_rewards_are_reasoning_gyms_score(completion, ids, score, strict, lenient):
     row = _read(DATA / TASK / "eval.jsonl")[0]
     assert row["answer"] == "noea"
-    args = dict(prompts=[row["prompt"]], completions=[completion], answer=[row["answer"]], task=[row["task"]],
-                metadata=[row["metadata"]])
+    args = dict(
+        prompts=[row["prompt"]],
+        completions=[completion],
+        answer=[row["answer"]],
+        task=[row["task"]],
+        metadata=[row["metadata"]],
+    )
     got = skill_rewards.score(**args, completion_ids=[ids], end_ids=[1, 2])
     expected = score if score is not None else _score_directly("spell_backward", completion.strip(), row)
     assert got == [expected]
@@ -87,40 +95,74 @@ def test_spell_backward_rewards_are_reasoning_gyms_score(completion, ids, score,
     assert skill_rewards.solved_lenient(**chat) == [lenient]
 
 
-@pytest.mark.parametrize(("completion", "strict", "lenient"), [
-    ("2", 1.0, 1.0), ("There are 2 i's.", 0.0, 1.0), ("2 or 3", 0.0, 0.0), ("two", 0.0, 0.0)])
+@pytest.mark.parametrize(
+    ("completion", "strict", "lenient"),
+    [("2", 1.0, 1.0), ("There are 2 i's.", 0.0, 1.0), ("2 or 3", 0.0, 0.0), ("two", 0.0, 0.0)],
+)
 def test_counting_answers_strict_and_lenient(completion: str, strict: float, lenient: float):
     (row,) = [r for r in skill_tasks.rows(skill_tasks.TASKS["char_count_verl"], 5, 5) if r["answer"] == "2"][:1]
-    args = dict(prompts=[row["prompt"]], completions=[completion], answer=[row["answer"]], task=[row["task"]],
-                metadata=[row["metadata"]])
+    args = dict(
+        prompts=[row["prompt"]],
+        completions=[completion],
+        answer=[row["answer"]],
+        task=[row["task"]],
+        metadata=[row["metadata"]],
+    )
     assert skill_rewards.solved(**args, completion_ids=[ENDED]) == [strict]
     assert skill_rewards.solved_lenient(**args) == [lenient]
-    assert skill_rewards.score(**args, completion_ids=[ENDED]) == \
-        [_score_directly("letter_counting", completion.strip(), row)]
+    assert skill_rewards.score(**args, completion_ids=[ENDED]) == [
+        _score_directly("letter_counting", completion.strip(), row)
+    ]
 
 
 def test_compare_estimators_runs_the_skill_task_and_reports_the_format_fixed_accuracy(tmp_path: Path):
-    cmd = [sys.executable, str(ROOT / "bench" / "compare_estimators.py"), "--task", "spell_backward", "--tiny",
-           "--estimators", "grpo", "rloo", "--seeds", "1", "--steps", "2", "--chunk-steps", "0",
-           "--runs-dir", str(tmp_path / "runs"), "--results", str(tmp_path / "results.jsonl"),
-           "--plot", str(tmp_path / "plot.png")]
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "compare_estimators.py"),
+        "--task",
+        "spell_backward",
+        "--tiny",
+        "--estimators",
+        "grpo",
+        "rloo",
+        "--seeds",
+        "1",
+        "--steps",
+        "2",
+        "--chunk-steps",
+        "0",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--results",
+        str(tmp_path / "results.jsonl"),
+        "--plot",
+        str(tmp_path / "plot.png"),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = _read(tmp_path / "results.jsonl")
-    assert [(r["tag"], r["estimator"], r["metric"]) for r in rows] == \
-        [("spell_backward", "grpo", "eval/reward/solved"), ("spell_backward", "rloo", "eval/reward/solved")]
+    assert [(r["tag"], r["estimator"], r["metric"]) for r in rows] == [
+        ("spell_backward", "grpo", "eval/reward/solved"),
+        ("spell_backward", "rloo", "eval/reward/solved"),
+    ]
     metrics = _read(tmp_path / "runs" / "spell_backward" / "grpo" / "seed1" / "metrics.jsonl")
     last = [m for m in metrics if "eval/updates" in m][-1]
-    assert rows[0]["curve"][-1] == {"updates": 2, "train_seconds": pytest.approx(rows[0]["train_seconds"]),
-                                    "accuracy": last["eval/reward/solved"],
-                                    "format": last["eval/reward/solved_lenient"]}
+    assert rows[0]["curve"][-1] == {
+        "updates": 2,
+        "train_seconds": pytest.approx(rows[0]["train_seconds"]),
+        "accuracy": last["eval/reward/solved"],
+        "format": last["eval/reward/solved_lenient"],
+    }
     assert "format-fixed accuracy (solved_lenient) after" in proc.stdout
     doc = tmp_path / "page.md"
-    doc.write_text("<!-- compare_estimators:begin -->\nsums\n<!-- compare_estimators:end -->\n"
-                   "<!-- compare_estimators:spell_backward:begin -->\nold\n"
-                   "<!-- compare_estimators:spell_backward:end -->\n")
-    proc = subprocess.run([*cmd, "--report-only", "--doc", str(doc)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    doc.write_text(
+        "<!-- compare_estimators:begin -->\nsums\n<!-- compare_estimators:end -->\n"
+        "<!-- compare_estimators:spell_backward:begin -->\nold\n"
+        "<!-- compare_estimators:spell_backward:end -->\n"
+    )
+    proc = subprocess.run(
+        [*cmd, "--report-only", "--doc", str(doc)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = doc.read_text()
     assert "\nsums\n" in page and "old" not in page and "| grpo | 1 |" in page  # only the task's block changed

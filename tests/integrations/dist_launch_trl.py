@@ -27,11 +27,25 @@ def run_ranks(world_size: int, cmd: list[str], timeout: float) -> None:
     """Run `cmd` once per rank; fail the test with the ranks' stderr when one fails or hangs."""
     port = str(_free_port())
     base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    base.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), base.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1",
-                MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(world_size))
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-             for r in range(world_size)]
+    base.update(
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), base.get("PYTHONPATH", "")]),
+        OMP_NUM_THREADS="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=port,
+        WORLD_SIZE=str(world_size),
+    )
+    procs = [
+        subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for r in range(world_size)
+    ]
     try:
         results = [proc.communicate(timeout=timeout) for proc in procs]
     except subprocess.TimeoutExpired:

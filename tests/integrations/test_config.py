@@ -33,7 +33,9 @@ def test_actor_config_object_and_cached_actor():
 def test_bad_sources_and_overrides_name_the_engine_key():
     with pytest.raises(ConfigError, match=r"algorithm\.areal_config: got 3 \(int\), expected the path"):
         load_pipeline(3, where="algorithm.areal_config")
-    with pytest.raises(ConfigError, match=r"algorithm\.areal_config overrides: got 'actor\.kl_ctl=0' \(str\), expected a list"):
+    with pytest.raises(
+        ConfigError, match=r"algorithm\.areal_config overrides: got 'actor\.kl_ctl=0' \(str\), expected a list"
+    ):
         load_pipeline(str(GRPO), "actor.kl_ctl=0", where="algorithm.areal_config")
     with pytest.raises(ConfigError, match=r"override 'actor\.kl_ctl' is not KEY=VALUE"):
         load_pipeline(str(GRPO), ["actor.kl_ctl"], where="w")
@@ -44,8 +46,10 @@ def test_bad_sources_and_overrides_name_the_engine_key():
 
 
 def test_importing_areal_and_the_verl_adapter_imports_neither_engine():
-    code = ("import sys, areal, areal.integrations, areal.integrations.verl, areal.integrations.response_layout; "
-            "print(sorted(m for m in ('verl', 'trl') if m in sys.modules))")
+    code = (
+        "import sys, areal, areal.integrations, areal.integrations.verl, areal.integrations.response_layout; "
+        "print(sorted(m for m in ('verl', 'trl') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

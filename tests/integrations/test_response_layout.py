@@ -27,9 +27,14 @@ def random_batch(seed: int, B: int, R: int) -> ResponseBatch:
     mask = (torch.rand(B, R, generator=gen) > 0.3).float() * (torch.arange(R)[None, :] < lengths[:, None])
     groups = [rng.randint(0, max(1, B // 2)) for _ in range(B)]  # interleaved, as after verl's balancing
     return ResponseBatch(
-        response_mask=mask, rewards=torch.randn(B, generator=gen), group_ids=[f"uid-{g}" for g in groups],
-        lengths=lengths, values=torch.randn(B, R, generator=gen), logprobs=-torch.rand(B, R, generator=gen),
-        ref_logprobs=-torch.rand(B, R, generator=gen), token_rewards=torch.randn(B, R, generator=gen) * mask,
+        response_mask=mask,
+        rewards=torch.randn(B, generator=gen),
+        group_ids=[f"uid-{g}" for g in groups],
+        lengths=lengths,
+        values=torch.randn(B, R, generator=gen),
+        logprobs=-torch.rand(B, R, generator=gen),
+        ref_logprobs=-torch.rand(B, R, generator=gen),
+        token_rewards=torch.randn(B, R, generator=gen) * mask,
         reward_baselines=torch.randn(B, generator=gen),
     )
 

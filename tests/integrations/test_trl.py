@@ -143,8 +143,13 @@ def test_process_slicing_is_grpotrainers():
     rewards = torch.rand(8, generator=gen)
     rewards[3] = float("nan")
     mask = (torch.rand(8, 5, generator=gen) > 0.3).float()
-    g = GatheredRollouts(rewards=rewards, loss_mask=mask, lengths=torch.full((8,), 5), is_truncated=torch.zeros(8,
-                         dtype=torch.bool), num_generations=4)
+    g = GatheredRollouts(
+        rewards=rewards,
+        loss_mask=mask,
+        lengths=torch.full((8,), 5),
+        is_truncated=torch.zeros(8, dtype=torch.bool),
+        num_generations=4,
+    )
     actor = PPOActor(load_config(PRESETS / "grpo.yaml").actor)
     full = group_advantages(actor, g)
     assert torch.equal(full[3], torch.zeros(5))
@@ -153,28 +158,45 @@ def test_process_slicing_is_grpotrainers():
     expected = (scores - scores.mean()) / (scores.std() + 1e-6)
     assert masked_max(full[:3], expected[:, None].expand(3, 5).float(), mask[:3]) <= 1e-6
     with pytest.raises(ValueError, match="not whole groups of num_generations=3"):
-        group_advantages(actor, GatheredRollouts(rewards, mask, torch.full((8,), 5), torch.zeros(8, dtype=torch.bool), 3))
+        group_advantages(
+            actor, GatheredRollouts(rewards, mask, torch.full((8,), 5), torch.zeros(8, dtype=torch.bool), 3)
+        )
 
 
 def test_two_processes_gather_rewards_and_keep_their_rows(model_dir, tmp_path):
     prefix = tmp_path / "result"
     overrides = ["actor.kl_ctl=0.0", "actor.adv_norm.std_unbiased=true"]  # unbiased: a double count would show
-    run_ranks(2, [sys.executable, str(HERE / "trl_worker.py"), model_dir, str(tmp_path / "out"), str(prefix),
-                  str(PRESETS / "reinforce_plus_plus.yaml"), *overrides], timeout=420)
+    run_ranks(
+        2,
+        [
+            sys.executable,
+            str(HERE / "trl_worker.py"),
+            model_dir,
+            str(tmp_path / "out"),
+            str(prefix),
+            str(PRESETS / "reinforce_plus_plus.yaml"),
+            *overrides,
+        ],
+        timeout=420,
+    )
     ranks = [torch.load(f"{prefix}.{r}.pt", weights_only=False) for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2] and [r["steps"] for r in ranks] == [2, 2]
     assert all("MULTI_CPU" in r["distributed_type"] for r in ranks)
     actor = PPOActor(load_config(PRESETS / "reinforce_plus_plus.yaml", overrides).actor)
     for step in range(2):
         first, second = (GatheredRollouts(**r["records"][step]["gathered"]) for r in ranks)
-        assert torch.equal(first.loss_mask, second.loss_mask) and torch.allclose(first.rewards, second.rewards,
-                                                                                  equal_nan=True)
+        assert torch.equal(first.loss_mask, second.loss_mask) and torch.allclose(
+            first.rewards, second.rewards, equal_nan=True
+        )
         assert first.token_rewards is not None
         full = group_advantages(actor, first)  # one process, no torch.distributed: the reference
         for rank, result in enumerate(ranks):
             local = result["records"][step]["ours"]
             expected = full[process_rows(local.shape[0], rank), : local.shape[1]]
-            assert masked_max(local, expected, first.loss_mask[process_rows(local.shape[0], rank), : local.shape[1]]) <= 1e-6
+            assert (
+                masked_max(local, expected, first.loss_mask[process_rows(local.shape[0], rank), : local.shape[1]])
+                <= 1e-6
+            )
 
 
 # ---------------------------------------------------------------------------
@@ -188,7 +210,9 @@ def test_configs_trl_cannot_serve_are_refused(model_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"actor\.kl_ctl=0\.01 asks for a KL reward.*GRPOConfig\.beta"):
         ts.make_trainer(model_dir, tmp_path, str(PRESETS / "reinforce_plus_plus.yaml"))
     with pytest.raises(ConfigError, match=r"multi_objective_aggregation='normalize_then_sum'"):
-        ts.make_trainer(model_dir, tmp_path, str(PRESETS / "grpo.yaml"), multi_objective_aggregation="normalize_then_sum")
+        ts.make_trainer(
+            model_dir, tmp_path, str(PRESETS / "grpo.yaml"), multi_objective_aggregation="normalize_then_sum"
+        )
     with pytest.raises(ConfigError, match=r"areal_config.*does not exist"):
         ts.make_trainer(model_dir, tmp_path, str(tmp_path / "missing.yaml"))
 
@@ -197,8 +221,12 @@ def test_bad_plugin_path_fails_at_trainer_construction(model_dir, tmp_path):
     from areal.utils.dynamic_import import PluginResolutionError
 
     with pytest.raises(PluginResolutionError, match=r"actor\.advantage\.estimator.*nowhere\.estimators\.fn"):
-        ts.make_trainer(model_dir, tmp_path, str(PRESETS / "grpo.yaml"),
-                        overrides=("actor.advantage.estimator.implementation=nowhere.estimators.fn",))
+        ts.make_trainer(
+            model_dir,
+            tmp_path,
+            str(PRESETS / "grpo.yaml"),
+            overrides=("actor.advantage.estimator.implementation=nowhere.estimators.fn",),
+        )
 
 
 def test_token_reward_function_of_wrong_length_is_named(model_dir, tmp_path):
@@ -206,7 +234,9 @@ def test_token_reward_function_of_wrong_length_is_named(model_dir, tmp_path):
         return [ids[:-1] for ids in completion_ids]
 
     trainer = ts.make_trainer(model_dir, tmp_path, str(PRESETS / "grpo.yaml"), token_reward_func=short, steps=1)
-    with pytest.raises(ValueError, match=r"token_reward_func 'short': completion \d+ has \d+ tokens but \d+ token rewards"):
+    with pytest.raises(
+        ValueError, match=r"token_reward_func 'short': completion \d+ has \d+ tokens but \d+ token rewards"
+    ):
         trainer.train()
 
 
@@ -249,8 +279,13 @@ def test_completion_token_stats_equal_a_plain_softmax(model_dir):
     completion_mask[1, 3:] = 0
     logp, spp = completion_token_stats(model, prompt, prompt_mask, completion, completion_mask, 0.7)
     with torch.no_grad():
-        logits = model(input_ids=torch.cat([prompt, completion], 1),
-                       attention_mask=torch.cat([prompt_mask, completion_mask], 1)).logits.double() / 0.7
+        logits = (
+            model(
+                input_ids=torch.cat([prompt, completion], 1),
+                attention_mask=torch.cat([prompt_mask, completion_mask], 1),
+            ).logits.double()
+            / 0.7
+        )
     for b in range(3):
         for j in range(5):
             p = torch.softmax(logits[b, 3 + j], dim=-1)
@@ -281,8 +316,13 @@ def test_otb_presets_through_trl_equal_verls_function_on_the_gathered_batch(mode
         rewards[torch.arange(mask.shape[0]), last] = g.rewards[keep]
         index = (keep.nonzero()[:, 0] // g.num_generations).numpy()
         theirs, _ = core_algos.get_adv_estimator_fn(name)(
-            token_level_rewards=rewards, response_mask=mask, index=index, old_log_probs=g.logprobs[keep],
-            sum_pi_squared=g.sum_pi_squared[keep], rollout_is_weights=None)
+            token_level_rewards=rewards,
+            response_mask=mask,
+            index=index,
+            old_log_probs=g.logprobs[keep],
+            sum_pi_squared=g.sum_pi_squared[keep],
+            rollout_is_weights=None,
+        )
         assert masked_max(record["ours"][keep], theirs, mask) <= 1e-5
         assert float((record["ours"][keep] * mask).abs().max()) > 0
     grpo = ts.make_trainer(model_dir, tmp_path / "grpo", str(PRESETS / "grpo.yaml"))

@@ -38,8 +38,17 @@ VERL = areal_verl.verl_compute_advantage()  # verl's own, whatever a test patche
 def algo(preset: str | Path, *overrides: str, **extra) -> object:
     """verl's `algorithm` section as its trainer passes it (a DictConfig), naming our pipeline."""
     path = preset if isinstance(preset, Path) else PRESETS / f"{preset}.yaml"
-    return OmegaConf.create({"gamma": 1.0, "lam": 1.0, "use_pf_ppo": False, "norm_adv_by_std_in_grpo": True,
-                             "areal_config": str(path), "areal_overrides": list(overrides), **extra})
+    return OmegaConf.create(
+        {
+            "gamma": 1.0,
+            "lam": 1.0,
+            "use_pf_ppo": False,
+            "norm_adv_by_std_in_grpo": True,
+            "areal_config": str(path),
+            "areal_overrides": list(overrides),
+            **extra,
+        }
+    )
 
 
 def max_diff(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor) -> float:
@@ -77,10 +86,20 @@ REGISTRY_CASES = {
     "grpo": ((), "grpo", {}, False, True),
     "dr_grpo": ((), "grpo", {"norm_adv_by_std_in_grpo": False}, False, True),
     "rloo": ((), "rloo", {}, False, True),
-    "reinforce_plus_plus": (("actor.kl_ctl=0.0", "actor.adv_norm.std_unbiased=true"), "reinforce_plus_plus", {},
-                            True, True),
-    "reinforce_plus_plus_baseline": (("actor.adv_norm.std_unbiased=true",), "reinforce_plus_plus_baseline", {},
-                                     True, False),
+    "reinforce_plus_plus": (
+        ("actor.kl_ctl=0.0", "actor.adv_norm.std_unbiased=true"),
+        "reinforce_plus_plus",
+        {},
+        True,
+        True,
+    ),
+    "reinforce_plus_plus_baseline": (
+        ("actor.adv_norm.std_unbiased=true",),
+        "reinforce_plus_plus_baseline",
+        {},
+        True,
+        False,
+    ),
     "opo": ((), "opo", {}, False, True),
     "remax": (("actor.kl_ctl=0.0",), "remax", {}, False, False),
 }
@@ -94,7 +113,9 @@ def test_registry_estimator_equals_verl_builtin(preset, sizes, seed, binary):
     batch = vb.make_batch(seed, sizes, binary=binary)
     keys = ["response_mask", "token_level_rewards"]
     if preset == "remax":
-        batch.tensors["reward_baselines"] = torch.rand(batch.uid.shape[0], generator=torch.Generator().manual_seed(seed))
+        batch.tensors["reward_baselines"] = torch.rand(
+            batch.uid.shape[0], generator=torch.Generator().manual_seed(seed)
+        )
         keys.append("reward_baselines")
     cfg = algo(preset, *overrides)
     theirs = VERL(batch.proto(*keys), adv_estimator=builtin, config=cfg, **kwargs).batch
@@ -155,7 +176,9 @@ def _runs(mask_row: list[float]) -> list[int]:
     return out
 
 
-def native_pipeline(batch: vb.VerlBatch, token_rewards: torch.Tensor, yaml_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+def native_pipeline(
+    batch: vb.VerlBatch, token_rewards: torch.Tensor, yaml_path: Path
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The same rollouts as padded prompt+response rows with real prompts of 1-4 tokens, run directly."""
     from areal.api.cli_args import load_config
     from areal.trainer.ppo.actor import PPOActor
@@ -166,8 +189,9 @@ def native_pipeline(batch: vb.VerlBatch, token_rewards: torch.Tensor, yaml_path:
     order = sorted(range(B), key=lambda i: (list(dict.fromkeys(batch.uid)).index(batch.uid[i]), i))
     prompts = [1 + (i % 4) for i in range(B)]
     T = max(prompts) + R
-    fields = {k: torch.zeros(B, T) for k in ("attention_mask", "loss_mask", "logprobs", "values", "ref_logp",
-                                             "token_rewards")}
+    fields = {
+        k: torch.zeros(B, T) for k in ("attention_mask", "loss_mask", "logprobs", "values", "ref_logp", "token_rewards")
+    }
     fields["turn_ids"] = torch.full((B, T), -1, dtype=torch.long)
     for row, i in enumerate(order):
         P, L = prompts[row], int(batch.lengths[i])
@@ -249,7 +273,9 @@ def test_custom_outcome_plugin_runs_inside_verls_compute_advantage(tmp_path):
 
 def test_bad_plugin_path_fails_with_our_error_through_verl(tmp_path):
     cfg = algo(_yaml(tmp_path, "no_such_package.shaping.fn"))
-    with pytest.raises(PluginResolutionError, match=r"actor\.advantage\.outcome_reward_shaping.*no_such_package\.shaping\.fn"):
+    with pytest.raises(
+        PluginResolutionError, match=r"actor\.advantage\.outcome_reward_shaping.*no_such_package\.shaping\.fn"
+    ):
         VERL(vb.make_batch(0, [2, 2]).proto("response_mask", "token_level_rewards"), adv_estimator="areal", config=cfg)
 
 
@@ -276,8 +302,11 @@ def test_registry_refuses_what_its_call_does_not_pass():
     with pytest.raises(ConfigError, match=r"critic\.enabled.*areal\.integrations\.verl\.compute_advantage"):
         VERL(data.proto("response_mask", "token_level_rewards"), adv_estimator="areal", config=algo("ppo"))
     with pytest.raises(ConfigError, match=r"actor\.kl_ctl=0\.01 needs old_log_probs.*areal_overrides"):
-        VERL(data.proto("response_mask", "token_level_rewards"), adv_estimator="areal",
-             config=algo("reinforce_plus_plus"))
+        VERL(
+            data.proto("response_mask", "token_level_rewards"),
+            adv_estimator="areal",
+            config=algo("reinforce_plus_plus"),
+        )
 
 
 def test_dense_token_level_rewards_are_refused_with_the_kl_cause():

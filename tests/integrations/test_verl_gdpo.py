@@ -39,8 +39,13 @@ def verl_gdpo(batch: vb.VerlBatch, scores: np.ndarray, keys: list[str], weights:
     prompts = torch.zeros(t["responses"].shape[0], vb.PROMPT, dtype=torch.long)
     non_tensor = {"uid": batch.uid, **{k: scores[:, i] for i, k in enumerate(KEYS[: scores.shape[1]])}}
     adv, _ = core_algos.compute_gdpo_outcome_advantage(
-        token_level_rewards=t["token_level_rewards"], response_mask=t["response_mask"], index=batch.uid,
-        config=cfg, non_tensor_batch=non_tensor, batch={"prompts": prompts, "attention_mask": t["attention_mask"]})
+        token_level_rewards=t["token_level_rewards"],
+        response_mask=t["response_mask"],
+        index=batch.uid,
+        config=cfg,
+        non_tensor_batch=non_tensor,
+        batch={"prompts": prompts, "attention_mask": t["attention_mask"]},
+    )
     return adv
 
 
@@ -56,15 +61,22 @@ def ours(batch: vb.VerlBatch, scores: np.ndarray, overrides: list[str]) -> torch
     for row, i in enumerate(order):
         attention[row] = t["attention_mask"][i]
         loss_mask[row, P:] = t["response_mask"][i].long()
-    data = {"input_ids": torch.randint(3, 50, (B, P + R)) * attention, "attention_mask": attention,
-            "loss_mask": loss_mask, "logprobs": torch.zeros(B, P + R),
-            "rewards": torch.tensor(scores[order], dtype=torch.float32)}
-    meta = TrajBatchMeta(n_trajs=len(groups), traj_group_sizes=tuple(int((batch.uid == u).sum()) for u in groups),
-                         reward_keys=KEYS[: scores.shape[1]])
+    data = {
+        "input_ids": torch.randint(3, 50, (B, P + R)) * attention,
+        "attention_mask": attention,
+        "loss_mask": loss_mask,
+        "logprobs": torch.zeros(B, P + R),
+        "rewards": torch.tensor(scores[order], dtype=torch.float32),
+    }
+    meta = TrajBatchMeta(
+        n_trajs=len(groups),
+        traj_group_sizes=tuple(int((batch.uid == u).sum()) for u in groups),
+        reward_keys=KEYS[: scores.shape[1]],
+    )
     out = PPOActor(load_config(PRESET, overrides).actor).compute_advantages(data, meta)["advantages"]
     back = torch.zeros(B, R)
     for row, i in enumerate(order):
-        back[i] = out[row, P - 1: P - 1 + R]
+        back[i] = out[row, P - 1 : P - 1 + R]
     return back
 
 
@@ -81,8 +93,13 @@ def whitenable(adv: torch.Tensor, mask: torch.Tensor) -> bool:
 
 
 @SETTINGS
-@given(sizes=st.lists(st.integers(2, 6), min_size=1, max_size=4), seed=st.integers(0, 10_000), k=st.integers(1, 4),
-       binary=st.booleans(), weighted=st.booleans())
+@given(
+    sizes=st.lists(st.integers(2, 6), min_size=1, max_size=4),
+    seed=st.integers(0, 10_000),
+    k=st.integers(1, 4),
+    binary=st.booleans(),
+    weighted=st.booleans(),
+)
 def test_gdpo_preset_equals_verl_gdpo(sizes, seed, k, binary, weighted):
     batch = vb.make_batch(seed, sizes, binary=binary)
     scores = scores_for(batch, k, seed, binary)
@@ -103,8 +120,14 @@ def test_gdpo_key_subset_equals_verl_with_those_keys():
     batch = vb.make_batch(7, [3, 4, 2], binary=False)
     scores = scores_for(batch, 3, 7, False)
     theirs = verl_gdpo(batch, scores, ["accuracy", "length"], [2.0, 0.5])
-    mine = ours(batch, scores, ["actor.advantage.outcome_reward_shaping.kwargs.keys=[accuracy,length]",
-                                "actor.advantage.outcome_reward_shaping.kwargs.weights=[2.0,0.5]"])
+    mine = ours(
+        batch,
+        scores,
+        [
+            "actor.advantage.outcome_reward_shaping.kwargs.keys=[accuracy,length]",
+            "actor.advantage.outcome_reward_shaping.kwargs.weights=[2.0,0.5]",
+        ],
+    )
     mask = batch.tensors["response_mask"]
     assert float(((mine.double() - theirs.double()) * mask).abs().max()) <= 1e-5
 

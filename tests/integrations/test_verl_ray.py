@@ -34,10 +34,17 @@ pytestmark = pytest.mark.xdist_group("verl_ray")
 
 def algorithm(preset: str) -> object:
     """verl's `algorithm` section naming our pipeline (as in test_verl.py)."""
-    return OmegaConf.create({"adv_estimator": "areal", "gamma": 1.0, "lam": 1.0, "use_pf_ppo": False,
-                             "norm_adv_by_std_in_grpo": True,
-                             "areal_config": str(ROOT / "examples" / "presets" / f"{preset}.yaml"),
-                             "areal_overrides": []})
+    return OmegaConf.create(
+        {
+            "adv_estimator": "areal",
+            "gamma": 1.0,
+            "lam": 1.0,
+            "use_pf_ppo": False,
+            "norm_adv_by_std_in_grpo": True,
+            "areal_config": str(ROOT / "examples" / "presets" / f"{preset}.yaml"),
+            "areal_overrides": [],
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +53,13 @@ def cluster():
     saved = os.environ.get("RAY_USAGE_STATS_ENABLED")
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     path = os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    ray.init(num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": HOOK, "env_vars": {"PYTHONPATH": path}})
+    ray.init(
+        num_cpus=1,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": HOOK, "env_vars": {"PYTHONPATH": path}},
+    )
     try:
         import verl_ray_actors
 
@@ -84,13 +96,17 @@ def test_task_runner_subclass_patches_verl_when_run_by_run_ppo(cluster, tmp_path
 
     batch = vb.make_batch(7, [2, 5, 3])
     torch.save(batch.proto(), tmp_path / "batch.pt")
-    config = OmegaConf.create({  # what run_ppo reads before it starts the runner, then the runner's own keys
-        "actor_rollout_ref": {"rollout": {"full_determinism": False}},
-        "reward": {"reward_model": {"enable": False, "rollout": {"full_determinism": False}}},
-        "trainer": {"logger": []}, "global_profiler": {"tool": None}, "ray_kwargs": {},
-        "algorithm": algorithm("ppo"),
-        "areal_test": {"batch": str(tmp_path / "batch.pt"), "out": str(tmp_path / "out.pt")},
-    })
+    config = OmegaConf.create(
+        {  # what run_ppo reads before it starts the runner, then the runner's own keys
+            "actor_rollout_ref": {"rollout": {"full_determinism": False}},
+            "reward": {"reward_model": {"enable": False, "rollout": {"full_determinism": False}}},
+            "trainer": {"logger": []},
+            "global_profiler": {"tool": None},
+            "ray_kwargs": {},
+            "algorithm": algorithm("ppo"),
+            "areal_test": {"batch": str(tmp_path / "batch.pt"), "out": str(tmp_path / "out.pt")},
+        }
+    )
     run_ppo(config, task_runner_class=cluster.ArealTaskRunner)
     got = torch.load(tmp_path / "out.pt", weights_only=False)
     assert got["before"] == "verl.trainer.ppo.ray_trainer.compute_advantage"  # verl's own until run patched it

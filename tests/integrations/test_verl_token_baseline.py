@@ -70,8 +70,10 @@ def verl_advantages(batch: dict, meta, name: str) -> list[torch.Tensor]:
     B, T = mask.shape
     start = mask.to(torch.int8).argmax(dim=1)
     R = int((T - start).max())
-    fields = {k: torch.zeros(B, R) for k in ("response_mask", "token_level_rewards", "old_log_probs",
-                                               "sum_pi_squared", "rollout_is_weights")}
+    fields = {
+        k: torch.zeros(B, R)
+        for k in ("response_mask", "token_level_rewards", "old_log_probs", "sum_pi_squared", "rollout_is_weights")
+    }
     for b in range(B):
         n = T - int(start[b])
         cols = slice(int(start[b]), T)
@@ -107,8 +109,13 @@ def max_difference(name: str, groups: list[dict]) -> float:
 
 
 @SETTINGS
-@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4), seed=st.integers(0, 100_000),
-       binary=st.booleans(), is_weights=st.booleans(), name=st.sampled_from(NAMES))
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    seed=st.integers(0, 100_000),
+    binary=st.booleans(),
+    is_weights=st.booleans(),
+    name=st.sampled_from(NAMES),
+)
 @example(sizes=[1, 3, 2], seed=0, binary=True, is_weights=False, name="optimal_token_baseline")
 @example(sizes=[1, 3, 2], seed=0, binary=True, is_weights=True, name="tir_optimal_token_baseline")
 def test_presets_equal_verl(sizes, seed, binary, is_weights, name):
@@ -162,18 +169,33 @@ def with_sum_pi_squared(batch: vb.VerlBatch, seed: int, is_weights: bool) -> vb.
 
 
 def verl_algo(name: str) -> object:
-    return OmegaConf.create({"gamma": 1.0, "lam": 1.0, "areal_config": str(PRESETS / f"{name}.yaml"),
-                             "areal_overrides": []})
+    return OmegaConf.create(
+        {"gamma": 1.0, "lam": 1.0, "areal_config": str(PRESETS / f"{name}.yaml"), "areal_overrides": []}
+    )
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4), seed=st.integers(0, 100_000),
-       is_weights=st.booleans(), name=st.sampled_from(NAMES))
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    seed=st.integers(0, 100_000),
+    is_weights=st.booleans(),
+    name=st.sampled_from(NAMES),
+)
 def test_verl_wrapper_reads_verls_fields_and_equals_verl(sizes, seed, is_weights, name):
     """`areal.integrations.verl.compute_advantage` on verl's DataProto (interleaved uids, multi-turn masks)."""
     batch = with_sum_pi_squared(vb.make_batch(seed, sizes), seed, is_weights)
-    keys = [k for k in ("response_mask", "token_level_rewards", "attention_mask", "old_log_probs", "sum_pi_squared",
-                        "rollout_is_weights") if k in batch.tensors]
+    keys = [
+        k
+        for k in (
+            "response_mask",
+            "token_level_rewards",
+            "attention_mask",
+            "old_log_probs",
+            "sum_pi_squared",
+            "rollout_is_weights",
+        )
+        if k in batch.tensors
+    ]
     theirs = areal_verl.verl_compute_advantage()(batch.proto(*keys), adv_estimator=name, config=None).batch
     ours = areal_verl.compute_advantage(batch.proto(*keys), adv_estimator="areal", config=verl_algo(name)).batch
     mask = batch.tensors["response_mask"]

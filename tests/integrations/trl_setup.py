@@ -29,13 +29,24 @@ def build_model(directory: Path) -> str:
     vocab = {w: i for i, w in enumerate(WORDS)}
     backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>",
-                                        unk_token="<unk>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
     tokenizer.save_pretrained(directory)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                         pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(WORDS),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
     LlamaForCausalLM(config).save_pretrained(directory)
     return str(directory)
 
@@ -79,16 +90,40 @@ class RecordingTrainer(AReaLGRPOTrainer, Recorder):
         return output
 
 
-def make_trainer(model_dir: str, out_dir: Path, areal_config: Any, *, overrides: tuple[str, ...] = (),
-                 steps: int = 2, token_reward_func: Any = None, **config: Any) -> RecordingTrainer:
+def make_trainer(
+    model_dir: str,
+    out_dir: Path,
+    areal_config: Any,
+    *,
+    overrides: tuple[str, ...] = (),
+    steps: int = 2,
+    token_reward_func: Any = None,
+    **config: Any,
+) -> RecordingTrainer:
     settings = dict(
-        output_dir=str(out_dir), use_cpu=True, per_device_train_batch_size=8, num_generations=4,
-        max_completion_length=6, max_steps=steps, learning_rate=1e-2, logging_steps=1, report_to="none",
-        save_strategy="no", seed=0, bf16=False, dataloader_num_workers=0, disable_tqdm=True,
+        output_dir=str(out_dir),
+        use_cpu=True,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=steps,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        bf16=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
     )
     args = GRPOConfig(**{**settings, **config})
     prompts = ["a b", "c d", "e a", "b c", "d e", "a c", "b d", "c e"]
     return RecordingTrainer(
-        model=model_dir, reward_funcs=count_yes, args=args, train_dataset=Dataset.from_dict({"prompt": prompts}),
-        areal_config=areal_config, areal_overrides=list(overrides), token_reward_func=token_reward_func,
+        model=model_dir,
+        reward_funcs=count_yes,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        areal_config=areal_config,
+        areal_overrides=list(overrides),
+        token_reward_func=token_reward_func,
     )

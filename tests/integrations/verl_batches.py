@@ -29,8 +29,9 @@ class VerlBatch:
 
     def proto(self, *keys: str) -> DataProto:
         chosen = self.tensors if not keys else {k: self.tensors[k] for k in keys}
-        return DataProto.from_dict(tensors={k: v.clone() for k, v in chosen.items()},
-                                   non_tensors={"uid": self.uid.copy()})
+        return DataProto.from_dict(
+            tensors={k: v.clone() for k, v in chosen.items()}, non_tensors={"uid": self.uid.copy()}
+        )
 
 
 def _response_mask(rng: random.Random, length: int, width: int, multi_turn: bool) -> list[int]:
@@ -43,8 +44,16 @@ def _response_mask(rng: random.Random, length: int, width: int, multi_turn: bool
     return row
 
 
-def make_batch(seed: int, sizes: list[int], *, width: int = 10, multi_turn: bool = True, binary: bool = False,
-               shuffle: bool = True, full_rows: bool = True) -> VerlBatch:
+def make_batch(
+    seed: int,
+    sizes: list[int],
+    *,
+    width: int = 10,
+    multi_turn: bool = True,
+    binary: bool = False,
+    shuffle: bool = True,
+    full_rows: bool = True,
+) -> VerlBatch:
     """Groups of `sizes` responses; scores at each row's last (generated) response token."""
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)

@@ -25,10 +25,20 @@ def advantage_step(data: Any, algorithm: Any) -> dict[str, Any]:
     from verl.trainer.ppo import ray_trainer
 
     function = ray_trainer.compute_advantage
-    out = function(data, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma, lam=algorithm.lam,
-                   norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo, config=algorithm)
-    return {"advantages": out.batch["advantages"].clone(), "returns": out.batch["returns"].clone(),
-            "function": f"{function.__module__}.{function.__qualname__}", "pid": os.getpid()}
+    out = function(
+        data,
+        adv_estimator=algorithm.adv_estimator,
+        gamma=algorithm.gamma,
+        lam=algorithm.lam,
+        norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+        config=algorithm,
+    )
+    return {
+        "advantages": out.batch["advantages"].clone(),
+        "returns": out.batch["returns"].clone(),
+        "function": f"{function.__module__}.{function.__qualname__}",
+        "pid": os.getpid(),
+    }
 
 
 @ray.remote(num_cpus=1)

@@ -26,11 +26,16 @@ def build_bpe_tokenizer(vocab_size: int = 320) -> PreTrainedTokenizerFast:
     core = Tokenizer(models.BPE(unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     core.train_from_iterator(_corpus(), trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
-                                  eos_token="</s>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
@@ -38,10 +43,19 @@ def build_bpe_tokenizer(vocab_size: int = 320) -> PreTrainedTokenizerFast:
 def build_checkpoint(path: Path, *, seed: int = 0, with_tokenizer: bool = True) -> PreTrainedTokenizerFast:
     """Writes `save_pretrained` model (and tokenizer) files to `path`; returns the tokenizer."""
     tok = build_bpe_tokenizer()
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(path)
     if with_tokenizer:

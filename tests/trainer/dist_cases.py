@@ -20,8 +20,17 @@ from batch_factory import make_groups  # noqa: E402
 from areal.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec  # noqa: E402
 
 #: Output fields compared row by row (2-D ones over the rank's own padded width).
-OUT_KEYS = ("advantages", "returns", "loss_mask", "logprobs", "kl_rewards", "tot_rewards", "prox_logp",
-            "is_truncated", "rewards")
+OUT_KEYS = (
+    "advantages",
+    "returns",
+    "loss_mask",
+    "logprobs",
+    "kl_rewards",
+    "tot_rewards",
+    "prox_logp",
+    "is_truncated",
+    "rewards",
+)
 
 #: Enough groups that both ranks hold several groups of different sizes.
 N_GROUPS = 7
@@ -51,43 +60,88 @@ _TURN = dict(_PPO, gae_timestep_unit="turn")
 
 CASES: dict[str, Case] = {
     "token_batch_reward_batch_adv": Case(
-        1, dict(_PPO, reward_norm=_norm("batch", "batch"), adv_norm=_norm("batch", "batch"))),
+        1, dict(_PPO, reward_norm=_norm("batch", "batch"), adv_norm=_norm("batch", "batch"))
+    ),
     "token_group_reward_batch_adv": Case(
-        2, dict(_PPO, reward_norm=_norm("group", "group"), adv_norm=_norm("batch", "batch"))),
+        2, dict(_PPO, reward_norm=_norm("group", "group"), adv_norm=_norm("batch", "batch"))
+    ),
     "token_group_loo_reward_group_loo_adv": Case(
-        3, dict(_PPO, reward_norm=_norm("group", "group", loo=True, unbiased=False),
-                adv_norm=_norm("group", "group", loo=True))),
+        3,
+        dict(
+            _PPO,
+            reward_norm=_norm("group", "group", loo=True, unbiased=False),
+            adv_norm=_norm("group", "group", loo=True),
+        ),
+    ),
     "token_batch_loo_reward_batch_loo_adv": Case(
-        4, dict(_PPO, reward_norm=_norm("batch", "batch", loo=True), adv_norm=_norm("batch", "batch", loo=True))),
+        4, dict(_PPO, reward_norm=_norm("batch", "batch", loo=True), adv_norm=_norm("batch", "batch", loo=True))
+    ),
     "turn_batch_loo_reward_batch_adv": Case(
-        5, dict(_TURN, reward_norm=_norm("batch", "batch", loo=True), adv_norm=_norm("batch", "batch"))),
+        5, dict(_TURN, reward_norm=_norm("batch", "batch", loo=True), adv_norm=_norm("batch", "batch"))
+    ),
     "turn_group_mean_batch_std": Case(
-        6, dict(_TURN, reward_norm=_norm("group", "batch"), adv_norm=_norm("group", "batch", loo=True))),
+        6, dict(_TURN, reward_norm=_norm("group", "batch"), adv_norm=_norm("group", "batch", loo=True))
+    ),
     "turn_vapo_lambda_batch_std_only": Case(
-        7, dict(_TURN, gae_lambda="vapo", gae_lambda_kwargs={"alpha": 2.0},
-                reward_norm=_norm(None, "batch"), adv_norm=_norm("batch", None))),
+        7,
+        dict(
+            _TURN,
+            gae_lambda="vapo",
+            gae_lambda_kwargs={"alpha": 2.0},
+            reward_norm=_norm(None, "batch"),
+            adv_norm=_norm("batch", None),
+        ),
+    ),
     "split_token_batch_reward_group_adv": Case(
-        8, dict(_PPO, reward_norm=_norm("batch", "batch"), adv_norm=_norm("group", "group")),
-        dict(split=True)),
+        8, dict(_PPO, reward_norm=_norm("batch", "batch"), adv_norm=_norm("group", "group")), dict(split=True)
+    ),
     "split_turn_group_loo_reward_batch_adv": Case(
-        9, dict(_TURN, reward_norm=_norm("group", "group", loo=True), adv_norm=_norm("batch", "batch")),
-        dict(split=True)),
+        9,
+        dict(_TURN, reward_norm=_norm("group", "group", loo=True), adv_norm=_norm("batch", "batch")),
+        dict(split=True),
+    ),
     "split_refs_token_batch_loo_overlong": Case(
-        10, dict(_PPO, reward_norm=_norm("batch", "batch", loo=True), adv_norm=_norm("batch", "batch"),
-                 overlong_reward_penalty=True, max_new_tokens=10, overlong_tokens=4, overlong_penalty_factor=1.0),
-        dict(split=True, explicit_refs=True)),
+        10,
+        dict(
+            _PPO,
+            reward_norm=_norm("batch", "batch", loo=True),
+            adv_norm=_norm("batch", "batch"),
+            overlong_reward_penalty=True,
+            max_new_tokens=10,
+            overlong_tokens=4,
+            overlong_penalty_factor=1.0,
+        ),
+        dict(split=True, explicit_refs=True),
+    ),
     "split_refs_turn_group_reward_group_loo_adv": Case(
-        11, dict(_TURN, reward_norm=_norm("group", "group"), adv_norm=_norm("group", "group", loo=True)),
-        dict(split=True, explicit_refs=True)),
+        11,
+        dict(_TURN, reward_norm=_norm("group", "group"), adv_norm=_norm("group", "group", loo=True)),
+        dict(split=True, explicit_refs=True),
+    ),
     "integer_rewards_folded_process_no_eos_masking": Case(
-        12, dict(_PPO, reward_norm=_norm("group", "group", loo=True), adv_norm=_norm("batch", "batch"),
-                 token_rewards_as_adv=False, mask_no_eos_with_zero=True),
-        dict(integer_rewards=True)),
+        12,
+        dict(
+            _PPO,
+            reward_norm=_norm("group", "group", loo=True),
+            adv_norm=_norm("batch", "batch"),
+            token_rewards_as_adv=False,
+            mask_no_eos_with_zero=True,
+        ),
+        dict(integer_rewards=True),
+    ),
     "gvpo_process_shaping_batch_norms": Case(
-        13, dict(_PPO, reward_norm=_norm("batch", "batch"), adv_norm=_norm("batch", "batch"),
-                 advantage=AdvantageConfig(process_adv_shaping=StageSpec("gvpo", {"negative_scale": 0.3})))),
+        13,
+        dict(
+            _PPO,
+            reward_norm=_norm("batch", "batch"),
+            adv_norm=_norm("batch", "batch"),
+            advantage=AdvantageConfig(process_adv_shaping=StageSpec("gvpo", {"negative_scale": 0.3})),
+        ),
+    ),
     # No `is_truncated`: truncation is then inferred from the padded width T (see the test's xfail).
     "no_truncation_flags_batch_norms": Case(
-        14, dict(_PPO, reward_norm=_norm("batch", "batch"), adv_norm=_norm("batch", "batch")),
-        dict(with_truncation_flags=False)),
+        14,
+        dict(_PPO, reward_norm=_norm("batch", "batch"), adv_norm=_norm("batch", "batch")),
+        dict(with_truncation_flags=False),
+    ),
 }

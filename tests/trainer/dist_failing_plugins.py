@@ -33,8 +33,7 @@ _CALLS: list[int] = []
 _LEARN_TIMEOUT_S = 120.0
 
 
-def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: int = 1, rank0: str = "free",
-                          **columns):
+def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: int = 1, rank0: str = "free", **columns):
     """A reward function that, on rank 1 at its `at_call`-th call (0-based: step 1), exits hard or hangs.
 
     `how`: `exit` ends the process with os._exit(3) (no exception, no report, no error file);

@@ -32,8 +32,9 @@ def rank_envs(world_size: int) -> list[dict[str, str]]:
     envs = []
     for rank in range(world_size):
         env = clean_env()
-        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=port)
+        env.update(
+            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+        )
         envs.append(env)
     return envs
 
@@ -105,8 +106,12 @@ def run_bounded(cmds: list[list[str]], envs: list[dict[str, str]], timeout: floa
     Returns (exit code, stdout, stderr) per command; a hang fails the test
     (and kills the workers too, which torchrun runs in sessions of their own).
     """
-    procs = [subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True) for cmd, env in zip(cmds, envs)]
+    procs = [
+        subprocess.Popen(
+            cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        for cmd, env in zip(cmds, envs)
+    ]
     results = []
     try:
         for proc in procs:

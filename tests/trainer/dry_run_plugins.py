@@ -37,6 +37,7 @@ def needs_process_rewards(inputs):
 
 # reward functions that import and take their kwargs, but fail when called (validate --dry-run)
 
+
 def reward_raises(prompts, completions, **kwargs):
     raise ZeroDivisionError("a bug in the reward function")
 

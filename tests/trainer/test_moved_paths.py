@@ -17,12 +17,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: names the README and docs showed at those paths before the move (README.md, docs/, examples/ at 236c054^1)
 DOCUMENTED_BEFORE = [
-    "areal.trainer.cpu_threads.apply_num_threads", "areal.trainer.distributed.barrier",
-    "areal.trainer.distributed.destroy", "areal.trainer.distributed.init_distributed",
-    "areal.trainer.distributed.reduce_metrics", "areal.trainer.distributed.shard_groups",
-    "areal.trainer.failures.RankFailure", "areal.trainer.metrics.is_wall_clock", "areal.trainer.ppo.gdpo",
-    "areal.trainer.ppo.peer_algorithms", "areal.trainer.ppo.reward_components.weighted_sum",
-    "areal.trainer.preflight", "areal.trainer.trainer.Trainer",
+    "areal.trainer.cpu_threads.apply_num_threads",
+    "areal.trainer.distributed.barrier",
+    "areal.trainer.distributed.destroy",
+    "areal.trainer.distributed.init_distributed",
+    "areal.trainer.distributed.reduce_metrics",
+    "areal.trainer.distributed.shard_groups",
+    "areal.trainer.failures.RankFailure",
+    "areal.trainer.metrics.is_wall_clock",
+    "areal.trainer.ppo.gdpo",
+    "areal.trainer.ppo.peer_algorithms",
+    "areal.trainer.ppo.reward_components.weighted_sum",
+    "areal.trainer.preflight",
+    "areal.trainer.trainer.Trainer",
 ]
 
 
@@ -54,11 +61,15 @@ def test_names_the_docs_showed_before_still_import(dotted: str) -> None:
 
 
 def test_the_old_path_warns_with_the_new_one() -> None:
-    code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
-            "try:\n    import areal.trainer.engine\nexcept DeprecationWarning as e:\n    print(e)")
+    code = (
+        "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+        "try:\n    import areal.trainer.engine\nexcept DeprecationWarning as e:\n    print(e)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert "areal.trainer.engine moved to areal.trainer.parallel.engine in areal 0.1.0; import it from there" \
-        in proc.stdout, proc.stderr[-2000:]
+    assert (
+        "areal.trainer.engine moved to areal.trainer.parallel.engine in areal 0.1.0; import it from there"
+        in proc.stdout
+    ), proc.stderr[-2000:]
 
 
 def test_an_unknown_path_still_fails_as_before() -> None:

@@ -9,7 +9,6 @@ import torch
 
 from areal.utils.data import RolloutGroup, TrajBatchMeta
 
-
 # ---------------------------------------------------------------------------
 # RolloutGroup
 # ---------------------------------------------------------------------------
@@ -142,8 +141,10 @@ def test_meta_reference_rewards_all_or_nothing(groups):
         (dict(n_trajs=2, traj_group_sizes=(1, 1), traj_seqlens=(3,)), "TrajBatchMeta.traj_seqlens"),
         (dict(n_trajs=1, traj_group_sizes=(1,), traj_seqlens=(0,)), "TrajBatchMeta.traj_seqlens[0]"),
         (dict(n_trajs=2, traj_group_sizes=(1, 1), rollout_groups=(None,)), "TrajBatchMeta.rollout_groups"),
-        (dict(n_trajs=1, traj_group_sizes=(3,), rollout_groups=(RolloutGroup((1, 1)),)),
-         "TrajBatchMeta.rollout_groups[0].row_counts"),
+        (
+            dict(n_trajs=1, traj_group_sizes=(3,), rollout_groups=(RolloutGroup((1, 1)),)),
+            "TrajBatchMeta.rollout_groups[0].row_counts",
+        ),
         (dict(n_trajs=1, traj_group_sizes=(2,), rollout_groups=((1, 1),)), "TrajBatchMeta.rollout_groups[0]"),
         (dict(n_trajs=1, traj_group_sizes=(2,), rollout_groups=RolloutGroup((2,))), "TrajBatchMeta.rollout_groups"),
     ],

@@ -83,8 +83,13 @@ checkpoint.write_atomically(root, 4, write)
 def test_a_kill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path: Path, when: str) -> None:
     previous = write_atomically(tmp_path, 2, _writer("old"))
     before = {p.name: p.read_bytes() for p in previous.rglob("*") if p.is_file()}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_KILL_SCRIPT), str(tmp_path), when], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_KILL_SCRIPT), str(tmp_path), when],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
     assert len(leftovers) == 1  # the interrupted save is still there, but invisible
@@ -101,13 +106,16 @@ def test_rewriting_a_step_replaces_it(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["step_3"]
 
 
-@pytest.mark.parametrize("damage,match", [
-    (lambda f: (f / MANIFEST).unlink(), "no areal_checkpoint.json, so the save never completed"),
-    (lambda f: (f / MANIFEST).write_text("{not json"), "unreadable areal_checkpoint.json"),
-    (lambda f: (f / "weights.bin").unlink(), "weights.bin is listed in the manifest but missing"),
-    (lambda f: (f / "weights.bin").write_bytes(b"short"), "weights.bin has 5 bytes, the manifest says 100"),
-    (lambda f: (f / MANIFEST).write_text(json.dumps({"format": 99, "files": {}})), "format 99"),
-])
+@pytest.mark.parametrize(
+    "damage,match",
+    [
+        (lambda f: (f / MANIFEST).unlink(), "no areal_checkpoint.json, so the save never completed"),
+        (lambda f: (f / MANIFEST).write_text("{not json"), "unreadable areal_checkpoint.json"),
+        (lambda f: (f / "weights.bin").unlink(), "weights.bin is listed in the manifest but missing"),
+        (lambda f: (f / "weights.bin").write_bytes(b"short"), "weights.bin has 5 bytes, the manifest says 100"),
+        (lambda f: (f / MANIFEST).write_text(json.dumps({"format": 99, "files": {}})), "format 99"),
+    ],
+)
 def test_a_damaged_checkpoint_is_refused_and_skipped(tmp_path: Path, damage, match: str) -> None:
     good = write_atomically(tmp_path, 1, _writer("a"))
     bad = write_atomically(tmp_path, 2, _writer("b"))

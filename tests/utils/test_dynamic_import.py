@@ -16,8 +16,9 @@ from areal.utils.suggest import did_you_mean
 def _package(folder: Path) -> Path:
     (folder / "mypkg").mkdir(parents=True)
     (folder / "mypkg" / "__init__.py").write_text("")
-    (folder / "mypkg" / "rewards.py").write_text("def exact_answer(prompts, completions, **kw):\n"
-                                                 "    return [1.0] * len(prompts)\n")
+    (folder / "mypkg" / "rewards.py").write_text(
+        "def exact_answer(prompts, completions, **kw):\n    return [1.0] * len(prompts)\n"
+    )
     return folder
 
 
@@ -31,13 +32,21 @@ def in_user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         del sys.modules[name]
 
 
-@pytest.mark.parametrize("path, message", [
-    ("mypkg.reward.exact_answer",
-     "no module named 'mypkg.reward', and 'mypkg' has no attribute 'reward'; did you mean 'rewards'?"),
-    ("mypkg.rewards.exact_answr", "module 'mypkg.rewards' has no attribute 'exact_answr'; did you mean 'exact_answer'?"),
-    ("mypkgg.rewards.exact_answer", "no module named 'mypkgg'"),
-    ("mypkg.rewards.nothing_like_it", "module 'mypkg.rewards' has no attribute 'nothing_like_it'"),
-])
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        (
+            "mypkg.reward.exact_answer",
+            "no module named 'mypkg.reward', and 'mypkg' has no attribute 'reward'; did you mean 'rewards'?",
+        ),
+        (
+            "mypkg.rewards.exact_answr",
+            "module 'mypkg.rewards' has no attribute 'exact_answr'; did you mean 'exact_answer'?",
+        ),
+        ("mypkgg.rewards.exact_answer", "no module named 'mypkgg'"),
+        ("mypkg.rewards.nothing_like_it", "module 'mypkg.rewards' has no attribute 'nothing_like_it'"),
+    ],
+)
 def test_the_part_that_does_not_resolve_is_named(in_user_folder: Path, path: str, message: str) -> None:
     with pytest.raises(PluginResolutionError) as info:
         import_object(path, stage="reward[0]")
@@ -59,8 +68,14 @@ def test_the_working_directory_is_importable_without_python_m(tmp_path: Path) ->
         print(fn(["a", "b"], ["x", "y"]), sys.path[0] == os.getcwd())
     """)
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", code], cwd=_package(tmp_path), capture_output=True, text=True,
-                          timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=_package(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["[1.0,", "1.0]", "True"]
 
@@ -76,5 +91,7 @@ def test_an_unknown_kwarg_gets_the_nearest_parameter() -> None:
 def test_did_you_mean_is_ours() -> None:
     assert did_you_mean("evry", ["every", "n_prompts"]) == "; did you mean 'every'?"
     assert did_you_mean("zzz", ["every", "n_prompts"]) == ""
-    assert did_you_mean(["evry", "zzz", "n_prompt"], ["every", "n_prompts"]) == \
-        "; did you mean 'every' for 'evry', 'n_prompts' for 'n_prompt'?"
+    assert (
+        did_you_mean(["evry", "zzz", "n_prompt"], ["every", "n_prompts"])
+        == "; did you mean 'every' for 'evry', 'n_prompts' for 'n_prompt'?"
+    )

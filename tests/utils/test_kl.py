@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from areal.utils.data import KLEstimator
 from areal.utils import kl as kl_module
+from areal.utils.data import KLEstimator
 from areal.utils.kl import K3_RATIO_BOUND, exp_reduced, k3_bounded_torch
 
 

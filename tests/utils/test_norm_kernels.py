@@ -27,14 +27,16 @@ pytestmark = pytest.mark.skipif(not norm_kernels.NUMBA_AVAILABLE, reason="numba 
     scale=st.sampled_from([1e-3, 1.0, 1e4]),
     seed=st.integers(0, 2**16),
 )
-def test_fused_equals_tensor_path(sizes, n_pos, mean_level, std_level, loo, unbiased, masked, singleton_logical,
-                                  scale, seed):
+def test_fused_equals_tensor_path(
+    sizes, n_pos, mean_level, std_level, loo, unbiased, masked, singleton_logical, scale, seed
+):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(sum(sizes), n_pos, generator=g) * scale + scale).float()
     mask = (torch.rand(sum(sizes), n_pos, generator=g) < 0.6).float() if masked else None
     logical = [1 if singleton_logical else s for s in sizes]
-    norm = Normalization(NormConfig(mean_level=mean_level, std_level=std_level, mean_leave1out=loo,
-                                    std_unbiased=unbiased))
+    norm = Normalization(
+        NormConfig(mean_level=mean_level, std_level=std_level, mean_leave1out=loo, std_unbiased=unbiased)
+    )
     kw = dict(group_sizes=sizes, logical_group_sizes=logical)
     assert norm_kernels.fused_available(x)
     fused = norm(x, mask, **kw)
@@ -57,8 +59,13 @@ def test_fused_accepts_integer_masks_and_float64_inputs():
 
 
 @settings(max_examples=80, deadline=None)
-@given(n_rows=st.integers(1, 6), n_pos=st.integers(1, 40), weights=st.sampled_from(["binary", "float"]),
-       offset=st.sampled_from([0.0, 3.0, -1e4]), seed=st.integers(0, 2**16))
+@given(
+    n_rows=st.integers(1, 6),
+    n_pos=st.integers(1, 40),
+    weights=st.sampled_from(["binary", "float"]),
+    offset=st.sampled_from([0.0, 3.0, -1e4]),
+    seed=st.integers(0, 2**16),
+)
 def test_row_moments_give_the_squared_deviations_about_any_baseline(n_rows, n_pos, weights, offset, seed):
     """M2 + 2 d C + d^2 Q equals sum ((x - b) m)^2 for 0/1 and for fractional masks."""
     g = torch.Generator().manual_seed(seed)
@@ -73,9 +80,15 @@ def test_row_moments_give_the_squared_deviations_about_any_baseline(n_rows, n_po
     torch.testing.assert_close(moments.total, (x.double() * mask.double()).sum(dim=1))
 
 
-@pytest.mark.parametrize("cfg", [NormConfig(), NormConfig(mean_level="group", std_level="batch"),
-                                 NormConfig(mean_level=None, std_level="group", std_unbiased=False),
-                                 NormConfig(mean_leave1out=True)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        NormConfig(),
+        NormConfig(mean_level="group", std_level="batch"),
+        NormConfig(mean_level=None, std_level="group", std_unbiased=False),
+        NormConfig(mean_leave1out=True),
+    ],
+)
 def test_precomputed_row_moments_give_the_same_bits(cfg):
     g = torch.Generator().manual_seed(3)
     x = torch.randn(9, 33, generator=g)

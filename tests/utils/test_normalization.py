@@ -20,8 +20,11 @@ EPS = 1e-5
 
 
 def _norm(mean="batch", std="batch", *, loo=False, unbiased=True, eps=0.0, group_size=1) -> Normalization:
-    return Normalization(NormConfig(mean_level=mean, std_level=std, mean_leave1out=loo,
-                                    std_unbiased=unbiased, eps=eps, group_size=group_size))
+    return Normalization(
+        NormConfig(
+            mean_level=mean, std_level=std, mean_leave1out=loo, std_unbiased=unbiased, eps=eps, group_size=group_size
+        )
+    )
 
 
 def _close(actual: torch.Tensor, expected, *, atol=1e-6, rtol=1e-6) -> None:
@@ -221,8 +224,10 @@ def test_inputs_are_not_modified():
         (dict(group_sizes=[2, 2]), "group_sizes: sizes sum to 4 rows, expected the batch size 3"),
         (dict(group_sizes=[3, 0]), "group_sizes[1]: got 0, expected an integer >= 1"),
         (dict(group_sizes=[1.5, 1.5]), "group_sizes[0]"),
-        (dict(group_sizes=[1, 2], logical_group_sizes=[1]),
-         "logical_group_sizes: got 1 sizes, expected one per group (2)"),
+        (
+            dict(group_sizes=[1, 2], logical_group_sizes=[1]),
+            "logical_group_sizes: got 1 sizes, expected one per group (2)",
+        ),
         (dict(group_sizes=[1, 2], logical_group_sizes=[1, 3]), "logical_group_sizes[1]: got 3, expected at most"),
         (dict(group_sizes=[1, 2], logical_group_sizes=[1, 0]), "logical_group_sizes[1]"),
         (dict(loss_mask=torch.ones(2)), "loss_mask has shape (2,), expected x's shape (3,)"),
@@ -276,7 +281,7 @@ def _reference(x, mask, cfg: NormConfig, sizes, logical):
     if sizes is None:
         sizes = [cfg.group_size] * (x.shape[0] // cfg.group_size)
     logical = sizes if logical is None else logical
-    bounds = [(sum(sizes[:i]), sum(sizes[:i + 1])) for i in range(len(sizes))]
+    bounds = [(sum(sizes[:i]), sum(sizes[: i + 1])) for i in range(len(sizes))]
     mean = torch.zeros_like(x)
     if cfg.mean_level == "batch":
         mean = _ref_mean(x, m, cfg.mean_leave1out)
@@ -401,8 +406,13 @@ def _rank_rows(rank: int) -> tuple[slice, list[int]]:
 def _dist_worker(rank: int, world: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     # a file rendezvous: no port to pick, so no other job can take it in between
-    dist.init_process_group("gloo", init_method=f"file://{os.path.join(out_dir, 'rendezvous')}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{os.path.join(out_dir, 'rendezvous')}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=60),
+    )
     try:
         x, mask = _dist_data()
         rows, sizes = _rank_rows(rank)
@@ -426,8 +436,7 @@ def test_distributed_matches_single_process(tmp_path):
     import torch.multiprocessing as mp
 
     assert not dist.is_initialized()
-    ctx = mp.start_processes(_dist_worker, args=(2, str(tmp_path)), nprocs=2,
-                             join=False, start_method="spawn")
+    ctx = mp.start_processes(_dist_worker, args=(2, str(tmp_path)), nprocs=2, join=False, start_method="spawn")
     deadline = time.monotonic() + 180
     try:
         while not ctx.join(timeout=max(1.0, deadline - time.monotonic())):

@@ -84,9 +84,14 @@ def group_advantages(actor: Any, rollouts: GatheredRollouts) -> torch.Tensor:
         token_rewards=select(rollouts.token_rewards),
         logprobs=select(rollouts.logprobs),
         sum_pi_squared=select(rollouts.sum_pi_squared),
-        names=(("response_mask", "completion_mask"), ("rewards", "rewards"), ("lengths", "completion lengths"),
-               ("token_rewards", "token_reward_func output"), ("logprobs", "completion log-probs"),
-               ("sum_pi_squared", "completion sum_pi_squared")),
+        names=(
+            ("response_mask", "completion_mask"),
+            ("rewards", "rewards"),
+            ("lengths", "completion lengths"),
+            ("token_rewards", "token_reward_func output"),
+            ("logprobs", "completion log-probs"),
+            ("sum_pi_squared", "completion sum_pi_squared"),
+        ),
     )
     with torch.no_grad(), single_process_collectives():
         advantages, _ = response_advantages(actor, batch)

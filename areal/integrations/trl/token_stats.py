@@ -21,9 +21,14 @@ __all__ = ["completion_token_stats"]
 
 
 @torch.no_grad()
-def completion_token_stats(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                           completion_ids: torch.Tensor, completion_mask: torch.Tensor,
-                           temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def completion_token_stats(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """([N, C] log-probs of the completion tokens, [N, C] Σπ² of the distributions that sampled them), 0 on padding."""
     ids = torch.cat([prompt_ids, completion_ids], dim=1)
     mask = torch.cat([prompt_mask, completion_mask], dim=1)

@@ -38,8 +38,10 @@ _WHERE = "AReaLGRPOTrainer(areal_config=...)"
 def _check_spec(spec: PipelineSpec) -> None:
     """What GRPOTrainer cannot provide: a critic and per-token reference log-probs for a KL reward."""
     if spec.critic_enabled:
-        raise ConfigError(f"{_WHERE}: {spec.source} enables a critic (critic.enabled: true); GRPOTrainer trains no "
-                          "value model, so use a critic-free config (e.g. preset:grpo)")
+        raise ConfigError(
+            f"{_WHERE}: {spec.source} enables a critic (critic.enabled: true); GRPOTrainer trains no "
+            "value model, so use a critic-free config (e.g. preset:grpo)"
+        )
     if spec.actor.kl_ctl != 0:
         raise ConfigError(
             f"{_WHERE}: actor.kl_ctl={spec.actor.kl_ctl} asks for a KL reward, but GRPOTrainer regularises KL with its "
@@ -60,13 +62,20 @@ class AReaLGRPOTrainer(GRPOTrainer):
     Every other argument is GRPOTrainer's.
     """
 
-    def __init__(self, *args: Any, areal_config: Any, areal_overrides: Sequence[str] | None = None,
-                 token_reward_func: TokenRewardFunc | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        areal_config: Any,
+        areal_overrides: Sequence[str] | None = None,
+        token_reward_func: TokenRewardFunc | None = None,
+        **kwargs: Any,
+    ):
         spec = load_pipeline(areal_config, areal_overrides, where=_WHERE)
         _check_spec(spec)
         if token_reward_func is not None and not callable(token_reward_func):
-            raise TypeError(f"AReaLGRPOTrainer(token_reward_func=...): got {type(token_reward_func).__name__}, "
-                            "expected a callable")
+            raise TypeError(
+                f"AReaLGRPOTrainer(token_reward_func=...): got {type(token_reward_func).__name__}, expected a callable"
+            )
         super().__init__(*args, **kwargs)
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ConfigError(
@@ -75,13 +84,19 @@ class AReaLGRPOTrainer(GRPOTrainer):
                 "'sum_then_normalize'"
             )
         if self.scale_rewards != "group":
-            logger.warning("GRPOConfig.scale_rewards=%r is not used: actor.reward_norm / actor.adv_norm of %s apply",
-                           self.scale_rewards, spec.source)
+            logger.warning(
+                "GRPOConfig.scale_rewards=%r is not used: actor.reward_norm / actor.adv_norm of %s apply",
+                self.scale_rewards,
+                spec.source,
+            )
         self.areal_spec = spec
         self.areal_actor = PPOActor(spec.actor)  # resolves the plugins in every process (they agree on failure)
         resolved = self.areal_actor.resolved
-        self.areal_reads_sum_pi_squared = any(SUM_PI_SQUARED in declared_fields(s.fn) for s in (
-            resolved.outcome, resolved.estimator, resolved.process) if s is not None)
+        self.areal_reads_sum_pi_squared = any(
+            SUM_PI_SQUARED in declared_fields(s.fn)
+            for s in (resolved.outcome, resolved.estimator, resolved.process)
+            if s is not None
+        )
         self.token_reward_func = token_reward_func
         self._areal_local: dict[str, torch.Tensor | None] | None = None
 
@@ -94,8 +109,11 @@ class AReaLGRPOTrainer(GRPOTrainer):
         self._areal_local = {
             "rewards_per_func": rewards_per_func,  # already gathered by TRL
             "lengths": torch.tensor([len(ids) for ids in completion_ids_list], dtype=torch.long, device=device),
-            "is_truncated": torch.tensor([bool(ids) and int(ids[-1]) not in stops for ids in completion_ids_list],
-                                         dtype=torch.bool, device=device),
+            "is_truncated": torch.tensor(
+                [bool(ids) and int(ids[-1]) not in stops for ids in completion_ids_list],
+                dtype=torch.bool,
+                device=device,
+            ),
             "token_rewards": self._token_rewards(inputs, prompts, completions, completion_ids_list, device),
         }
         return rewards_per_func
@@ -105,18 +123,27 @@ class AReaLGRPOTrainer(GRPOTrainer):
             return None
         name = getattr(self.token_reward_func, "__name__", type(self.token_reward_func).__name__)
         columns = {k: [x[k] for x in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")}
-        values = self.token_reward_func(prompts=prompts, completions=completions, completion_ids=completion_ids_list,
-                                        trainer_state=self.state, **columns)
+        values = self.token_reward_func(
+            prompts=prompts,
+            completions=completions,
+            completion_ids=completion_ids_list,
+            trainer_state=self.state,
+            **columns,
+        )
         if len(values) != len(completion_ids_list):
-            raise ValueError(f"token_reward_func {name!r}: returned {len(values)} sequences, expected one per "
-                             f"completion ({len(completion_ids_list)})")
+            raise ValueError(
+                f"token_reward_func {name!r}: returned {len(values)} sequences, expected one per "
+                f"completion ({len(completion_ids_list)})"
+            )
         width = max((len(ids) for ids in completion_ids_list), default=0)
         out = torch.zeros((len(values), width), dtype=torch.float32)
         for i, (row, ids) in enumerate(zip(values, completion_ids_list)):
             row = torch.as_tensor(row, dtype=torch.float32).reshape(-1)
             if row.numel() != len(ids):
-                raise ValueError(f"token_reward_func {name!r}: completion {i} has {len(ids)} tokens but "
-                                 f"{row.numel()} token rewards, expected one per completion token")
+                raise ValueError(
+                    f"token_reward_func {name!r}: completion {i} has {len(ids)} tokens but "
+                    f"{row.numel()} token rewards, expected one per completion token"
+                )
             out[i, : row.numel()] = row
         if not bool(torch.isfinite(out).all()):
             raise ValueError(f"token_reward_func {name!r}: returned a non-finite token reward")
@@ -128,15 +155,22 @@ class AReaLGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         local, self._areal_local = self._areal_local, None
         if local is None:
-            raise RuntimeError("AReaLGRPOTrainer: TRL computed advantages without calling _calculate_rewards; this "
-                               "TRL version is not supported (tested with trl 1.16)")
+            raise RuntimeError(
+                "AReaLGRPOTrainer: TRL computed advantages without calling _calculate_rewards; this "
+                "TRL version is not supported (tested with trl 1.16)"
+            )
         mask = output["completion_mask"]
         if output.get("tool_mask") is not None:
             mask = mask * output["tool_mask"]
         if self.areal_reads_sum_pi_squared:
             local["logprobs"], local["sum_pi_squared"] = completion_token_stats(
-                self.model, output["prompt_ids"], output["prompt_mask"], output["completion_ids"],
-                output["completion_mask"], self.temperature)
+                self.model,
+                output["prompt_ids"],
+                output["prompt_mask"],
+                output["completion_ids"],
+                output["completion_mask"],
+                self.temperature,
+            )
         gathered = self._gather_rollouts(local, mask.to(torch.float32))
         advantages = group_advantages(self.areal_actor, gathered)
         n_local, width = mask.shape

@@ -100,9 +100,15 @@ def compute_advantage(
     `areal_config` / `areal_overrides` override `algorithm.areal_config` / `areal_overrides`.
     """
     if _name(adv_estimator) != ESTIMATOR_NAME:
-        return verl_compute_advantage()(data, adv_estimator=adv_estimator, gamma=gamma, lam=lam,
-                                        num_repeat=num_repeat, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-                                        config=config)
+        return verl_compute_advantage()(
+            data,
+            adv_estimator=adv_estimator,
+            gamma=gamma,
+            lam=lam,
+            num_repeat=num_repeat,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            config=config,
+        )
     spec, actor = resolve_pipeline(config, areal_config, areal_overrides)
     if "response_mask" not in data.batch.keys():
         from verl.trainer.ppo.ray_trainer import compute_response_mask

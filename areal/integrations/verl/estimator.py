@@ -28,8 +28,15 @@ from areal.integrations.verl.layout import from_registry_call
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.checks.aux_fields import SUM_PI_SQUARED, declared_fields
 
-__all__ = ["ESTIMATOR_NAME", "CONFIG_KEY", "OVERRIDES_KEY", "ENV_CONFIG", "areal_advantage", "resolve_pipeline",
-           "register"]
+__all__ = [
+    "ESTIMATOR_NAME",
+    "CONFIG_KEY",
+    "OVERRIDES_KEY",
+    "ENV_CONFIG",
+    "areal_advantage",
+    "resolve_pipeline",
+    "register",
+]
 
 ESTIMATOR_NAME = "areal"
 CONFIG_KEY = "areal_config"
@@ -56,7 +63,9 @@ def _config_get(config: Any, key: str) -> Any:
     return getattr(config, key, None)
 
 
-def resolve_pipeline(config: Any, areal_config: Any = None, areal_overrides: Any = None) -> tuple[PipelineSpec, PPOActor]:
+def resolve_pipeline(
+    config: Any, areal_config: Any = None, areal_overrides: Any = None
+) -> tuple[PipelineSpec, PPOActor]:
     """The pipeline named by an explicit argument, `algorithm.areal_config` or `$AREAL_VERL_CONFIG`."""
     source, where = areal_config, "areal_config"
     if source is None:
@@ -77,14 +86,22 @@ def resolve_pipeline(config: Any, areal_config: Any = None, areal_overrides: Any
 
 def _warn_ignored_verl_fields(config: Any, spec: PipelineSpec) -> None:
     """verl's gamma/lam are not read (the pipeline's discount and lambda are); say so once."""
-    for verl_key, ours, value in (("gamma", "actor.discount", spec.actor.discount),
-                                  ("lam", "actor.gae_lambda", spec.actor.gae_lambda)):
+    for verl_key, ours, value in (
+        ("gamma", "actor.discount", spec.actor.discount),
+        ("lam", "actor.gae_lambda", spec.actor.gae_lambda),
+    ):
         theirs = _config_get(config, verl_key)
         if isinstance(theirs, (int, float)) and not isinstance(value, str) and float(theirs) != float(value):
             if (spec.source, verl_key) not in _warned:
                 _warned.add((spec.source, verl_key))
-                logger.warning("algorithm.%s=%s is not used by the areal estimator; %s=%s from %s applies",
-                               verl_key, theirs, ours, value, spec.source)
+                logger.warning(
+                    "algorithm.%s=%s is not used by the areal estimator; %s=%s from %s applies",
+                    verl_key,
+                    theirs,
+                    ours,
+                    value,
+                    spec.source,
+                )
 
 
 def check_registry_config(spec: PipelineSpec, actor: PPOActor | None = None) -> None:
@@ -102,8 +119,11 @@ def check_registry_config(spec: PipelineSpec, actor: PPOActor | None = None) -> 
             f"for critic GAE {WRAPPER_HINT} and set critic.enable=True in verl"
         )
     estimator = spec.actor.advantage.estimator
-    if estimator is not None and estimator.implementation == "combine" and any(
-            isinstance(t, dict) and "term" in t for t in (estimator.kwargs.get("terms") or ())):
+    if (
+        estimator is not None
+        and estimator.implementation == "combine"
+        and any(isinstance(t, dict) and "term" in t for t in (estimator.kwargs.get("terms") or ()))
+    ):
         raise ConfigError(
             f"{spec.source}: the combine estimator's distillation term needs old_log_probs and the teacher's "
             f"log-probs, which verl's estimator registry call does not pass; {WRAPPER_HINT}"

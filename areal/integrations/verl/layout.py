@@ -28,18 +28,23 @@ DENSE_HINT = (
 )
 
 
-def outcome_rewards(token_level_rewards: torch.Tensor, *, field: str = "token_level_rewards",
-                    scores: torch.Tensor | None = None) -> torch.Tensor:
+def outcome_rewards(
+    token_level_rewards: torch.Tensor, *, field: str = "token_level_rewards", scores: torch.Tensor | None = None
+) -> torch.Tensor:
     """One reward per row (the row sum); error when a row has more than one non-zero entry."""
     if not torch.is_tensor(token_level_rewards) or token_level_rewards.dim() != 2:
-        raise LayoutError(f"{field}: expected a [B, R] tensor, got {getattr(token_level_rewards, 'shape', token_level_rewards)!r}")
+        raise LayoutError(
+            f"{field}: expected a [B, R] tensor, got {getattr(token_level_rewards, 'shape', token_level_rewards)!r}"
+        )
     if not token_level_rewards.is_floating_point():
         token_level_rewards = token_level_rewards.to(torch.float32)
     finite = torch.isfinite(token_level_rewards)
     if not bool(finite.all()):
         row, col = (int(i) for i in (~finite).nonzero()[0])
-        raise LayoutError(f"{field}: row {row}, response position {col} is {float(token_level_rewards[row, col])!r}, "
-                          "expected finite rewards")
+        raise LayoutError(
+            f"{field}: row {row}, response position {col} is {float(token_level_rewards[row, col])!r}, "
+            "expected finite rewards"
+        )
     nonzero = (token_level_rewards != 0).sum(dim=1)
     dense = nonzero > 1
     if bool(dense.any()):
@@ -47,8 +52,10 @@ def outcome_rewards(token_level_rewards: torch.Tensor, *, field: str = "token_le
         cols = (token_level_rewards[row] != 0).nonzero()[:, 0].tolist()
         cause = ""
         if scores is not None and not torch.equal(scores, token_level_rewards):
-            cause = (" token_level_rewards differs from token_level_scores, i.e. verl added its in-reward KL "
-                     "penalty (algorithm.use_kl_in_reward=true).")
+            cause = (
+                " token_level_rewards differs from token_level_scores, i.e. verl added its in-reward KL "
+                "penalty (algorithm.use_kl_in_reward=true)."
+            )
         raise LayoutError(
             f"{field}: row {row} has {int(nonzero[row])} non-zero entries (response positions {cols[:6]}"
             f"{'...' if len(cols) > 6 else ''}), expected at most one outcome score per response.{cause} {DENSE_HINT}"
@@ -72,8 +79,9 @@ def group_ids(index: Any, n_rows: int, *, field: str = "uid") -> list[Any]:
     return [tuple(k) if isinstance(k, list) else k for k in keys]
 
 
-def from_registry_call(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
-                       reward_baselines: torch.Tensor | None) -> ResponseBatch:
+def from_registry_call(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any, reward_baselines: torch.Tensor | None
+) -> ResponseBatch:
     """What verl's registry call passes: rewards, mask, uid and (ReMax) baselines only."""
     rewards = outcome_rewards(token_level_rewards)
     return ResponseBatch(
@@ -81,8 +89,12 @@ def from_registry_call(token_level_rewards: torch.Tensor, response_mask: torch.T
         rewards=rewards,
         group_ids=group_ids(index, rewards.shape[0]),
         reward_baselines=reward_baselines,
-        names=(("response_mask", "response_mask"), ("rewards", "token_level_rewards"), ("group_ids", "uid"),
-               ("reward_baselines", "reward_baselines")),
+        names=(
+            ("response_mask", "response_mask"),
+            ("rewards", "token_level_rewards"),
+            ("group_ids", "uid"),
+            ("reward_baselines", "reward_baselines"),
+        ),
     )
 
 
@@ -123,10 +135,22 @@ def from_data_proto(data: Any) -> ResponseBatch:
         reward_baselines=_optional(batch, "reward_baselines"),
         sum_pi_squared=_optional(batch, "sum_pi_squared"),
         rollout_is_weights=_optional(batch, "rollout_is_weights"),
-        names=tuple((f, f"data.batch[{k!r}]") for f, k in (
-            ("response_mask", "response_mask"), ("rewards", "token_level_rewards"), ("values", "values"),
-            ("logprobs", "old_log_probs"), ("ref_logprobs", "ref_log_prob"), ("token_rewards", "token_rewards"),
-            ("turn_ids", "turn_ids"), ("is_truncated", "is_truncated"), ("reward_baselines", "reward_baselines"),
-            ("lengths", "attention_mask"), ("sum_pi_squared", "sum_pi_squared"),
-            ("rollout_is_weights", "rollout_is_weights"))) + (("group_ids", "data.non_tensor_batch['uid']"),),
+        names=tuple(
+            (f, f"data.batch[{k!r}]")
+            for f, k in (
+                ("response_mask", "response_mask"),
+                ("rewards", "token_level_rewards"),
+                ("values", "values"),
+                ("logprobs", "old_log_probs"),
+                ("ref_logprobs", "ref_log_prob"),
+                ("token_rewards", "token_rewards"),
+                ("turn_ids", "turn_ids"),
+                ("is_truncated", "is_truncated"),
+                ("reward_baselines", "reward_baselines"),
+                ("lengths", "attention_mask"),
+                ("sum_pi_squared", "sum_pi_squared"),
+                ("rollout_is_weights", "rollout_is_weights"),
+            )
+        )
+        + (("group_ids", "data.non_tensor_batch['uid']"),),
     )

@@ -24,21 +24,29 @@ _SENTINEL = "\u2063areal-sentinel\u2063"
 
 def is_messages(value: Any) -> bool:
     """A non-empty list of {"role": str, "content": str} mappings."""
-    return (isinstance(value, list) and bool(value) and all(
-        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in value))
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in value
+        )
+    )
 
 
 def check_text(value: Any, where: str) -> Text:
     """A prompt/observation must be a string or chat messages; anything else names `where`."""
     if isinstance(value, str) or is_messages(value):
         return value if isinstance(value, str) else [dict(m) for m in value]
-    raise TypeError(f"{where}: got {type(value).__name__} {value!r:.120}, expected a string or a list of "
-                    "{'role': str, 'content': str} chat messages")
+    raise TypeError(
+        f"{where}: got {type(value).__name__} {value!r:.120}, expected a string or a list of "
+        "{'role': str, 'content': str} chat messages"
+    )
 
 
-def stop_token_ids(tokenizer: PreTrainedTokenizerBase, generation_eos: int | Sequence[int] | None,
-                   stop_words: Iterable[str] = ()) -> frozenset[int]:
+def stop_token_ids(
+    tokenizer: PreTrainedTokenizerBase, generation_eos: int | Sequence[int] | None, stop_words: Iterable[str] = ()
+) -> frozenset[int]:
     """End-of-turn ids: the tokenizer's eos, the model's generation eos ids, and single-token stop words."""
     ids = set()
     if tokenizer.eos_token_id is not None:
@@ -71,8 +79,10 @@ class ChatCodec:
 
     def _template(self, messages: list[dict[str, str]], *, generation_prompt: bool) -> str:
         if not self.has_chat_template:
-            raise ValueError("the model's tokenizer has no chat template, so chat messages cannot be rendered; "
-                             "give plain-text prompts or use a checkpoint whose tokenizer has a chat_template")
+            raise ValueError(
+                "the model's tokenizer has no chat template, so chat messages cannot be rendered; "
+                "give plain-text prompts or use a checkpoint whose tokenizer has a chat_template"
+            )
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
 
     def encode_prompt(self, prompt: Text) -> list[int]:
@@ -99,14 +109,16 @@ class ChatCodec:
         head = self._template(base, generation_prompt=False)
         full = self._template(base + messages, generation_prompt=True)
         if not full.startswith(head):
-            raise ValueError("the chat template does not render a conversation's prefix as a prefix of its text, "
-                             "so observation messages cannot be appended; return observation text instead")
-        closing = head[head.rindex(_SENTINEL) + len(_SENTINEL):]
+            raise ValueError(
+                "the chat template does not render a conversation's prefix as a prefix of its text, "
+                "so observation messages cannot be appended; return observation text instead"
+            )
+        closing = head[head.rindex(_SENTINEL) + len(_SENTINEL) :]
         if last_turn_ids and last_turn_ids[-1] in self.stop_ids:
             stop_text = self.tokenizer.decode([last_turn_ids[-1]], skip_special_tokens=False)
             if closing.startswith(stop_text):
-                closing = closing[len(stop_text):]
-        return closing + full[len(head):]
+                closing = closing[len(stop_text) :]
+        return closing + full[len(head) :]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -63,8 +63,9 @@ def sum_pi_squared_from_logp(logp: torch.Tensor) -> torch.Tensor:
         return torch.exp(2.0 * logp).sum(-1)
 
 
-def dense_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float,
-                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def dense_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Aligned log-probs (and entropies) at every position from [B, T, V] logits; one log_softmax."""
     logp = torch.log_softmax(_tempered(logits[:, :-1], temperature), dim=-1)
     picked = torch.nn.functional.pad(logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1), (0, 1))
@@ -98,9 +99,15 @@ def scatter_aligned(values: torch.Tensor, selection: Selection, shape: torch.Siz
     return out.index_put((selection.rows, selection.cols), values)
 
 
-def picked_logprobs(logits: torch.Tensor, src_rows: torch.Tensor, src_cols: torch.Tensor, selection: Selection,
-                    temperature: float, shape: torch.Size,
-                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def picked_logprobs(
+    logits: torch.Tensor,
+    src_rows: torch.Tensor,
+    src_cols: torch.Tensor,
+    selection: Selection,
+    temperature: float,
+    shape: torch.Size,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Aligned [B, T] log-probs (and entropies) of the selection from [R, K, V] logits.
 
     Selected position i is read at (`src_rows[i]`, `src_cols[i]`) of the
@@ -112,8 +119,10 @@ def picked_logprobs(logits: torch.Tensor, src_rows: torch.Tensor, src_cols: torc
     picked = logp[src_rows, src_cols, selection.targets]
     entropy = None
     if with_entropy:
-        chunks = [entropy_from_logp(logp[src_rows[i:i + _ENTROPY_CHUNK], src_cols[i:i + _ENTROPY_CHUNK]])
-                  for i in range(0, src_rows.numel(), _ENTROPY_CHUNK)]
+        chunks = [
+            entropy_from_logp(logp[src_rows[i : i + _ENTROPY_CHUNK], src_cols[i : i + _ENTROPY_CHUNK]])
+            for i in range(0, src_rows.numel(), _ENTROPY_CHUNK)
+        ]
         entropy = scatter_aligned(torch.cat(chunks), selection, shape)
     return scatter_aligned(picked, selection, shape), entropy
 
@@ -144,12 +153,14 @@ def _prefix_groups(input_ids: torch.Tensor, first: torch.Tensor) -> tuple[torch.
     return groups, int(groups.max()) + 1
 
 
-def _offsets(groups: torch.Tensor, n_groups: int, first: torch.Tensor,
-             suffix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _offsets(
+    groups: torch.Tensor, n_groups: int, first: torch.Tensor, suffix: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row: where its continuation starts in its group's packed row; per group: the packed length."""
     rows = groups.shape[0]
     prefix_len = torch.zeros(n_groups, dtype=torch.long, device=groups.device).scatter_reduce(
-        0, groups, first, reduce="amax", include_self=False)
+        0, groups, first, reduce="amax", include_self=False
+    )
     # exclusive cumulative sum of the continuation lengths within each group, rows in their batch order
     same = groups[:, None] == groups[None, :]
     earlier = torch.ones(rows, rows, dtype=torch.bool, device=groups.device).tril(-1)
@@ -158,8 +169,13 @@ def _offsets(groups: torch.Tensor, n_groups: int, first: torch.Tensor,
     return prefix_len[groups] + before, prefix_len + totals
 
 
-def pack_shared_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, selection: Selection,
-                         dtype: torch.dtype, worth: Callable[[int, int], bool] | None = None) -> PackedBatch | None:
+def pack_shared_prefixes(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    selection: Selection,
+    dtype: torch.dtype,
+    worth: Callable[[int, int], bool] | None = None,
+) -> PackedBatch | None:
     """The packed batch, or None when no two rows share their prompt (packing would save nothing).
 
     Rows are right-padded (attention 1 on a leading run); a row's prompt is
@@ -169,7 +185,8 @@ def pack_shared_prefixes(input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     """
     rows = input_ids.shape[0]
     counts = torch.zeros(rows, dtype=torch.long, device=input_ids.device).index_add_(
-        0, selection.rows, torch.ones_like(selection.rows))
+        0, selection.rows, torch.ones_like(selection.rows)
+    )
     has = counts > 0
     if int(has.sum()) < 2:
         return None
@@ -273,9 +290,15 @@ def _kept_logits(module: nn.Module, keep: int, **inputs: torch.Tensor) -> torch.
     return module(**inputs).logits[:, -keep:]
 
 
-def token_logprobs(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
-                   *, wanted: torch.Tensor | None = None,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float,
+    *,
+    wanted: torch.Tensor | None = None,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Aligned [B, T] log-probs (and entropies) of `input_ids` under `module`: dense, response-only or packed.
 
     `wanted` ([B, T], aligned like the outputs, e.g. the aligned loss mask):
@@ -295,8 +318,13 @@ def token_logprobs(module: nn.Module, input_ids: torch.Tensor, attention_mask: t
     if packed is not None:
         width = packed.input_ids.shape[1]
         keep = width - int(packed.src_cols.min())
-        logits = _kept_logits(module, keep, input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                              position_ids=packed.position_ids)
+        logits = _kept_logits(
+            module,
+            keep,
+            input_ids=packed.input_ids,
+            attention_mask=packed.attention_mask,
+            position_ids=packed.position_ids,
+        )
         rows, cols = packed.src_rows, packed.src_cols - (width - keep)
     else:
         keep = shape[1] - int(selection.cols.min())
@@ -305,22 +333,30 @@ def token_logprobs(module: nn.Module, input_ids: torch.Tensor, attention_mask: t
     return picked_logprobs(logits, rows, cols, selection, temperature, shape, with_entropy)
 
 
-def _packed_or_none(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    selection: Selection) -> PackedBatch | None:
+def _packed_or_none(
+    module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, selection: Selection
+) -> PackedBatch | None:
     mode = shared_prefix_mode()
     if mode == "off":
         return None
     if not can_pack(module):
         if mode == "on":
-            raise ValueError(f"{SHARED_PREFIX_ENV}=on, but the model cannot take a packed batch (attention "
-                             f"{getattr(getattr(_inner(module), 'config', None), '_attn_implementation', None)!r}, "
-                             f"packing needs one of {list(_PACKING_ATTENTION)} without a sliding window)")
+            raise ValueError(
+                f"{SHARED_PREFIX_ENV}=on, but the model cannot take a packed batch (attention "
+                f"{getattr(getattr(_inner(module), 'config', None), '_attn_implementation', None)!r}, "
+                f"packing needs one of {list(_PACKING_ATTENTION)} without a sliding window)"
+            )
         return None
     dtype = next(_inner(module).parameters()).dtype
     rows, width = input_ids.shape
     config = _inner(module).config
-    return pack_shared_prefixes(input_ids, attention_mask, selection, dtype,
-                                worth=lambda g, w: forward_cost(config, g, w) < forward_cost(config, rows, width))
+    return pack_shared_prefixes(
+        input_ids,
+        attention_mask,
+        selection,
+        dtype,
+        worth=lambda g, w: forward_cost(config, g, w) < forward_cost(config, rows, width),
+    )
 
 
 def forward_cost(config: Any, rows: int, width: int) -> float:

@@ -24,8 +24,11 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torc
 
 def special_ids(tokenizer: Any) -> dict[str, int]:
     """The tokenizer's pad/bos/eos ids for a random-init model config."""
-    return {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
-            "eos_token_id": tokenizer.eos_token_id}
+    return {
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
 
 
 def tiny_config(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> PretrainedConfig:
@@ -52,8 +55,13 @@ def _load(auto_cls: Any, cfg: ModelConfig) -> PreTrainedModel:
     """`from_pretrained` from local files only, naming the field when it fails."""
     extra = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
     try:
-        return auto_cls.from_pretrained(cfg.path, local_files_only=True, attn_implementation=cfg.attn_implementation,
-                                        dtype=_DTYPES[cfg.dtype], **extra)
+        return auto_cls.from_pretrained(
+            cfg.path,
+            local_files_only=True,
+            attn_implementation=cfg.attn_implementation,
+            dtype=_DTYPES[cfg.dtype],
+            **extra,
+        )
     except (OSError, ValueError, ImportError, KeyError) as exc:
         where = f"model.gguf_file={cfg.gguf_file!r}" if cfg.gguf_file else f"model.path={cfg.path!r}"
         hint = " (GGUF needs the gguf extra: ./scripts/setup.sh gguf)" if cfg.gguf_file else ""
@@ -63,8 +71,10 @@ def _load(auto_cls: Any, cfg: ModelConfig) -> PreTrainedModel:
 def _check_vocab(model: PreTrainedModel, vocab_size: int, cfg: ModelConfig) -> None:
     rows = model.get_input_embeddings().num_embeddings
     if vocab_size > rows:
-        raise ConfigError(f"model.path={cfg.path!r}: the tokenizer has {vocab_size} tokens but the model's "
-                          f"embedding has only {rows} rows; the checkpoint and its tokenizer do not match")
+        raise ConfigError(
+            f"model.path={cfg.path!r}: the tokenizer has {vocab_size} tokens but the model's "
+            f"embedding has only {rows} rows; the checkpoint and its tokenizer do not match"
+        )
 
 
 def build_policy(cfg: ModelConfig, vocab_size: int, special: dict[str, int]) -> PreTrainedModel:
@@ -95,10 +105,16 @@ def with_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
         from peft import LoraConfig as PeftLoraConfig
         from peft import get_peft_model
     except ImportError as exc:
-        raise ConfigError(f"model.lora: needs the peft package ({exc}); install the lora extra: "
-                          "pip install 'areal[lora]'") from exc
-    config = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                            target_modules=lora.target_modules, task_type="CAUSAL_LM")
+        raise ConfigError(
+            f"model.lora: needs the peft package ({exc}); install the lora extra: pip install 'areal[lora]'"
+        ) from exc
+    config = PeftLoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
     try:
         return get_peft_model(model, config)
     except ValueError as exc:  # e.g. target modules the model does not have

@@ -43,10 +43,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from areal.trainer.lm.logprobs import shared_prefix_mode
+
 
 @dataclass
 class Continuation:
@@ -64,8 +71,8 @@ def left_pad(contexts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tens
     mask = torch.zeros((len(contexts), width), dtype=torch.long)
     for row, ctx in enumerate(contexts):
         if ctx:
-            ids[row, width - len(ctx):] = torch.tensor(list(ctx), dtype=torch.long)
-            mask[row, width - len(ctx):] = 1
+            ids[row, width - len(ctx) :] = torch.tensor(list(ctx), dtype=torch.long)
+            mask[row, width - len(ctx) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids, mask, positions
 
@@ -73,8 +80,10 @@ def left_pad(contexts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tens
 def check_request(contexts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], temperature: float) -> None:
     """The checks both samplers make before touching the model."""
     if len(contexts) != len(max_new_tokens):
-        raise ValueError(f"sample_continuations: {len(contexts)} contexts but {len(max_new_tokens)} "
-                         "max_new_tokens entries; one cap per context is required")
+        raise ValueError(
+            f"sample_continuations: {len(contexts)} contexts but {len(max_new_tokens)} "
+            "max_new_tokens entries; one cap per context is required"
+        )
     bad = [i for i, c in enumerate(contexts) if len(c) == 0]
     if bad:
         raise ValueError(f"sample_continuations: contexts {bad} are empty; every context needs at least one token")
@@ -85,8 +94,9 @@ def check_request(contexts: Sequence[Sequence[int]], max_new_tokens: Sequence[in
         raise ValueError(f"sample_continuations: temperature={temperature!r}, expected a number > 0")
 
 
-def neutral_generation_config(*, max_new_tokens: int, greedy: bool, stop_ids: Sequence[int],
-                              pad_id: int) -> GenerationConfig:
+def neutral_generation_config(
+    *, max_new_tokens: int, greedy: bool, stop_ids: Sequence[int], pad_id: int
+) -> GenerationConfig:
     """Plain multinomial (or arg-max) decoding: no option that reshapes the distribution.
 
     The temperature is applied by `_TemperedLogprobs`, so `temperature` stays 1
@@ -97,10 +107,21 @@ def neutral_generation_config(*, max_new_tokens: int, greedy: bool, stop_ids: Se
     """
     sampling = dict(temperature=1.0, top_k=0, top_p=1.0, typical_p=1.0) if not greedy else {}
     return GenerationConfig(
-        max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=not greedy, num_beams=1,
-        num_return_sequences=1, repetition_penalty=1.0, no_repeat_ngram_size=0, renormalize_logits=False,
-        eos_token_id=list(stop_ids) or None, pad_token_id=pad_id, use_cache=True,
-        return_dict_in_generate=False, output_scores=False, output_logits=False, **sampling,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=0,
+        do_sample=not greedy,
+        num_beams=1,
+        num_return_sequences=1,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        renormalize_logits=False,
+        eos_token_id=list(stop_ids) or None,
+        pad_token_id=pad_id,
+        use_cache=True,
+        return_dict_in_generate=False,
+        output_scores=False,
+        output_logits=False,
+        **sampling,
     )
 
 
@@ -155,7 +176,7 @@ class _TemperedLogprobs(LogitsProcessor):
         """[rows, steps] log-probs of the `generated` tokens."""
         picked = list(self.picked[: generated.shape[1]])
         if len(picked) < generated.shape[1] and self._last is not None:
-            picked.append(self._last.gather(-1, generated[:, len(picked):len(picked) + 1]).squeeze(-1))
+            picked.append(self._last.gather(-1, generated[:, len(picked) : len(picked) + 1]).squeeze(-1))
         return torch.stack(picked, dim=1)
 
 
@@ -170,8 +191,9 @@ class _RowCaps(StoppingCriteria):
         return (input_ids.shape[1] - self.prompt_width) >= self.caps
 
 
-def _continuations(generated: torch.Tensor, logprobs: torch.Tensor, caps: torch.Tensor,
-                   stop_ids: frozenset[int]) -> list[Continuation]:
+def _continuations(
+    generated: torch.Tensor, logprobs: torch.Tensor, caps: torch.Tensor, stop_ids: frozenset[int]
+) -> list[Continuation]:
     """Each row's tokens up to its first stop token or its cap (later columns are padding)."""
     steps = generated.shape[1]
     is_stop = torch.isin(generated, torch.tensor(sorted(stop_ids), dtype=torch.long, device=generated.device))
@@ -179,8 +201,10 @@ def _continuations(generated: torch.Tensor, logprobs: torch.Tensor, caps: torch.
     stopped = first < caps
     lengths = torch.where(stopped, first + 1, torch.clamp(caps, max=steps))
     ids, lps = generated.cpu().tolist(), logprobs.float().cpu().tolist()
-    return [Continuation(ids[r][:n], lps[r][:n], bool(s)) for r, (n, s) in
-            enumerate(zip(lengths.cpu().tolist(), stopped.cpu().tolist()))]
+    return [
+        Continuation(ids[r][:n], lps[r][:n], bool(s))
+        for r, (n, s) in enumerate(zip(lengths.cpu().tolist(), stopped.cpu().tolist()))
+    ]
 
 
 @torch.no_grad()
@@ -239,8 +263,9 @@ def generate_continuations(
     ids, mask, _ = left_pad(contexts, pad_id)
     ids, mask = ids.to(device), mask.to(device)
     caps = torch.tensor(list(max_new_tokens), dtype=torch.long, device=device)
-    config = neutral_generation_config(max_new_tokens=int(caps.max()), greedy=greedy, stop_ids=sorted(stop_ids),
-                                       pad_id=pad_id)
+    config = neutral_generation_config(
+        max_new_tokens=int(caps.max()), greedy=greedy, stop_ids=sorted(stop_ids), pad_id=pad_id
+    )
     recorder = _TemperedLogprobs(temperature)
     was_training = model.training
     model.eval()
@@ -249,13 +274,16 @@ def generate_continuations(
         extra = {"past_key_values": cache} if cache is not None else {}
         with _model_generation_defaults(model, config), _rng_from(generator, device):
             sequences = model.generate(
-                input_ids=ids, attention_mask=mask, generation_config=config,
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=config,
                 logits_processor=LogitsProcessorList([recorder]),
-                stopping_criteria=StoppingCriteriaList([_RowCaps(ids.shape[1], caps)]), **extra,
+                stopping_criteria=StoppingCriteriaList([_RowCaps(ids.shape[1], caps)]),
+                **extra,
             )
     finally:
         model.train(was_training)
-    generated = sequences[:, ids.shape[1]:]
+    generated = sequences[:, ids.shape[1] :]
     return _continuations(generated, recorder.logprobs(generated), caps, stop_ids)
 
 
@@ -281,5 +309,13 @@ def sample_continuations(
     check_request(contexts, max_new_tokens, temperature)
     if not contexts:
         return []
-    return generate_continuations(model, contexts, list(max_new_tokens), stop_ids, temperature=temperature,
-                                  pad_id=pad_id, generator=generator, greedy=greedy)
+    return generate_continuations(
+        model,
+        contexts,
+        list(max_new_tokens),
+        stop_ids,
+        temperature=temperature,
+        pad_id=pad_id,
+        generator=generator,
+        greedy=greedy,
+    )

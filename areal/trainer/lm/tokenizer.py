@@ -67,8 +67,7 @@ def build_byte_tokenizer() -> PreTrainedTokenizerFast:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     _with_bos(core, vocab[BOS])
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, unk_token=UNK, bos_token=BOS,
-                                  eos_token=IM_END)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, unk_token=UNK, bos_token=BOS, eos_token=IM_END)
     tok.add_special_tokens({"additional_special_tokens": [IM_START, EOS]})
     tok.chat_template = CHATML_TEMPLATE
     return tok
@@ -92,8 +91,9 @@ def load_checkpoint_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     return tok
 
 
-def build_tokenizer(cfg: ModelConfig, vocabulary: Sequence[str] | None,
-                    stop_words: Sequence[str] = ()) -> PreTrainedTokenizerBase:
+def build_tokenizer(
+    cfg: ModelConfig, vocabulary: Sequence[str] | None, stop_words: Sequence[str] = ()
+) -> PreTrainedTokenizerBase:
     """The tokenizer that follows the model: the checkpoint's, else a tiny local one."""
     if cfg.path is not None:
         return load_checkpoint_tokenizer(cfg)

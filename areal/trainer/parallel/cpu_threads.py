@@ -51,8 +51,7 @@ def local_world_size(env: Mapping[str, str] | None = None) -> int:
     return value
 
 
-def default_num_threads(cores: int | None = None, local_ranks: int | None = None,
-                        n_params: int | None = None) -> int:
+def default_num_threads(cores: int | None = None, local_ranks: int | None = None, n_params: int | None = None) -> int:
     """1 for a model of fewer than `SMALL_MODEL_PARAMS` parameters, else `cores // local_ranks` (at least 1).
 
     `n_params=None` (size unknown) takes the cores rule.
@@ -124,7 +123,8 @@ def busy_note(others: float | None, threads: int, cores: int | None = None) -> s
     cores = usable_cores() if cores is None else cores
     if others is None or others < 0.5 * cores:
         return None
-    return (f"[areal] note: other processes kept {others:.1f} of this machine's {os.cpu_count() or cores} cores busy "
-            f"while this run started ({cores} usable here); it trains with {threads} intra-op "
-            f"thread{'s' if threads != 1 else ''} (train.num_threads) and will be slower than on a quiet machine")
-
+    return (
+        f"[areal] note: other processes kept {others:.1f} of this machine's {os.cpu_count() or cores} cores busy "
+        f"while this run started ({cores} usable here); it trains with {threads} intra-op "
+        f"thread{'s' if threads != 1 else ''} (train.num_threads) and will be slower than on a quiet machine"
+    )

@@ -228,8 +228,9 @@ def _as_timedelta(timeout: float | timedelta | None) -> timedelta | None:
 
 def _context_from_group(local_rank: int, device: torch.device) -> DistContext:
     rank = dist.get_rank()
-    return DistContext(rank=rank, world_size=dist.get_world_size(), local_rank=local_rank,
-                       is_main=rank == 0, device=device)
+    return DistContext(
+        rank=rank, world_size=dist.get_world_size(), local_rank=local_rank, is_main=rank == 0, device=device
+    )
 
 
 def init_distributed(backend: str | None = None, *, timeout: float | timedelta | None = None) -> DistContext:

@@ -160,8 +160,7 @@ def make_adamw(params: list[nn.Parameter], *, lr: float, weight_decay: float, sh
     docs/performance.md). FSDP2's DTensor shards take the foreach form.
     """
     devices = {p.device.type for p in params}
-    fused = not sharded and bool(params) and all(p.is_floating_point() for p in params) and \
-        devices <= {"cpu", "cuda"}
+    fused = not sharded and bool(params) and all(p.is_floating_point() for p in params) and devices <= {"cpu", "cuda"}
     if fused:
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=bool(params))
@@ -178,8 +177,17 @@ class _OptimEngine:
 
     _keeps_skeleton = True  # FSDP: keep a storage-free copy of the module to gather full copies into
 
-    def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 ctx: DistContext | None = None, parallel: str = "ddp", mixed_precision: str | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        lr: float,
+        weight_decay: float = 0.0,
+        grad_clip: float = 1.0,
+        ctx: DistContext | None = None,
+        parallel: str = "ddp",
+        mixed_precision: str | None = None,
+    ) -> None:
         self.ctx = ctx if ctx is not None else DistContext()
         _check_parallel(parallel)
         if mixed_precision not in (None, "bf16"):
@@ -194,8 +202,12 @@ class _OptimEngine:
         if self.parallel == "fsdp" and self._keeps_skeleton:
             self._skeleton = copy.deepcopy(model).to("meta")
         self.train_module = self._wrap(model)
-        self.optimizer = make_adamw([p for p in self.train_module.parameters() if p.requires_grad], lr=lr,
-                                    weight_decay=weight_decay, sharded=self.parallel == "fsdp")
+        self.optimizer = make_adamw(
+            [p for p in self.train_module.parameters() if p.requires_grad],
+            lr=lr,
+            weight_decay=weight_decay,
+            sharded=self.parallel == "fsdp",
+        )
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The forward's precision: `torch.autocast` to bfloat16 under `mixed_precision='bf16'`, else unchanged.
@@ -240,7 +252,9 @@ class _OptimEngine:
         if bad:
             raise NonFiniteLossError(
                 f"non-finite loss on rank(s) {bad} (losses by rank: {losses}); no rank ran backward or stepped "
-                "the optimiser", bad)
+                "the optimiser",
+                bad,
+            )
 
     def optimizer_step(self, loss: torch.Tensor) -> float:
         """Agree on finiteness, backward (gradients reduced over ranks), clip the global norm, step.
@@ -287,8 +301,11 @@ class _OptimEngine:
         norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         if not math.isfinite(norm):  # the gradient is synchronised, so every rank sees the same norm
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLossError(f"non-finite gradient norm {norm!r} after backward; refusing to step the "
-                                     "optimiser (on every rank: the gradient is synchronised)", None)
+            raise NonFiniteLossError(
+                f"non-finite gradient norm {norm!r} after backward; refusing to step the "
+                "optimiser (on every rank: the gradient is synchronised)",
+                None,
+            )
         self.optimizer.step()
         return norm
 
@@ -330,8 +347,9 @@ class _OptimEngine:
             return self.optimizer.state_dict()
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-        return get_optimizer_state_dict(self.train_module, self.optimizer,
-                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return get_optimizer_state_dict(
+            self.train_module, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
 
     def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         """Inverse of `optimizer_state_dict`; every rank passes the full state it read."""
@@ -340,15 +358,19 @@ class _OptimEngine:
         fsdp_form = any(isinstance(key, str) for key in state.get("state", {}))
         if fsdp_form != (self.parallel == "fsdp"):
             written = "train.parallel=fsdp" if fsdp_form else "train.parallel=ddp (or one process)"
-            raise CheckpointError(f"the optimizer state was written under {written}, but this run uses "
-                                  f"{'train.parallel=' + self.parallel if self.parallel else 'one process'}; "
-                                  "resume with the train.parallel of the run that wrote it")
+            raise CheckpointError(
+                f"the optimizer state was written under {written}, but this run uses "
+                f"{'train.parallel=' + self.parallel if self.parallel else 'one process'}; "
+                "resume with the train.parallel of the run that wrote it"
+            )
         if self.parallel != "fsdp":
             self.optimizer.load_state_dict(state)
             return
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        set_optimizer_state_dict(self.train_module, self.optimizer, state, options=StateDictOptions(full_state_dict=True))
+        set_optimizer_state_dict(
+            self.train_module, self.optimizer, state, options=StateDictOptions(full_state_dict=True)
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Full (unsharded, CPU) model and optimiser state keyed by parameter name, for checkpoints.
@@ -360,8 +382,9 @@ class _OptimEngine:
         """
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-        model, optim = get_state_dict(self.train_module, self.optimizer,
-                                      options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        model, optim = get_state_dict(
+            self.train_module, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
         return {"model": model, "optimizer": optim}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -402,7 +425,12 @@ class PolicyEngine(_OptimEngine):
         return self.rollout_model
 
     def forward_logprobs(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, *, with_entropy: bool = False,
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        temperature: float,
+        *,
+        with_entropy: bool = False,
         wanted: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Aligned log-probs of the given tokens (and entropies, no gradient), with gradients (the training forward).
@@ -414,20 +442,30 @@ class PolicyEngine(_OptimEngine):
         if not self._keep_gradients:  # the previous step's: not resident beside this forward's activations
             self.release_gradients()
         with self.autocast():
-            return token_logprobs(self.train_module, input_ids, attention_mask, temperature, wanted=wanted,
-                                  with_entropy=with_entropy)
+            return token_logprobs(
+                self.train_module, input_ids, attention_mask, temperature, wanted=wanted, with_entropy=with_entropy
+            )
 
     @torch.no_grad()
-    def compute_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, *,
-                         wanted: torch.Tensor | None = None, base: bool = False) -> torch.Tensor:
+    def compute_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        temperature: float,
+        *,
+        wanted: torch.Tensor | None = None,
+        base: bool = False,
+    ) -> torch.Tensor:
         """Aligned log-probs without gradients (proximal log-probs), through the plain (or sharded) module.
 
         `base=True` (a LoRA policy only): with the adapters disabled, i.e. under
         the frozen base model, which is the KL reference policy.
         """
         if base and not callable(getattr(self.model, "disable_adapter", None)):
-            raise ValueError("compute_logprobs(base=True) needs a LoRA (peft) policy; a full fine-tuning run "
-                             "keeps a frozen reference copy instead")
+            raise ValueError(
+                "compute_logprobs(base=True) needs a LoRA (peft) policy; a full fine-tuning run "
+                "keeps a frozen reference copy instead"
+            )
         was_training = self.model.training
         self.model.eval()
         try:
@@ -438,8 +476,14 @@ class PolicyEngine(_OptimEngine):
 
 
 @torch.no_grad()
-def reference_logprobs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                       temperature: float, *, wanted: torch.Tensor | None = None) -> torch.Tensor:
+def reference_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float,
+    *,
+    wanted: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Aligned log-probs under the frozen reference policy (with `wanted`: only at those aligned positions)."""
     return token_logprobs(model, input_ids, attention_mask, temperature, wanted=wanted)[0]
 

@@ -77,8 +77,16 @@ from typing import Any
 
 from areal.trainer.parallel.peer_progress import GONE, SILENT, Stamp, collective_failure, peer_error, stalled, suspects
 
-__all__ = ["FailureReport", "FailureWatch", "PeerFailure", "RankFailure", "report_for", "stage", "staged",
-           "write_error_file"]
+__all__ = [
+    "FailureReport",
+    "FailureWatch",
+    "PeerFailure",
+    "RankFailure",
+    "report_for",
+    "stage",
+    "staged",
+    "write_error_file",
+]
 
 _STAGES: ContextVar[tuple[str, ...]] = ContextVar("areal_failure_stages", default=())
 _STAGE_ATTR = "_areal_stage"
@@ -107,8 +115,14 @@ class FailureReport:
     @classmethod
     def from_json(cls, raw: str | bytes) -> FailureReport:
         data = json.loads(raw)
-        return cls(tuple(data["ranks"]), data["reporter"], data["stage"], data["error"], data["where"],
-                   float(data.get("time", 0.0)))
+        return cls(
+            tuple(data["ranks"]),
+            data["reporter"],
+            data["stage"],
+            data["error"],
+            data["where"],
+            float(data.get("time", 0.0)),
+        )
 
 
 class RankFailure(RuntimeError):
@@ -167,10 +181,12 @@ def report_for(exc: BaseException, rank: int) -> FailureReport:
     """
     ranks = getattr(exc, "failed_ranks", None) or [rank]
     return FailureReport(
-        ranks=tuple(int(r) for r in ranks), reporter=rank,
+        ranks=tuple(int(r) for r in ranks),
+        reporter=rank,
         stage=getattr(exc, _STAGE_ATTR, None) or "an unnamed stage",
         error=getattr(exc, "failed_error", None) or f"{type(exc).__name__}: {exc}",
-        where=getattr(exc, "failed_where", None) or _where(_innermost(exc)), time=time.time(),
+        where=getattr(exc, "failed_where", None) or _where(_innermost(exc)),
+        time=time.time(),
     )
 
 
@@ -208,12 +224,15 @@ def stage(name: str) -> Iterator[None]:
 
 def staged(name: str | Callable[..., str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator form of `stage`; `name` may be a function of the call's arguments (e.g. the step)."""
+
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
             with stage(name(*args, **kwargs) if callable(name) else name):
                 return fn(*args, **kwargs)
+
         return inner
+
     return wrap
 
 
@@ -245,8 +264,12 @@ def write_error_file(failure: RankFailure) -> None:
         return
     reported = int(failure.report.time)
     stamp = reported if failure.rank in failure.report.ranks else max(int(time.time()), reported + 1)
-    data = {"message": {"message": f"{type(failure).__name__}: {failure}", "extraInfo": {
-        "py_callstack": "".join(traceback.format_exception(failure)), "timestamp": str(stamp)}}}
+    data = {
+        "message": {
+            "message": f"{type(failure).__name__}: {failure}",
+            "extraInfo": {"py_callstack": "".join(traceback.format_exception(failure)), "timestamp": str(stamp)},
+        }
+    }
     tmp = f"{path}.{threading.get_ident()}.tmp"  # the watcher thread and the main thread may both write
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh)
@@ -282,9 +305,19 @@ class FailureWatch:
     (`os._exit`; tests inject a recorder).
     """
 
-    def __init__(self, store: Any, watch_store: Any, rank: int, world_size: int, *, timeout_s: float,
-                 poll_s: float = 0.1, prefix: str = "areal/failure/local/0",
-                 exit_fn: Callable[[int], None] = os._exit, log: Callable[[str], None] = _stderr) -> None:
+    def __init__(
+        self,
+        store: Any,
+        watch_store: Any,
+        rank: int,
+        world_size: int,
+        *,
+        timeout_s: float,
+        poll_s: float = 0.1,
+        prefix: str = "areal/failure/local/0",
+        exit_fn: Callable[[int], None] = os._exit,
+        log: Callable[[str], None] = _stderr,
+    ) -> None:
         self.store, self.watch_store = store, watch_store
         self.rank, self.world_size = rank, world_size
         self.timeout_s, self.poll_s = timeout_s, poll_s
@@ -440,8 +473,14 @@ class FailureWatch:
             return None
         self._reported_gone = kind == GONE
         first = stamps[ranks[0]].stage
-        return FailureReport(ranks=tuple(ranks), reporter=self.rank, stage=first or "its start-up",
-                             error=peer_error(kind, self.rank, mine), where="", time=time.time())
+        return FailureReport(
+            ranks=tuple(ranks),
+            reporter=self.rank,
+            stage=first or "its start-up",
+            error=peer_error(kind, self.rank, mine),
+            where="",
+            time=time.time(),
+        )
 
     # -- the watcher thread ------------------------------------------------------------------
 
@@ -515,8 +554,9 @@ class FailureWatch:
         """Give the main thread `timeout_s` to stop by itself, then end the process."""
         if self._stop.wait(self.timeout_s):
             return
-        failure = RankFailure(report, self.rank, f"ended by its failure watcher: still running {self.timeout_s:g} s "
-                                                 "after learning of it")
+        failure = RankFailure(
+            report, self.rank, f"ended by its failure watcher: still running {self.timeout_s:g} s after learning of it"
+        )
         self.log(f"[areal] rank {self.rank}: error: {failure}")
         write_error_file(failure)
         sys.stderr.flush()
@@ -584,8 +624,10 @@ class FailureWatch:
         if root.reporter == self.rank and self.rank in root.ranks:
             write_error_file(failure)  # before waiting: torchrun may end this rank once the others are gone
             if not self.wait_for_acks():
-                self.log(f"[areal] rank {self.rank}: not every rank acknowledged the failure within "
-                         f"{self.timeout_s:g} s (a rank may already be gone); stopping anyway")
+                self.log(
+                    f"[areal] rank {self.rank}: not every rank acknowledged the failure within "
+                    f"{self.timeout_s:g} s (a rank may already be gone); stopping anyway"
+                )
         self._stop_watching()
         return failure
 

@@ -44,8 +44,9 @@ def micro_slices(n_rows: int, size: int | None, ctx: DistContext | None = None) 
     return near_equal_slices(n_rows, count)
 
 
-def chunked_rows(fn: Callable[..., torch.Tensor], slices: list[slice], *rows: torch.Tensor | None,
-                 **kwargs: object) -> torch.Tensor:
+def chunked_rows(
+    fn: Callable[..., torch.Tensor], slices: list[slice], *rows: torch.Tensor | None, **kwargs: object
+) -> torch.Tensor:
     """`fn(*rows, **kwargs)` on each slice of the row tensors (None stays None), concatenated along rows.
 
     A no-grad pass's output is per row, so chunking changes only how many

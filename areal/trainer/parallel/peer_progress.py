@@ -25,12 +25,22 @@ __all__ = ["GONE", "SILENT", "Stamp", "collective_failure", "peer_error", "stall
 
 GONE, SILENT = "gone", "silent"
 # the words gloo and nccl use when a peer's process has ended, or when a peer never came
-_GONE_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused",
-               "remote process exited")
+_GONE_WORDS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Connection refused",
+    "remote process exited",
+)
 # evidence, besides the raising frame, that an exception came from a collective (not, say, from a reward
 # function's own HTTP timeout)
-_BACKEND_WORDS = ("third_party/gloo", "ProcessGroupGloo", "ProcessGroupNCCL", "NCCL", "Application timeout caused "
-                  "pair closure")
+_BACKEND_WORDS = (
+    "third_party/gloo",
+    "ProcessGroupGloo",
+    "ProcessGroupNCCL",
+    "NCCL",
+    "Application timeout caused pair closure",
+)
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,11 @@ def peer_error(kind: str, rank: int, mine: str) -> str:
     """The report's `error` for a peer that `rank` found gone or silent while waiting in stage `mine`."""
     where = mine or "the trainer"
     if kind == GONE:
-        return (f"its process ended without reporting an error (a hard exit, a kill or a crash; torchrun's summary "
-                f"has its exit code); rank {rank} found it gone when its collective in {where} failed")
-    return (f"it stopped responding: its process was still running but did not reach the collective that rank "
-            f"{rank} waited in ({where}) within the process-group timeout (train.dist_timeout_s)")
+        return (
+            f"its process ended without reporting an error (a hard exit, a kill or a crash; torchrun's summary "
+            f"has its exit code); rank {rank} found it gone when its collective in {where} failed"
+        )
+    return (
+        f"it stopped responding: its process was still running but did not reach the collective that rank "
+        f"{rank} waited in ({where}) within the process-group timeout (train.dist_timeout_s)"
+    )

@@ -54,8 +54,9 @@ def _resolve_on_every_rank(config: PPOActorConfig) -> ResolvedAdvantage:
     dist.all_gather_object(reports, None if error is None else f"rank {rank}: {error}")
     failures = [r for r in reports if r]
     if failures:
-        raise WorkerInitError("actor worker initialisation failed: " + "; ".join(failures),
-                              [i for i, r in enumerate(reports) if r]) from error
+        raise WorkerInitError(
+            "actor worker initialisation failed: " + "; ".join(failures), [i for i, r in enumerate(reports) if r]
+        ) from error
     return resolved
 
 
@@ -63,8 +64,12 @@ def pipeline_stage(exc: BaseException) -> str:
     """Where in `compute_advantages` an error arose, for the call-time agreement's message."""
     if isinstance(exc, StageContractError):
         return f"advantage stage {exc.stage!r}"
-    for kind, where in ((BatchError, "the batch checks"), (NonFiniteOutputError, "the output guard"),
-                        (StageStateError, "a stage's state"), (ConfigError, "the config check")):
+    for kind, where in (
+        (BatchError, "the batch checks"),
+        (NonFiniteOutputError, "the output guard"),
+        (StageStateError, "a stage's state"),
+        (ConfigError, "the config check"),
+    ):
         if isinstance(exc, kind):
             return where
     return "the advantage pipeline"
@@ -147,7 +152,9 @@ class PPOActor:
                     "trajectory-group dicts"
                 )
             if meta is not None:
-                raise ValueError("compute_advantages: pass meta only with a single batch dict, not with a list of groups")
+                raise ValueError(
+                    "compute_advantages: pass meta only with a single batch dict, not with a list of groups"
+                )
             data, meta = concat_batch(list(data))
         return run_advantage_pipeline(data, meta, self.config, self.resolved, options)
 
@@ -160,8 +167,12 @@ class PPOActor:
         """What keeps state, per stage: the bound `StageState`, or a stage object with `state_dict`/`load_state_dict`."""
         out: dict[str, Any] = dict(self.stage_states)
         r = self.resolved
-        for name, stage in (("compute", r.compute), ("outcome_reward_shaping", r.outcome),
-                            ("estimator", r.estimator), ("process_adv_shaping", r.process)):
+        for name, stage in (
+            ("compute", r.compute),
+            ("outcome_reward_shaping", r.outcome),
+            ("estimator", r.estimator),
+            ("process_adv_shaping", r.process),
+        ):
             if name in out:
                 continue
             fn = None if stage is None else stage.fn
@@ -189,8 +200,10 @@ class PPOActor:
             raise ValueError(f"PPOActor.load_state_dict: got {type(state).__name__}, expected the dict of state_dict()")
         stages = self._stateful_stages()
         if set(saved) != set(stages):
-            raise ValueError(f"PPOActor.load_state_dict: the checkpoint holds state for stages {sorted(saved)}, "
-                             f"but the configured stages with state are {sorted(stages)}")
+            raise ValueError(
+                f"PPOActor.load_state_dict: the checkpoint holds state for stages {sorted(saved)}, "
+                f"but the configured stages with state are {sorted(stages)}"
+            )
         for name, fn in stages.items():
             fn.load_state_dict(saved[name])
 

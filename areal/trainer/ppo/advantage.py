@@ -44,7 +44,6 @@ from areal.trainer.ppo.checks.contracts import (
     check_temporal_result,
     check_tensor,
 )
-from areal.trainer.ppo.estimators.combine import LOGP_FIELDS
 from areal.trainer.ppo.fused import run_fused_steps, use_fused
 from areal.trainer.ppo.output_guard import GuardContext, guard_outputs
 from areal.trainer.ppo.outputs import unalias
@@ -115,7 +114,9 @@ def run_advantage_pipeline(
     sharing is by design: without `use_decoupled_loss`, `prox_logp` is the same
     tensor as `logprobs` (the proximal policy is the behaviour policy).
     """
-    n_rows, n_pos = check_batch_structure(data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss)
+    n_rows, n_pos = check_batch_structure(
+        data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss
+    )
     meta_complete = meta is not None
     if meta is None:
         meta = _synthesise_meta(config, n_rows)
@@ -127,8 +128,10 @@ def run_advantage_pipeline(
     else:
         fields, magnitudes = _default_fields(data, meta, meta_complete, config, resolved, options)
     stats = BatchStats(n_rows, n_pos, magnitudes)
-    guard_outputs(fields, GuardContext(config, resolved, options, stats, meta, meta_complete,
-                                       data.get("token_rewards") is not None))
+    guard_outputs(
+        fields,
+        GuardContext(config, resolved, options, stats, meta, meta_complete, data.get("token_rewards") is not None),
+    )
     out = dict(data)
     out.update(unalias(fields, data))
     return out
@@ -171,8 +174,9 @@ def _default_fields(
         # 2. Outcome reward shaping.
         outcome = _run_outcome(resolved.outcome, outcome_inputs)
         # 3. Reward scaling and normalisation.
-        score = normalise_scores(outcome, unpenalized, resolved.outcome, config, meta, meta_complete,
-                                 resolved.norm_states.get("reward_norm"))
+        score = normalise_scores(
+            outcome, unpenalized, resolved.outcome, config, meta, meta_complete, resolved.norm_states.get("reward_norm")
+        )
     except Exception:
         if fused:
             check_batch_values(data)  # a bad batch is reported first, as on the tensor path
@@ -183,9 +187,17 @@ def _default_fields(
     else:
         steps = _tensor_steps(data, score, config, resolved, meta, meta_complete)
     # 7. Process advantage shaping.
-    advantages = _shape_process(process_stage, process_kwargs, ProcessAdvantageInputs(
-        steps.advantages, steps.token_adv, steps.loss_mask, meta,
-        aligned_token_entropy(data, steps.loss_mask, stage_reads(process_stage))))
+    advantages = _shape_process(
+        process_stage,
+        process_kwargs,
+        ProcessAdvantageInputs(
+            steps.advantages,
+            steps.token_adv,
+            steps.loss_mask,
+            meta,
+            aligned_token_entropy(data, steps.loss_mask, stage_reads(process_stage)),
+        ),
+    )
     # 8. Output.
     return _output_fields(steps, advantages, outcome.rewards), magnitudes
 
@@ -206,21 +218,44 @@ def _tensor_steps(
     token_adv, folded = process_rewards(data, aligned, config)
     # 5. Temporal estimator (the placed outcome and folded rewards are freed when it returns).
     reads = stage_reads(estimator)
-    temporal_inputs = _temporal_inputs(aligned, kl, place_outcome(score, aligned, config), folded, config, resolved, meta,
-                                       aligned_anchor_ids(data, reads), _token_fields(data, aligned.loss_mask, reads))
+    temporal_inputs = _temporal_inputs(
+        aligned,
+        kl,
+        place_outcome(score, aligned, config),
+        folded,
+        config,
+        resolved,
+        meta,
+        aligned_anchor_ids(data, reads),
+        _token_fields(data, aligned.loss_mask, reads),
+    )
     wanted = declared_fields(estimator.fn)
     if wanted & {"ref_logp", "teacher_logp"}:  # e.g. `combine` with a distillation term
-        temporal_inputs = dataclasses.replace(temporal_inputs, **{
-            "ref_logp": data.get("ref_logp") if "ref_logp" in wanted else None,
-            "teacher_logp": data.get("teacher_logp") if "teacher_logp" in wanted else None})
+        temporal_inputs = dataclasses.replace(
+            temporal_inputs,
+            **{
+                "ref_logp": data.get("ref_logp") if "ref_logp" in wanted else None,
+                "teacher_logp": data.get("teacher_logp") if "teacher_logp" in wanted else None,
+            },
+        )
     del folded
     temporal = _run_temporal(estimator, temporal_inputs)
     del temporal_inputs
     # 6. Advantage normalisation.
-    advantages = _normalise_advantages(temporal.advantages, aligned.loss_mask, config, meta, meta_complete,
-                                       resolved.norm_states.get("adv_norm"))
-    return StepFields(aligned.loss_mask, aligned.old_logp, aligned.prox_logp, aligned.truncated,
-                      aligned.mopd_behavior_logprobs, kl, temporal, advantages, token_adv)
+    advantages = _normalise_advantages(
+        temporal.advantages, aligned.loss_mask, config, meta, meta_complete, resolved.norm_states.get("adv_norm")
+    )
+    return StepFields(
+        aligned.loss_mask,
+        aligned.old_logp,
+        aligned.prox_logp,
+        aligned.truncated,
+        aligned.mopd_behavior_logprobs,
+        kl,
+        temporal,
+        advantages,
+        token_adv,
+    )
 
 
 def _run_outcome(stage: ResolvedStage, inputs: OutcomeRewardInputs) -> OutcomeResult:
@@ -232,7 +267,9 @@ def _run_outcome(stage: ResolvedStage, inputs: OutcomeRewardInputs) -> OutcomeRe
     return check_outcome_result(stage, result, ids.shape[0], inputs.meta.n_logical, ids.device)
 
 
-def _token_fields(data: Mapping[str, Any], loss_mask: torch.Tensor, reads: frozenset[str]) -> dict[str, torch.Tensor | None]:
+def _token_fields(
+    data: Mapping[str, Any], loss_mask: torch.Tensor, reads: frozenset[str]
+) -> dict[str, torch.Tensor | None]:
     """The aligned optional float token fields the estimator reads (None when absent or not read)."""
     return {key: aligned_token_values(data, key, loss_mask, reads) for key in (SUM_PI_SQUARED, ROLLOUT_IS_WEIGHTS)}
 
@@ -280,7 +317,11 @@ def _run_temporal(stage: ResolvedStage, inputs: TemporalInputs) -> TemporalResul
 
 
 def _normalise_advantages(
-    advantages: torch.Tensor, loss_mask: torch.Tensor, config: PPOActorConfig, meta: TrajBatchMeta, meta_complete: bool,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    config: PPOActorConfig,
+    meta: TrajBatchMeta,
+    meta_complete: bool,
     running: StageState | None = None,
 ) -> torch.Tensor:
     """Token-weighted by the aligned mask; groups from the metadata when it is complete; `running`: level running."""
@@ -302,8 +343,14 @@ def _shape_process(stage: ResolvedStage, kwargs: Mapping[str, Any], inputs: Proc
         return inputs.advantages
     advantages = call_stage(stage, inputs, **kwargs)
     if stage.custom:
-        check_tensor(stage.stage, stage.implementation, "advantages", advantages,
-                     shape=tuple(inputs.loss_mask.shape), device=inputs.loss_mask.device)
+        check_tensor(
+            stage.stage,
+            stage.implementation,
+            "advantages",
+            advantages,
+            shape=tuple(inputs.loss_mask.shape),
+            device=inputs.loss_mask.device,
+        )
     return advantages
 
 
@@ -338,14 +385,20 @@ def compute_default_advantages(inputs: AdvantageInputs) -> AdvantageResult:
     A full replacement can call this and post-process, or use it as a template.
     """
     resolved = resolve_advantage(dataclasses.replace(inputs.config, advantage=AdvantageConfig()))
-    options = CallOptions(inputs.advantage_shaping_mode, inputs.gvpo_negative_scale,
-                          inputs.gvpo_zero_penalty, inputs.gvpo_zero_eps)
+    options = CallOptions(
+        inputs.advantage_shaping_mode, inputs.gvpo_negative_scale, inputs.gvpo_zero_penalty, inputs.gvpo_zero_eps
+    )
     fields, _ = _default_fields(inputs.data, inputs.meta, inputs.meta_is_complete, inputs.config, resolved, options)
     extras = {k: fields[k] for k in ALLOWED_EXTRAS if k in fields}
     return AdvantageResult(
-        advantages=fields["advantages"], returns=fields["returns"], loss_mask=fields["loss_mask"],
-        logprobs=fields["logprobs"], rewards=fields["rewards"], total_rewards=fields["total_rewards"],
-        kl_rewards=fields["kl_rewards"], extras=extras,
+        advantages=fields["advantages"],
+        returns=fields["returns"],
+        loss_mask=fields["loss_mask"],
+        logprobs=fields["logprobs"],
+        rewards=fields["rewards"],
+        total_rewards=fields["total_rewards"],
+        kl_rewards=fields["kl_rewards"],
+        extras=extras,
     )
 
 
@@ -358,13 +411,26 @@ def _run_full_replacement(
     options: CallOptions,
 ) -> dict[str, Any]:
     """The replacement's fields, checked against the full-replacement contract."""
-    inputs = AdvantageInputs(dict(data), config, meta, options.advantage_shaping_mode,
-                             options.gvpo_negative_scale, options.gvpo_zero_penalty, options.gvpo_zero_eps,
-                             meta_is_complete=meta_complete)
+    inputs = AdvantageInputs(
+        dict(data),
+        config,
+        meta,
+        options.advantage_shaping_mode,
+        options.gvpo_negative_scale,
+        options.gvpo_zero_penalty,
+        options.gvpo_zero_eps,
+        meta_is_complete=meta_complete,
+    )
     ids = data["input_ids"]
     result = check_full_result(stage, call_stage(stage, inputs), tuple(ids.shape), ids.device)
     return {
-        "advantages": result.advantages, "returns": result.returns, "loss_mask": result.loss_mask.to(torch.float32),
-        "logprobs": result.logprobs, "rewards": result.rewards, "total_rewards": result.total_rewards,
-        "tot_rewards": result.total_rewards, "kl_rewards": result.kl_rewards, **dict(result.extras or {}),
+        "advantages": result.advantages,
+        "returns": result.returns,
+        "loss_mask": result.loss_mask.to(torch.float32),
+        "logprobs": result.logprobs,
+        "rewards": result.rewards,
+        "total_rewards": result.total_rewards,
+        "tot_rewards": result.total_rewards,
+        "kl_rewards": result.kl_rewards,
+        **dict(result.extras or {}),
     }

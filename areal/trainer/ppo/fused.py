@@ -56,10 +56,16 @@ def fused_blockers(data: Mapping[str, Any], config: PPOActorConfig, resolved: Re
         blockers.append(f"gae_lambda is a function ({resolved.gae_lambda_source})")
     if data.get("token_rewards") is not None:
         blockers.append("the batch has process rewards (token_rewards)")
-    blockers += [f"{k} is {data[k].dtype}, not torch.float32" for k in _FLOAT_KEYS
-                 if data.get(k) is not None and data[k].dtype != torch.float32]
-    blockers += [f"{k} is {data[k].dtype}, not torch.int64" for k in _INT_KEYS
-                 if data.get(k) is not None and data[k].dtype != torch.int64]
+    blockers += [
+        f"{k} is {data[k].dtype}, not torch.float32"
+        for k in _FLOAT_KEYS
+        if data.get(k) is not None and data[k].dtype != torch.float32
+    ]
+    blockers += [
+        f"{k} is {data[k].dtype}, not torch.int64"
+        for k in _INT_KEYS
+        if data.get(k) is not None and data[k].dtype != torch.int64
+    ]
     return blockers
 
 
@@ -90,20 +96,42 @@ def run_fused_steps(
         check_batch_values(data)  # as on the tensor path, a bad batch is reported first
         require_turn_ids(None)
     use_prox = config.recompute_logprob and not config.use_decoupled_loss
-    lam = compute_gae_lambda(resolved.gae_lambda, loss_mask=data["loss_mask"], turn_ids=data.get("turn_ids"),
-                             timestep_unit=unit, source=resolved.gae_lambda_source)
-    inputs = FusedInputs(
-        data["attention_mask"], data["loss_mask"], data["logprobs"], data.get("ref_logp"), data.get("values"),
-        data.get("prox_logp"), data.get("turn_ids"), score.to(torch.float32), _truncation(data),
+    lam = compute_gae_lambda(
+        resolved.gae_lambda,
+        loss_mask=data["loss_mask"],
+        turn_ids=data.get("turn_ids"),
+        timestep_unit=unit,
+        source=resolved.gae_lambda_source,
     )
-    options = FusedOptions(unit, use_prox, config.mask_no_eos_with_zero, config.kl_estimator, config.kl_ctl,
-                           config.discount, config.discount * lam, row_moments=config.adv_norm is not None)
+    inputs = FusedInputs(
+        data["attention_mask"],
+        data["loss_mask"],
+        data["logprobs"],
+        data.get("ref_logp"),
+        data.get("values"),
+        data.get("prox_logp"),
+        data.get("turn_ids"),
+        score.to(torch.float32),
+        _truncation(data),
+    )
+    options = FusedOptions(
+        unit,
+        use_prox,
+        config.mask_no_eos_with_zero,
+        config.kl_estimator,
+        config.kl_ctl,
+        config.discount,
+        config.discount * lam,
+        row_moments=config.adv_norm is not None,
+    )
     out = run_fused(inputs, options)
     _raise_for_bad_rows(data, out.errors)
     advantages = out.advantages
     if config.adv_norm is not None:
         advantages = Normalization(config.adv_norm)(
-            advantages, out.loss_mask, row_moments=out.row_moments,
+            advantages,
+            out.loss_mask,
+            row_moments=out.row_moments,
             group_sizes=list(meta.traj_group_sizes) if meta_complete else None,
             logical_group_sizes=list(meta.logical_group_sizes) if meta_complete else None,
         )
@@ -141,7 +169,9 @@ def _magnitudes(data: Mapping[str, Any], values_max_abs: torch.Tensor) -> dict[s
     return {"values": float(values_max_abs.max())}
 
 
-def _mopd_behaviour(data: Mapping[str, Any], loss_mask: torch.Tensor, logprobs: torch.Tensor, use_prox: bool) -> torch.Tensor | None:
+def _mopd_behaviour(
+    data: Mapping[str, Any], loss_mask: torch.Tensor, logprobs: torch.Tensor, use_prox: bool
+) -> torch.Tensor | None:
     """Aligned masked behaviour log-probs, a tensor of their own (later edits of `logprobs` leave them)."""
     if "mopd_teacher_logp_sum" not in data:
         return None

@@ -97,9 +97,7 @@ def turn_gae(
     boot = _per_row("turn_gae", "bootstrap", bootstrap, n_rows, r.device)
     _check_turn_dtype_shape(turn_ids, m, _ALIGNED_FIELD)
     if turn_ids.device != m.device:
-        raise ValueError(
-            f"{_ALIGNED_FIELD}: on device {turn_ids.device}, expected {m.device} like the rewards"
-        )
+        raise ValueError(f"{_ALIGNED_FIELD}: on device {turn_ids.device}, expected {m.device} like the rewards")
     if n_rows == 0 or n_pos == 0:
         return torch.zeros_like(r), v.clone()
     coef = discount * lam_t
@@ -177,9 +175,7 @@ def _aligned_turn_layout(turn_ids: torch.Tensor, mask: torch.Tensor) -> _TurnLay
     field = _ALIGNED_FIELD
     generated = turn_ids >= 0
     body = slice(0, max(turn_ids.shape[1] - 1, 0))
-    _check_turn_mask_agreement(
-        turn_ids[:, body], mask[:, body] != 0, field, mask_name="loss_mask (aligned)"
-    )
+    _check_turn_mask_agreement(turn_ids[:, body], mask[:, body] != 0, field, mask_name="loss_mask (aligned)")
     _check_non_decreasing(turn_ids, field)
     starts = _turn_starts(turn_ids)
     turn_index = torch.cumsum(starts, dim=1) - 1
@@ -218,16 +214,12 @@ def _check_turn_dtype_shape(turn_ids: Any, loss_mask: torch.Tensor, field: str) 
         raise ValueError(f"{field}: got dtype {turn_ids.dtype}, expected an integer dtype (e.g. torch.long)")
     if not isinstance(loss_mask, torch.Tensor) or turn_ids.shape != loss_mask.shape:
         shape = tuple(loss_mask.shape) if isinstance(loss_mask, torch.Tensor) else type(loss_mask).__name__
-        raise ValueError(
-            f"{field}: got shape {tuple(turn_ids.shape)}, expected the loss_mask shape {shape}"
-        )
+        raise ValueError(f"{field}: got shape {tuple(turn_ids.shape)}, expected the loss_mask shape {shape}")
     if turn_ids.dim() != 2:
         raise ValueError(f"{field}: got {turn_ids.dim()} dims, expected a 2-D [B, T] tensor")
 
 
-def _check_turn_mask_agreement(
-    turn_ids: torch.Tensor, generated: torch.Tensor, field: str, *, mask_name: str
-) -> None:
+def _check_turn_mask_agreement(turn_ids: torch.Tensor, generated: torch.Tensor, field: str, *, mask_name: str) -> None:
     """-1 exactly off generated tokens, >= 0 on them."""
     bad_gen = generated & (turn_ids < 0)
     if bool(bad_gen.any()):
@@ -308,9 +300,7 @@ def compute_gae_lambda(
     """
     _check_lambda_unit(loss_mask, turn_ids, timestep_unit, source)
     kwargs = dict(gae_lambda_kwargs or {})
-    if isinstance(gae_lambda, bool) or not (
-        isinstance(gae_lambda, (int, float)) or callable(gae_lambda)
-    ):
+    if isinstance(gae_lambda, bool) or not (isinstance(gae_lambda, (int, float)) or callable(gae_lambda)):
         raise ValueError(
             f"{source}: got {gae_lambda!r} ({type(gae_lambda).__name__}), expected a number in [0, 1] "
             "or a callable taking a GAELambdaContext (resolve import paths and built-in names first)"
@@ -361,9 +351,7 @@ def _check_lambda_unit(loss_mask: Any, turn_ids: torch.Tensor | None, unit: str,
         )
 
 
-def _lambda_context(
-    loss_mask: torch.Tensor, turn_ids: torch.Tensor | None, unit: str, source: str
-) -> GAELambdaContext:
+def _lambda_context(loss_mask: torch.Tensor, turn_ids: torch.Tensor | None, unit: str, source: str) -> GAELambdaContext:
     tokens = (loss_mask != 0).sum(dim=1)
     if turn_ids is None:
         turns = (tokens > 0).long()
@@ -409,8 +397,7 @@ def _check_lambda_result(result: Any, n_rows: int, device: torch.device, source:
     if bool(bad.any()):
         row = int(bad.nonzero()[0])
         raise ValueError(
-            f"{source}: returned lambda {float(result[row])!r} for row {row}, "
-            "expected finite values in [0, 1]"
+            f"{source}: returned lambda {float(result[row])!r} for row {row}, expected finite values in [0, 1]"
         )
     return lam.clone()
 

@@ -67,8 +67,7 @@ class NonFiniteOutputError(ValueError):
         self.field = field
         self.cause = cause
         super().__init__(
-            f"{field}: the advantage pipeline produced {found!r} at {where} from finite inputs; "
-            f"probable cause: {cause}"
+            f"{field}: the advantage pipeline produced {found!r} at {where} from finite inputs; probable cause: {cause}"
         )
 
 
@@ -316,41 +315,55 @@ def _score_cause(ctx: GuardContext, value: float) -> str:
     cfg = ctx.config
     norm = cfg.reward_norm
     if norm is not None and norm.std_level is not None and norm.eps < 1e-12:
-        return (f"actor.reward_norm.eps={norm.eps!r}: reward normalisation divides by std + eps, and a group "
-                "of equal scores has std 0; use eps > 0 (the default is 1e-5)")
-    return (f"the outcome score (reward + actor.reward_bias) * actor.reward_scaling reaches {value:.3g} "
-            f"(reward_bias={cfg.reward_bias!r}, reward_scaling={cfg.reward_scaling!r}, "
-            f"reward_clip={cfg.reward_clip!r}), beyond the float32 range; bound it with a finite "
-            "actor.reward_clip or a smaller reward_scaling")
+        return (
+            f"actor.reward_norm.eps={norm.eps!r}: reward normalisation divides by std + eps, and a group "
+            "of equal scores has std 0; use eps > 0 (the default is 1e-5)"
+        )
+    return (
+        f"the outcome score (reward + actor.reward_bias) * actor.reward_scaling reaches {value:.3g} "
+        f"(reward_bias={cfg.reward_bias!r}, reward_scaling={cfg.reward_scaling!r}, "
+        f"reward_clip={cfg.reward_clip!r}), beyond the float32 range; bound it with a finite "
+        "actor.reward_clip or a smaller reward_scaling"
+    )
 
 
 def _kl_cause(ctx: GuardContext, value: float) -> str:
-    return (f"actor.kl_ctl={ctx.config.kl_ctl!r} times the KL estimate (clamped to ±{KL_CLAMP:g}) reaches "
-            f"{value:.3g}, beyond the float32 range (±3.4e38); use a much smaller kl_ctl")
+    return (
+        f"actor.kl_ctl={ctx.config.kl_ctl!r} times the KL estimate (clamped to ±{KL_CLAMP:g}) reaches "
+        f"{value:.3g}, beyond the float32 range (±3.4e38); use a much smaller kl_ctl"
+    )
 
 
 def _process_cause(ctx: GuardContext, value: float) -> str:
-    return (f"token_rewards reach {value:.3g} in magnitude; added to the other rewards and summed over a "
-            "trajectory they leave the float32 range")
+    return (
+        f"token_rewards reach {value:.3g} in magnitude; added to the other rewards and summed over a "
+        "trajectory they leave the float32 range"
+    )
 
 
 def _values_cause(ctx: GuardContext, value: float) -> str:
     where = " (on some data-parallel rank; batch statistics mix all ranks)" if _crosses_ranks(ctx.config) else ""
-    return (f"values reach {value:.3g} in magnitude{where}: the estimator's TD errors r + discount * V(t+1) - "
-            "V(t) and returns A + V leave the float32 range (critic values must stay far inside it)")
+    return (
+        f"values reach {value:.3g} in magnitude{where}: the estimator's TD errors r + discount * V(t+1) - "
+        "V(t) and returns A + V leave the float32 range (critic values must stay far inside it)"
+    )
 
 
 def _temporal_cause(ctx: GuardContext, value: float) -> str:
     name, _ = _estimator_name(ctx)
-    return (f"estimator {name!r}: summed over up to T={ctx.stats.n_pos} steps, the rewards and values reach "
-            f"{value:.3g}, beyond the float32 range")
+    return (
+        f"estimator {name!r}: summed over up to T={ctx.stats.n_pos} steps, the rewards and values reach "
+        f"{value:.3g}, beyond the float32 range"
+    )
 
 
 def _adv_norm_cause(ctx: GuardContext, value: float) -> str:
     norm = ctx.config.adv_norm
     if norm is not None and norm.std_level is not None and norm.eps < 1e-12:
-        return (f"actor.adv_norm.eps={norm.eps!r}: advantage normalisation divides by std + eps, and a "
-                "group or batch whose advantages are all equal has std 0; use eps > 0 (the default is 1e-5)")
+        return (
+            f"actor.adv_norm.eps={norm.eps!r}: advantage normalisation divides by std + eps, and a "
+            "group or batch whose advantages are all equal has std 0; use eps > 0 (the default is 1e-5)"
+        )
     return f"advantage normalisation by std + eps (eps={norm.eps!r}) scales the advantages up to {value:.3g}"
 
 
@@ -375,6 +388,8 @@ _CAUSES: dict[str, Callable[[GuardContext, float], str]] = {
 def _rewards_cause(ctx: GuardContext) -> str:
     cfg = ctx.config
     if cfg.overlong_reward_penalty:
-        return (f"the length penalty (actor.overlong_penalty_factor={cfg.overlong_penalty_factor!r}, "
-                f"overlong_tokens={cfg.overlong_tokens!r}) added to the task rewards leaves the float32 range")
+        return (
+            f"the length penalty (actor.overlong_penalty_factor={cfg.overlong_penalty_factor!r}, "
+            f"overlong_tokens={cfg.overlong_tokens!r}) added to the task rewards leaves the float32 range"
+        )
     return f"outcome stage {ctx.resolved.outcome.implementation!r} returned it"

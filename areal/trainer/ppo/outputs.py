@@ -27,6 +27,5 @@ def unalias(fields: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Any
     """`fields` with every tensor that shares storage with a tensor of `data` replaced by a copy."""
     owned = {_storage(v) for v in data.values() if torch.is_tensor(v) and v.numel() > 0}
     return {
-        k: v.clone() if torch.is_tensor(v) and v.numel() > 0 and _storage(v) in owned else v
-        for k, v in fields.items()
+        k: v.clone() if torch.is_tensor(v) and v.numel() > 0 and _storage(v) in owned else v for k, v in fields.items()
     }

@@ -21,8 +21,16 @@ from areal.trainer.ppo.checks.batch_checks import BatchError
 from areal.trainer.ppo.stage_types import TemporalResult
 from areal.utils.data import KLEstimator
 
-__all__ = ["AlignedBatch", "StepFields", "align_batch", "kl_rewards", "place_outcome", "process_rewards", "reward_kl",
-           "truncation_width"]
+__all__ = [
+    "AlignedBatch",
+    "StepFields",
+    "align_batch",
+    "kl_rewards",
+    "place_outcome",
+    "process_rewards",
+    "reward_kl",
+    "truncation_width",
+]
 
 
 @dataclass(frozen=True, eq=False)

@@ -71,8 +71,16 @@ class ResolvedAdvantage:
         """(stage, implementation, kwargs) rows for `areal validate`."""
         if self.compute is not None:
             return [("compute", self.compute.implementation, repr(dict(self.compute.kwargs)))]
-        estimator = self.estimator.implementation if self.estimator else f"{config.gae_timestep_unit}_gae (follows actor.gae_timestep_unit)"
-        process = self.process.implementation if self.process else "call-time PRM mode (additive unless the trainer passes one)"
+        estimator = (
+            self.estimator.implementation
+            if self.estimator
+            else f"{config.gae_timestep_unit}_gae (follows actor.gae_timestep_unit)"
+        )
+        process = (
+            self.process.implementation
+            if self.process
+            else "call-time PRM mode (additive unless the trainer passes one)"
+        )
         rows = [
             ("compute", "default", "{}"),
             ("outcome_reward_shaping", self.outcome.implementation, repr(dict(self.outcome.kwargs))),
@@ -84,10 +92,19 @@ class ResolvedAdvantage:
         return rows
 
 
-OUTCOME_BUILTINS = {**algos.BUILTIN_OUTCOME, **peer_algorithms.OUTCOME, **gdpo.OUTCOME, **stateful_baselines.OUTCOME,
-                    **role_baselines.OUTCOME}
-ESTIMATOR_BUILTINS = {**algos.BUILTIN_ESTIMATORS, **peer_algorithms.ESTIMATORS, **step_credit.ESTIMATORS,
-                      **token_baseline.ESTIMATORS}
+OUTCOME_BUILTINS = {
+    **algos.BUILTIN_OUTCOME,
+    **peer_algorithms.OUTCOME,
+    **gdpo.OUTCOME,
+    **stateful_baselines.OUTCOME,
+    **role_baselines.OUTCOME,
+}
+ESTIMATOR_BUILTINS = {
+    **algos.BUILTIN_ESTIMATORS,
+    **peer_algorithms.ESTIMATORS,
+    **step_credit.ESTIMATORS,
+    **token_baseline.ESTIMATORS,
+}
 PROCESS_BUILTINS = {**algos.BUILTIN_PROCESS, **entropy_shaping.PROCESS}
 
 
@@ -100,13 +117,18 @@ def wants_state(fn: Callable[..., Any]) -> bool:
     return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
 
 
-def _bind(stage: str, name: str, fn: Callable[..., Any], kwargs: Mapping[str, Any],
-          custom: bool) -> tuple[Callable[..., Any], StageState | None]:
+def _bind(
+    stage: str, name: str, fn: Callable[..., Any], kwargs: Mapping[str, Any], custom: bool
+) -> tuple[Callable[..., Any], StageState | None]:
     """Bind a fresh StageState (when the function wants one) and the configured kwargs."""
     where = f"actor.advantage.{stage}"
     if STATE_PARAMETER in kwargs:
-        raise PluginResolutionError(where, name, f"kwargs may not set {STATE_PARAMETER!r}: it is the stage's state "
-                                    "object, which the actor worker passes itself")
+        raise PluginResolutionError(
+            where,
+            name,
+            f"kwargs may not set {STATE_PARAMETER!r}: it is the stage's state "
+            "object, which the actor worker passes itself",
+        )
     state = None
     if callable(fn) and wants_state(fn):
         state = StageState(stage, name)
@@ -116,7 +138,9 @@ def _bind(stage: str, name: str, fn: Callable[..., Any], kwargs: Mapping[str, An
     return fn, state
 
 
-def _resolve_stage(stage: str, spec: StageSpec, builtins: Mapping[str, Callable[..., Any]], default: str) -> ResolvedStage:
+def _resolve_stage(
+    stage: str, spec: StageSpec, builtins: Mapping[str, Callable[..., Any]], default: str
+) -> ResolvedStage:
     name = default if spec.implementation == "auto" else spec.implementation
     custom = name not in builtins
     fn = import_object(name, stage=f"actor.advantage.{stage}") if custom else builtins[name]
@@ -145,13 +169,18 @@ def _resolve_combine(spec: StageSpec, default: str) -> ResolvedStage:
         label = f"terms[{i}] ({term.get('estimator', term.get('term'))})"
         if "term" in term:
             fields.add(term["teacher"])
-            terms.append(combine.CombineTerm(label, term["weight"], teacher=term["teacher"],
-                                             kl_estimator=term["kl_estimator"]))
+            terms.append(
+                combine.CombineTerm(label, term["weight"], teacher=term["teacher"], kl_estimator=term["kl_estimator"])
+            )
             continue
         sub = _resolve_stage("estimator", StageSpec(term["estimator"], term["kwargs"]), ESTIMATOR_BUILTINS, default)
         if sub.state is not None:
-            raise PluginResolutionError(where, "combine", f"{label} keeps state across steps; a combine term must "
-                                        "be stateless (configure the stateful stage on its own)")
+            raise PluginResolutionError(
+                where,
+                "combine",
+                f"{label} keeps state across steps; a combine term must "
+                "be stateless (configure the stateful stage on its own)",
+            )
         fields |= declared_fields(sub.fn)
         terms.append(combine.CombineTerm(label, term["weight"], run=functools.partial(_run_term, sub)))
     fn = functools.partial(combine.combine, terms=tuple(terms))
@@ -191,8 +220,9 @@ def resolve_advantage(config: PPOActorConfig) -> ResolvedAdvantage:
     if adv.replaces_compute:
         raw = import_object(adv.compute.implementation, stage="actor.advantage.compute")
         fn, state = _bind("compute", adv.compute.implementation, raw, adv.compute.kwargs, custom=True)
-        compute = ResolvedStage("compute", adv.compute.implementation, fn, custom=True, kwargs=dict(adv.compute.kwargs),
-                                state=state)
+        compute = ResolvedStage(
+            "compute", adv.compute.implementation, fn, custom=True, kwargs=dict(adv.compute.kwargs), state=state
+        )
         identity = ResolvedStage("outcome_reward_shaping", "identity", algos.identity_outcome, custom=False)
         return ResolvedAdvantage(compute, identity, None, None, gae_lambda, lambda_kwargs, lambda_source)
     outcome_spec = adv.outcome_reward_shaping or StageSpec("identity")
@@ -205,7 +235,9 @@ def resolve_advantage(config: PPOActorConfig) -> ResolvedAdvantage:
         else:
             estimator = _resolve_stage("estimator", adv.estimator, ESTIMATOR_BUILTINS, default)
     process = _resolve_process(adv.process_adv_shaping)
-    norm_states = {name: running_state(name) for name in ("reward_norm", "adv_norm") if is_running(getattr(config, name))}
+    norm_states = {
+        name: running_state(name) for name in ("reward_norm", "adv_norm") if is_running(getattr(config, name))
+    }
     return ResolvedAdvantage(None, outcome, estimator, process, gae_lambda, lambda_kwargs, lambda_source, norm_states)
 
 
@@ -244,7 +276,9 @@ class CallOptions:
         }
 
 
-def select_process(resolved: ResolvedAdvantage, config: PPOActorConfig, options: CallOptions) -> tuple[ResolvedStage, dict[str, Any]]:
+def select_process(
+    resolved: ResolvedAdvantage, config: PPOActorConfig, options: CallOptions
+) -> tuple[ResolvedStage, dict[str, Any]]:
     """Explicit config wins over the call-time mode; explicit GVPO kwargs override legacy ones."""
     options.validate()
     stage = resolved.process
@@ -253,7 +287,9 @@ def select_process(resolved: ResolvedAdvantage, config: PPOActorConfig, options:
         if mode in ("gvpo", "process_weighted") and not config.token_rewards_as_adv:
             raise ValueError(f"advantage_shaping_mode={mode!r} requires actor.token_rewards_as_adv=true (got false)")
         if mode == "process_weighted" and config.mask_no_eos_with_zero:
-            raise ValueError("advantage_shaping_mode='process_weighted' requires actor.mask_no_eos_with_zero=false (got true)")
+            raise ValueError(
+                "advantage_shaping_mode='process_weighted' requires actor.mask_no_eos_with_zero=false (got true)"
+            )
         stage = ResolvedStage("process_adv_shaping", mode, algos.BUILTIN_PROCESS[mode], custom=False)
         return stage, (options.legacy_gvpo() if mode == "gvpo" else {})
     if stage.implementation == "gvpo" and not stage.custom:

@@ -127,13 +127,20 @@ class StageState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore `state_dict()` output; it must come from the same stage implementation."""
-        if not isinstance(state, Mapping) or state.get("format") != _FORMAT or not isinstance(state.get("values"), Mapping):
-            raise StageStateError(f"{self.where}: got {type(state).__name__} {state!r:.80}, expected the dict of "
-                                  "StageState.state_dict()")
+        if (
+            not isinstance(state, Mapping)
+            or state.get("format") != _FORMAT
+            or not isinstance(state.get("values"), Mapping)
+        ):
+            raise StageStateError(
+                f"{self.where}: got {type(state).__name__} {state!r:.80}, expected the dict of StageState.state_dict()"
+            )
         saved = state.get("implementation")
         if saved != self.implementation:
-            raise StageStateError(f"{self.where}: the checkpoint holds the state of {saved!r}, but the stage is now "
-                                  f"{self.implementation!r}; resume with the configuration that wrote it")
+            raise StageStateError(
+                f"{self.where}: the checkpoint holds the state of {saved!r}, but the stage is now "
+                f"{self.implementation!r}; resume with the configuration that wrote it"
+            )
         values = {}
         for name, value in state["values"].items():
             if not torch.is_tensor(value):

@@ -117,7 +117,11 @@ class TemporalInputs:
 
     def truncated_bootstrap(self) -> torch.Tensor:
         """Bootstrap values where the row was cut off, zero where it ended."""
-        return torch.where(self.is_truncated, self.bootstrap_values.float(), torch.zeros_like(self.bootstrap_values, dtype=torch.float32))
+        return torch.where(
+            self.is_truncated,
+            self.bootstrap_values.float(),
+            torch.zeros_like(self.bootstrap_values, dtype=torch.float32),
+        )
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ class EpisodeRecord:
     @property
     def completion_ids(self) -> list[int]:
         """Everything after the prompt: generated turns and the observations between them."""
-        return self.tokens[self.turn_spans[0][0]:] if self.turn_spans else []
+        return self.tokens[self.turn_spans[0][0] :] if self.turn_spans else []
 
 
 @dataclass
@@ -102,7 +102,8 @@ def _turn_caps(runtime: TaskRuntime, active: Sequence[_Live]) -> list[int]:
                 raise TaskError(
                     f"{runtime.where('rollout', item.episode.index)}: a context of {len(item.record.tokens)} tokens "
                     f"plus {c} to generate exceeds the model's max_position_embeddings={limit}; shorten the "
-                    "prompts, lower rollout.max_new_tokens, or (random init) raise model.max_position_embeddings")
+                    "prompts, lower rollout.max_new_tokens, or (random init) raise model.max_position_embeddings"
+                )
     return caps
 
 
@@ -122,8 +123,9 @@ def _anchor(runtime: TaskRuntime, episode: Episode, context: Sequence[int]) -> i
     try:
         return anchor_key(episode.env, context)
     except Exception as exc:
-        raise TaskError(f"{runtime.where('environment.state_key()', episode.index, episode.row)}: "
-                        f"{type(exc).__name__}: {exc}") from exc
+        raise TaskError(
+            f"{runtime.where('environment.state_key()', episode.index, episode.row)}: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def collect_episodes(
@@ -145,8 +147,14 @@ def collect_episodes(
     while active:
         caps = _turn_caps(runtime, active)
         outs = sample_continuations(
-            model, [item.record.tokens for item in active], caps, runtime.stop_token_ids,
-            temperature=temperature, pad_id=runtime.pad_token_id, generator=generator, greedy=greedy,
+            model,
+            [item.record.tokens for item in active],
+            caps,
+            runtime.stop_token_ids,
+            temperature=temperature,
+            pad_id=runtime.pad_token_id,
+            generator=generator,
+            greedy=greedy,
         )
         still = []
         for item, out in zip(active, outs):
@@ -168,15 +176,19 @@ def collect_episodes(
             still.append(item)
         active = still
     score_records(runtime, live)
-    return [[item.record for item in live[i * n_samples:(i + 1) * n_samples]] for i in range(len(rows))]
+    return [[item.record for item in live[i * n_samples : (i + 1) * n_samples]] for i in range(len(rows))]
 
 
 def score_records(runtime: TaskRuntime, live: Sequence[_Live]) -> RewardBreakdown:
     """Every episode's reward components and total (the weighted sum), stored on its record."""
     records = [item.record for item in live]
     completions = [runtime.codec.decode(rec.completion_ids) for rec in records]
-    breakdown = runtime.score([item.episode for item in live], completions, [r.completion_ids for r in records],
-                              [r.env_reward for r in records])
+    breakdown = runtime.score(
+        [item.episode for item in live],
+        completions,
+        [r.completion_ids for r in records],
+        [r.env_reward for r in records],
+    )
     for i, rec in enumerate(records):
         rec.rewards = breakdown.row(i)
         rec.completion = completions[i]
@@ -196,8 +208,9 @@ def _pad_rows(rows: Sequence[Sequence[Any]], value: Any, dtype: torch.dtype) -> 
 RewardNames = tuple[tuple[str, ...], tuple[float, ...]]
 
 
-def _rows_to_tensors(rows: Sequence[EpisodeRecord], pad_id: int, with_process: bool,
-                     components: RewardNames | None = None) -> dict[str, Any]:
+def _rows_to_tensors(
+    rows: Sequence[EpisodeRecord], pad_id: int, with_process: bool, components: RewardNames | None = None
+) -> dict[str, Any]:
     batch: dict[str, Any] = {
         "input_ids": _pad_rows([r.tokens for r in rows], pad_id, torch.long),
         "attention_mask": _pad_rows([[1] * len(r.tokens) for r in rows], 0, torch.long),
@@ -217,8 +230,9 @@ def _rows_to_tensors(rows: Sequence[EpisodeRecord], pad_id: int, with_process: b
     return batch
 
 
-def export_episodes(records: Sequence[EpisodeRecord], pad_id: int, *, with_process: bool = False,
-                    components: RewardNames | None = None) -> dict[str, Any]:
+def export_episodes(
+    records: Sequence[EpisodeRecord], pad_id: int, *, with_process: bool = False, components: RewardNames | None = None
+) -> dict[str, Any]:
     """One prompt group, one tensor row per episode (`components`: rewards as [rows, K] named components)."""
     return _rows_to_tensors(records, pad_id, with_process, components)
 
@@ -237,7 +251,11 @@ def turn_row(record: EpisodeRecord, turn: int) -> EpisodeRecord:
 
 
 def export_turn_rows(
-    records: Sequence[EpisodeRecord], pad_id: int, *, with_process: bool = False, explicit_rewards: bool = False,
+    records: Sequence[EpisodeRecord],
+    pad_id: int,
+    *,
+    with_process: bool = False,
+    explicit_rewards: bool = False,
     components: RewardNames | None = None,
 ) -> dict[str, Any]:
     """One prompt group, one tensor row per generated turn, plus its `RolloutGroup`.

@@ -25,8 +25,10 @@ def _import_datasets() -> Any:
     try:
         import datasets
     except ImportError as exc:
-        raise ConfigError("data.train / data.eval: prompt datasets need the `data` extra (Hugging Face "
-                          "datasets): ./scripts/setup.sh data") from exc
+        raise ConfigError(
+            "data.train / data.eval: prompt datasets need the `data` extra (Hugging Face "
+            "datasets): ./scripts/setup.sh data"
+        ) from exc
     datasets.disable_progress_bars()
     return datasets
 
@@ -40,8 +42,10 @@ def load_prompt_dataset(path: str, *, split: str, field: str) -> Any:
         else:
             builder = _BUILDERS.get(os.path.splitext(path)[1].lower())
             if builder is None:
-                raise ConfigError(f"{field}: {path!r} has an unknown format; expected one of {sorted(_BUILDERS)} "
-                                  "or a folder written by save_to_disk")
+                raise ConfigError(
+                    f"{field}: {path!r} has an unknown format; expected one of {sorted(_BUILDERS)} "
+                    "or a folder written by save_to_disk"
+                )
             loaded = datasets.load_dataset(builder, data_files=path, split="train")
     except ConfigError:
         raise
@@ -49,8 +53,10 @@ def load_prompt_dataset(path: str, *, split: str, field: str) -> Any:
         raise ConfigError(f"{field}: cannot read {path!r} with datasets ({type(exc).__name__}: {exc})") from exc
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
-            raise ConfigError(f"{field}: {path!r} is a DatasetDict with splits {sorted(loaded)}, and the configured "
-                              f"split {split!r} is not one of them (set data.train_split / data.eval_split)")
+            raise ConfigError(
+                f"{field}: {path!r} is a DatasetDict with splits {sorted(loaded)}, and the configured "
+                f"split {split!r} is not one of them (set data.train_split / data.eval_split)"
+            )
         loaded = loaded[split]
     if len(loaded) == 0:
         raise ConfigError(f"{field}: {path!r} has no rows")
@@ -59,8 +65,7 @@ def load_prompt_dataset(path: str, *, split: str, field: str) -> Any:
 
 def check_prompt_column(dataset: Any, prompt_key: str, field: str) -> None:
     if prompt_key not in dataset.column_names:
-        raise ConfigError(f"data.prompt_key: {field} has no column {prompt_key!r} "
-                          f"(columns: {dataset.column_names})")
+        raise ConfigError(f"data.prompt_key: {field} has no column {prompt_key!r} (columns: {dataset.column_names})")
 
 
 def rows_of(dataset: Any, indices: list[int]) -> list[dict[str, Any]]:
@@ -100,18 +105,23 @@ class DatasetPromptSource:
                 self.position = 0
                 self._order = self._permutation(self.epoch)
             take = min(n - len(indices), len(self._order) - self.position)
-            indices += self._order[self.position:self.position + take].tolist()
+            indices += self._order[self.position : self.position + take].tolist()
             self.position += take
         return rows_of(self.dataset, indices)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"kind": "dataset", "seed": self.seed, "epoch": self.epoch, "position": self.position,
-                "size": len(self.dataset), "shuffle": self.shuffle}
+        return {
+            "kind": "dataset",
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self.position,
+            "size": len(self.dataset),
+            "shuffle": self.shuffle,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("kind") != "dataset" or state.get("size") != len(self.dataset):
-            raise ValueError(f"prompt source state {state} does not belong to this dataset "
-                             f"({len(self.dataset)} rows)")
+            raise ValueError(f"prompt source state {state} does not belong to this dataset ({len(self.dataset)} rows)")
         self.seed, self.shuffle = int(state["seed"]), bool(state["shuffle"])
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._order = self._permutation(self.epoch)
@@ -131,8 +141,9 @@ class TaskPromptSource:
         except Exception as exc:  # the task's own code: a one-line error naming it (areal.trainer.run.error_report)
             from areal.trainer.rollout.tasks.runtime import TaskError
 
-            raise TaskError(f"task {type(self.task).__name__}.sample(rng, {self.split!r}): "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise TaskError(
+                f"task {type(self.task).__name__}.sample(rng, {self.split!r}): {type(exc).__name__}: {exc}"
+            ) from exc
 
     def state_dict(self) -> dict[str, Any]:
         version, internal, gauss = self.rng.getstate()

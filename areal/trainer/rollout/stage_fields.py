@@ -41,12 +41,21 @@ import torch
 from areal.trainer.lm.logprobs import entropy_from_logp, sum_pi_squared_from_logp
 from areal.trainer.ppo.checks.aux_fields import BATCH_FIELDS_ATTRIBUTE, declared_fields
 
-__all__ = ["BATCH_FIELDS_ATTRIBUTE", "BEHAVIOUR_FIELDS", "add_prompt_keys", "add_seat_ids", "anchor_key",
-           "behaviour_entropy", "behaviour_token_stats", "prompt_key", "reward_components", "stage_batch_fields"]
+__all__ = [
+    "BATCH_FIELDS_ATTRIBUTE",
+    "BEHAVIOUR_FIELDS",
+    "add_prompt_keys",
+    "add_seat_ids",
+    "anchor_key",
+    "behaviour_entropy",
+    "behaviour_token_stats",
+    "prompt_key",
+    "reward_components",
+    "stage_batch_fields",
+]
 
 #: The per-token fields `behaviour_token_stats` computes from the behaviour policy's next-token distribution.
 BEHAVIOUR_FIELDS = ("token_entropy", "sum_pi_squared")
-
 
 
 def _canonical(problem: Any) -> str:
@@ -99,9 +108,12 @@ def _seat_id(problem: Any, name: str, required: bool) -> int:
     if isinstance(value, str):
         return _key(b"game:" + value.encode("utf-8")) & 0x7FFFFFFF
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
-        raise ValueError(f"the problem row's {name!r} is {value!r:.60}, expected an integer in [0, 2^31)"
-                         + (" or a string" if name == "game_id" else "") + f"; the configured stage reads {name}s "
-                         "(RAE: the seat the policy played and the game), so the task's rows must carry one")
+        raise ValueError(
+            f"the problem row's {name!r} is {value!r:.60}, expected an integer in [0, 2^31)"
+            + (" or a string" if name == "game_id" else "")
+            + f"; the configured stage reads {name}s "
+            "(RAE: the seat the policy played and the game), so the task's rows must carry one"
+        )
     return value
 
 
@@ -113,8 +125,13 @@ def add_seat_ids(groups: Sequence[Mapping[str, Any]], problems: Sequence[Any]) -
     for group, problem in zip(groups, problems):
         rows = group["input_ids"].shape[0]
         role, game = _seat_id(problem, "role_id", True), _seat_id(problem, "game_id", False)
-        out.append({**group, "role_ids": torch.full((rows,), role, dtype=torch.long),
-                    "game_ids": torch.full((rows,), game, dtype=torch.long)})
+        out.append(
+            {
+                **group,
+                "role_ids": torch.full((rows,), role, dtype=torch.long),
+                "game_ids": torch.full((rows,), game, dtype=torch.long),
+            }
+        )
     return out
 
 
@@ -136,9 +153,15 @@ _STATS = {"token_entropy": entropy_from_logp, "sum_pi_squared": sum_pi_squared_f
 
 
 @torch.no_grad()
-def behaviour_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                          temperature: float, fields: Collection[str], *,
-                          rows_per_chunk: int = 16) -> dict[str, torch.Tensor]:
+def behaviour_token_stats(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float,
+    fields: Collection[str],
+    *,
+    rows_per_chunk: int = 16,
+) -> dict[str, torch.Tensor]:
     """{field: [B, T] float32} for the wanted `BEHAVIOUR_FIELDS`, from one forward pass and one log_softmax.
 
     Each value is a statistic of softmax(logits / temperature) that predicted token
@@ -153,7 +176,7 @@ def behaviour_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, atten
     try:
         chunks: dict[str, list[torch.Tensor]] = {name: [] for name in wanted}
         for start in range(0, input_ids.shape[0], rows_per_chunk):
-            ids, mask = input_ids[start:start + rows_per_chunk], attention_mask[start:start + rows_per_chunk]
+            ids, mask = input_ids[start : start + rows_per_chunk], attention_mask[start : start + rows_per_chunk]
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float() / temperature
             logp = torch.log_softmax(logits, dim=-1)
             for name in wanted:
@@ -164,8 +187,15 @@ def behaviour_token_stats(model: torch.nn.Module, input_ids: torch.Tensor, atten
         model.train(was_training)
 
 
-def behaviour_entropy(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      temperature: float, *, rows_per_chunk: int = 16) -> torch.Tensor:
+def behaviour_entropy(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float,
+    *,
+    rows_per_chunk: int = 16,
+) -> torch.Tensor:
     """[B, T] float32: entropy of softmax(logits / temperature) that predicted token t, stored at t (0 at t = 0)."""
-    return behaviour_token_stats(model, input_ids, attention_mask, temperature, ("token_entropy",),
-                                 rows_per_chunk=rows_per_chunk)["token_entropy"]
+    return behaviour_token_stats(
+        model, input_ids, attention_mask, temperature, ("token_entropy",), rows_per_chunk=rows_per_chunk
+    )["token_entropy"]

@@ -39,8 +39,17 @@ from areal.trainer.rollout.episodes import EpisodeRecord, add_reward_baselines, 
 from areal.trainer.rollout.stage_fields import add_prompt_keys, stage_batch_fields
 from areal.utils.data import concat_batch
 
-__all__ = ["BUDGET_FILLER", "DUMMY_COMPLETIONS", "DryRunReport", "RewardDryRun", "budget_completion_ids", "dry_run",
-           "dry_run_rewards", "reward_rows", "synthetic_batch"]
+__all__ = [
+    "BUDGET_FILLER",
+    "DUMMY_COMPLETIONS",
+    "DryRunReport",
+    "RewardDryRun",
+    "budget_completion_ids",
+    "dry_run",
+    "dry_run_rewards",
+    "reward_rows",
+    "synthetic_batch",
+]
 
 N_PROMPTS = 2
 MAX_SAMPLES = 4
@@ -115,8 +124,9 @@ def _groups(cfg: Any, rng: random.Random, task: Any | None) -> list[dict[str, An
     for _ in range(N_PROMPTS):
         records = [_episode(rng, rng.randint(1, max_turns), signed) for _ in range(n_samples)]
         if cfg.rollout.export == "per_turn":
-            group = export_turn_rows(records, PAD_ID, with_process=with_process,
-                                     explicit_rewards=cfg.rollout.explicit_rollout_rewards)
+            group = export_turn_rows(
+                records, PAD_ID, with_process=with_process, explicit_rewards=cfg.rollout.explicit_rollout_rewards
+            )
         else:
             group = export_episodes(records, PAD_ID, with_process=with_process)
         if cfg.rollout.greedy_baseline:
@@ -155,7 +165,9 @@ def synthetic_batch(
         entropy = torch.rand(shape, generator=gen) * 6.9 * batch["attention_mask"]
         entropy[:, 0] = 0.0
         batch["token_entropy"] = entropy
-    if "sum_pi_squared" in fields:  # a distribution with pi_t on the sampled token: pi_t^2 <= Σπ² <= pi_t^2 + (1 - pi_t)^2
+    if (
+        "sum_pi_squared" in fields
+    ):  # a distribution with pi_t on the sampled token: pi_t^2 <= Σπ² <= pi_t^2 + (1 - pi_t)^2
         pi = batch["logprobs"].exp()
         spread = torch.rand(shape, generator=gen)
         batch["sum_pi_squared"] = (pi**2 + spread * (1 - pi) ** 2) * batch["loss_mask"]
@@ -164,11 +176,17 @@ def synthetic_batch(
 
 def _describe(cfg: Any, batch: dict[str, Any], meta: Any) -> str:
     turns = int(batch["turn_ids"].max()) + 1 if "turn_ids" in batch else 1
-    parts = [f"{N_PROMPTS} prompts x {max(1, min(cfg.rollout.n_samples, MAX_SAMPLES))} samples",
-             f"up to {turns} turn{'s' if turns > 1 else ''} per row"]
-    keys: Sequence[tuple[str, str]] = (("token_rewards", "process rewards"), ("values", "critic values"),
-                                       ("ref_logp", "reference log-probs"), ("prox_logp", "proximal log-probs"),
-                                       ("reward_baselines", "reward baselines"))
+    parts = [
+        f"{N_PROMPTS} prompts x {max(1, min(cfg.rollout.n_samples, MAX_SAMPLES))} samples",
+        f"up to {turns} turn{'s' if turns > 1 else ''} per row",
+    ]
+    keys: Sequence[tuple[str, str]] = (
+        ("token_rewards", "process rewards"),
+        ("values", "critic values"),
+        ("ref_logp", "reference log-probs"),
+        ("prox_logp", "proximal log-probs"),
+        ("reward_baselines", "reward baselines"),
+    )
     parts += [label for key, label in keys if key in batch]
     if meta.rollout_groups is not None:
         refs = any(g is not None and g.rewards is not None for g in meta.rollout_groups)
@@ -184,8 +202,12 @@ def dry_run(cfg: Any, actor: Any, seed: int = 0, task: Any | None = None) -> Dry
     batch, meta = synthetic_batch(cfg, seed, task, stage_batch_fields(actor.resolved))
     shaping = cfg.rollout.prm.advantage_shaping
     actor.compute_advantages(
-        batch, meta, advantage_shaping_mode=shaping.mode, gvpo_negative_scale=shaping.negative_scale,
-        gvpo_zero_penalty=shaping.zero_penalty, gvpo_zero_eps=shaping.zero_eps,
+        batch,
+        meta,
+        advantage_shaping_mode=shaping.mode,
+        gvpo_negative_scale=shaping.negative_scale,
+        gvpo_zero_penalty=shaping.zero_penalty,
+        gvpo_zero_eps=shaping.zero_eps,
     )
     n_rows, n_pos = batch["input_ids"].shape
     return DryRunReport(n_rows, n_pos, _describe(cfg, batch, meta))
@@ -228,8 +250,10 @@ def dry_run_rewards(runtime: Any, rows: Sequence[dict[str, Any]], budget: int) -
     """
     from areal.trainer.lm.tokenizer import encode_words
 
-    ids = [*(encode_words(runtime.tokenizer, text) for text in DUMMY_COMPLETIONS),
-           budget_completion_ids(runtime.tokenizer, budget)]
+    ids = [
+        *(encode_words(runtime.tokenizer, text) for text in DUMMY_COMPLETIONS),
+        budget_completion_ids(runtime.tokenizer, budget),
+    ]
     episodes = [runtime.open(rows[i % len(rows)], i) for i in range(len(ids))]
     completions = [runtime.codec.decode(x) for x in ids]
     env_rewards = [float(runtime.step(ep, text).reward) for ep, text in zip(episodes, completions)]

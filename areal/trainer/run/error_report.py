@@ -33,8 +33,15 @@ def user_code_errors() -> tuple[type[BaseException], ...]:
     from areal.trainer.rollout.reward_functions import RewardFunctionError
     from areal.trainer.rollout.tasks.runtime import TaskError
 
-    return (RewardFunctionError, TaskError, StageContractError, LambdaFunctionError, NonFiniteOutputError,
-            StageStateError, BatchError)
+    return (
+        RewardFunctionError,
+        TaskError,
+        StageContractError,
+        LambdaFunctionError,
+        NonFiniteOutputError,
+        StageStateError,
+        BatchError,
+    )
 
 
 def traceback_requested(debug: bool = False) -> bool:
@@ -66,8 +73,9 @@ def failure_line(exc: BaseException) -> str:
     return f"error{f' in {where}' if where else ''}: {type(exc).__name__}: {text}"
 
 
-def report_failure(exc: BaseException, run_dir: Path | None, *, debug: bool = False,
-                   stream: IO[str] | None = None) -> Path | None:
+def report_failure(
+    exc: BaseException, run_dir: Path | None, *, debug: bool = False, stream: IO[str] | None = None
+) -> Path | None:
     """Print how the run ended (traceback only where wanted, the one line last); returns the error log."""
     stream = sys.stderr if stream is None else stream
     log = write_error_log(run_dir, exc)

@@ -36,8 +36,10 @@ def episode_metrics(records: Sequence[EpisodeRecord], threshold: float, prefix: 
     if not records:
         return {}
     n = len(records)
-    out = {f"{prefix}accuracy": sum(r.reward >= threshold for r in records) / n,
-           f"{prefix}reward_mean": sum(r.reward for r in records) / n}
+    out = {
+        f"{prefix}accuracy": sum(r.reward >= threshold for r in records) / n,
+        f"{prefix}reward_mean": sum(r.reward for r in records) / n,
+    }
     for name in records[0].rewards:
         out[f"{prefix}reward/{name}"] = sum(r.rewards[name] for r in records) / n
     return out
@@ -60,9 +62,10 @@ class Evaluator:
         return last if after_update else (step % every == 0 and not last)
 
     @torch.no_grad()
-    def run(self, model: Any, runtime: TaskRuntime, ctx: DistContext, *, budget: int, temperature: float,
-            updates: int) -> tuple[dict[str, float], list[EpisodeRecord]]:
-        share = self.rows[ctx.rank::ctx.world_size] if ctx.is_distributed else self.rows
+    def run(
+        self, model: Any, runtime: TaskRuntime, ctx: DistContext, *, budget: int, temperature: float, updates: int
+    ) -> tuple[dict[str, float], list[EpisodeRecord]]:
+        share = self.rows[ctx.rank :: ctx.world_size] if ctx.is_distributed else self.rows
         groups = collect_episodes(model, runtime, share, 1, budget=budget, temperature=temperature, greedy=True)
         records = [g[0] for g in groups]
         local = episode_metrics(records, self.cfg.success_threshold, "eval/")
@@ -80,21 +83,27 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def sample_rows(records: Sequence[EpisodeRecord], k: int, n_samples: int, step: int,
-                split: str) -> list[dict[str, Any]]:
+def sample_rows(
+    records: Sequence[EpisodeRecord], k: int, n_samples: int, step: int, split: str
+) -> list[dict[str, Any]]:
     """Up to `k` rows: the first episode of successive prompts, then the others."""
     order = list(range(0, len(records), max(n_samples, 1)))
     order += [i for i in range(len(records)) if i not in set(order)]
     out = []
     for i in order[:k]:
         rec = records[i]
-        row: dict[str, Any] = {"step": step, "split": split, "prompt": rec.prompt,
-                               "completion": rec.completion,
-                               "reward": rec.reward, "rewards": rec.rewards, "truncated": rec.truncated,
-                               "row": rec.row}
+        row: dict[str, Any] = {
+            "step": step,
+            "split": split,
+            "prompt": rec.prompt,
+            "completion": rec.completion,
+            "reward": rec.reward,
+            "rewards": rec.rewards,
+            "truncated": rec.truncated,
+            "row": rec.row,
+        }
         if len(rec.turn_texts) != 1:
-            row["turns"] = [{"action": a, "observation": o}
-                            for a, o in zip(rec.turn_texts, [*rec.observations, None])]
+            row["turns"] = [{"action": a, "observation": o} for a, o in zip(rec.turn_texts, [*rec.observations, None])]
         out.append(row)
     return out
 

@@ -20,8 +20,13 @@ from areal.api.cli_args import ConfigError
 from areal.api.train_args import ModelConfig
 from areal.trainer.lm.model import build_policy, special_ids
 from areal.trainer.run.trainer_state import POLICY_DIR, load_module
-from areal.utils.checkpoint_folders import CheckpointError, checkpoint_root, latest_checkpoint, read_manifest, \
-    step_folder
+from areal.utils.checkpoint_folders import (
+    CheckpointError,
+    checkpoint_root,
+    latest_checkpoint,
+    read_manifest,
+    step_folder,
+)
 
 
 @dataclass(frozen=True)
@@ -40,12 +45,15 @@ def find_checkpoint(run_dir: Path, step: int | None) -> Path:
         return run_dir
     root = checkpoint_root(run_dir)
     if not root.is_dir():
-        raise CheckpointError(f"{run_dir}: no checkpoints/ folder; expected a run directory (with "
-                              "train.save_every set) or a checkpoint folder")
+        raise CheckpointError(
+            f"{run_dir}: no checkpoints/ folder; expected a run directory (with "
+            "train.save_every set) or a checkpoint folder"
+        )
     folder = latest_checkpoint(root) if step is None else step_folder(root, step)
     if folder is None or not folder.is_dir():
-        raise CheckpointError(f"{run_dir}: no checkpoint" + ("" if step is None else f" at step {step}")
-                              + f" in {root}")
+        raise CheckpointError(
+            f"{run_dir}: no checkpoint" + ("" if step is None else f" at step {step}") + f" in {root}"
+        )
     read_manifest(folder)
     return folder
 
@@ -70,8 +78,9 @@ def _policy(checkpoint: Path) -> tuple[torch.nn.Module, object, bool]:
     tokenizer = AutoTokenizer.from_pretrained(policy_dir, local_files_only=True)
     model_cfg, seed = _model_config(checkpoint)
     if model_cfg.lora is None:
-        model = AutoModelForCausalLM.from_pretrained(policy_dir, local_files_only=True,
-                                                     dtype=getattr(torch, model_cfg.dtype))
+        model = AutoModelForCausalLM.from_pretrained(
+            policy_dir, local_files_only=True, dtype=getattr(torch, model_cfg.dtype)
+        )
         return model, tokenizer, False
     torch.manual_seed(seed)  # the random base of a `model.path: null` run, as the trainer seeded it
     model = build_policy(model_cfg, len(tokenizer), special_ids(tokenizer))

@@ -55,8 +55,9 @@ def _rows(data: Mapping[str, Any], rows: torch.Tensor) -> dict[str, Any]:
     return {k: (v[rows] if torch.is_tensor(v) and v.dim() >= 1 and v.shape[0] == n else v) for k, v in data.items()}
 
 
-def filter_zero_advantage_groups(data: Mapping[str, Any], group_sizes: Sequence[int],
-                                 ctx: DistContext | None = None) -> FilterResult:
+def filter_zero_advantage_groups(
+    data: Mapping[str, Any], group_sizes: Sequence[int], ctx: DistContext | None = None
+) -> FilterResult:
     """The batch without its zero-advantage groups, and how many were filtered (see the module docstring)."""
     zero = zero_advantage_groups(data, group_sizes)
     sizes = torch.as_tensor(list(group_sizes), dtype=torch.long)

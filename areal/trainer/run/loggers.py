@@ -39,8 +39,11 @@ class MetricSink(Protocol):
 
 def _scalars(row: Mapping[str, Any]) -> dict[str, float]:
     """The numeric metrics of a row (no step, no missing values)."""
-    return {k: float(v) for k, v in row.items()
-            if k != "step" and v is not None and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: float(v)
+        for k, v in row.items()
+        if k != "step" and v is not None and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 class JsonlSink:
@@ -100,9 +103,14 @@ class WandbSink:
             run_id = _new_run_id()
             id_file.write_text(run_id, encoding="utf-8")
         self.run = wandb.init(
-            project=cfg.output.wandb_project or "areal", group=cfg.experiment_name,
-            name=f"{cfg.experiment_name}/{cfg.trial_name}", id=run_id, resume="allow", dir=str(run_dir),
-            mode=cfg.output.wandb_mode, config=dict(config),
+            project=cfg.output.wandb_project or "areal",
+            group=cfg.experiment_name,
+            name=f"{cfg.experiment_name}/{cfg.trial_name}",
+            id=run_id,
+            resume="allow",
+            dir=str(run_dir),
+            mode=cfg.output.wandb_mode,
+            config=dict(config),
         )
 
     def log(self, row: Mapping[str, Any]) -> None:
@@ -141,8 +149,9 @@ class RunLoggers:
                 logger.exception("closing %s failed", type(sink).__name__)
 
 
-def open_loggers(cfg: Any, run_dir: Path, *, records: Sequence[Mapping[str, Any]], start_step: int,
-                 is_main: bool) -> RunLoggers:
+def open_loggers(
+    cfg: Any, run_dir: Path, *, records: Sequence[Mapping[str, Any]], start_step: int, is_main: bool
+) -> RunLoggers:
     """The sinks of `output.loggers` for this rank (none off rank 0), continuing at `start_step`."""
     if not is_main:
         return RunLoggers([], records)
@@ -154,8 +163,13 @@ def open_loggers(cfg: Any, run_dir: Path, *, records: Sequence[Mapping[str, Any]
         if name == "jsonl":
             sinks.append(JsonlSink(run_dir / "metrics.jsonl", records))
         elif name == "tensorboard":
-            sinks.append(TensorBoardSink(run_dir / TENSORBOARD_DIR, purge_step=start_step if resumed else None,
-                                         config_yaml=config_to_yaml(cfg)))
+            sinks.append(
+                TensorBoardSink(
+                    run_dir / TENSORBOARD_DIR,
+                    purge_step=start_step if resumed else None,
+                    config_yaml=config_to_yaml(cfg),
+                )
+            )
         elif name == "wandb":
             sinks.append(WandbSink(cfg, run_dir, resumed=resumed, config=config_to_dict(cfg)))
     return RunLoggers(sinks, records)

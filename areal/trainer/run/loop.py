@@ -104,9 +104,11 @@ class RunResult:
         state = "interrupted" if self.interrupted else "done"
         plot = f" | plot {self.plot_path}" if self.plot_path else ""
         saved = f" | last checkpoint {self.last_save_seconds:.1f}s" if self.checkpoint is not None else ""
-        return (f"[areal] {name}: {state}, {self.steps_done}/{total_steps} steps in {self.seconds:.1f}s | "
-                f"reward first 5 steps {fmt(self.first5_reward)} -> last 10 steps {fmt(self.last10_reward)} | "
-                f"metrics {self.metrics_path}{plot}{saved}")
+        return (
+            f"[areal] {name}: {state}, {self.steps_done}/{total_steps} steps in {self.seconds:.1f}s | "
+            f"reward first 5 steps {fmt(self.first5_reward)} -> last 10 steps {fmt(self.last10_reward)} | "
+            f"metrics {self.metrics_path}{plot}{saved}"
+        )
 
 
 @dataclass
@@ -135,8 +137,11 @@ def _warn_unused_process_shaping(cfg: ExperimentConfig) -> None:
     """A process stage without process rewards is valid config but probably not what was meant."""
     spec = cfg.actor.advantage.process_adv_shaping
     if spec is not None and spec.implementation in ("gvpo", "process_weighted") and not cfg.rollout.prm.enabled:
-        logger.warning("actor.advantage.process_adv_shaping=%s but rollout.prm.enabled=false: the batch carries "
-                       "no token_rewards, so the shaping has nothing to act on", spec.implementation)
+        logger.warning(
+            "actor.advantage.process_adv_shaping=%s but rollout.prm.enabled=false: the batch carries "
+            "no token_rewards, so the shaping has nothing to act on",
+            spec.implementation,
+        )
 
 
 class Trainer:
@@ -169,8 +174,9 @@ class Trainer:
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + 1_000_003 * self.ctx.rank)
         # task and reward plugins are imported here, on every rank; any rank's failure stops all of them
         parts = self.parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
-        self.tokenizer = build_tokenizer(cfg.model, getattr(parts.task, "vocabulary", None),
-                                         getattr(parts.task, "stop_words", ()) or ())
+        self.tokenizer = build_tokenizer(
+            cfg.model, getattr(parts.task, "vocabulary", None), getattr(parts.task, "stop_words", ()) or ()
+        )
         self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
         # by the policy's size: one thread for a tiny model, the cores / local ranks otherwise (cpu_threads)
         self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in self.policy.parameters()))
@@ -187,12 +193,19 @@ class Trainer:
         # is the policy with its adapters disabled (the frozen base), not a second copy
         estimator = cfg.actor.advantage.estimator
         wants_reference = cfg.actor.kl_ctl != 0 or (
-            estimator is not None and reads_reference(estimator.implementation, estimator.kwargs))
+            estimator is not None and reads_reference(estimator.implementation, estimator.kwargs)
+        )
         self.reference_is_base = wants_reference and cfg.model.lora is not None
         self.reference = frozen_copy(self.policy) if wants_reference and cfg.model.lora is None else None
-        self.engine = PolicyEngine(self.policy, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
-                                   grad_clip=cfg.train.grad_clip, ctx=self.ctx, parallel=parallel,
-                                   mixed_precision=cfg.model.mixed_precision)
+        self.engine = PolicyEngine(
+            self.policy,
+            lr=cfg.train.lr,
+            weight_decay=cfg.train.weight_decay,
+            grad_clip=cfg.train.grad_clip,
+            ctx=self.ctx,
+            parallel=parallel,
+            mixed_precision=cfg.model.mixed_precision,
+        )
         self.policy = self.engine.rollout_model  # the plain module (under FSDP: the full sampling copy)
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
@@ -201,11 +214,18 @@ class Trainer:
         if cfg.critic.enabled:
             model = build_critic(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
             broadcast_module(model, self.ctx)
-            self.critic = PPOCritic(cfg.critic, ValueEngine(model, lr=cfg.critic.lr,
-                                                             weight_decay=cfg.critic.weight_decay,
-                                                             grad_clip=cfg.critic.grad_clip, ctx=self.ctx,
-                                                             parallel=parallel,
-                                                             mixed_precision=cfg.model.mixed_precision))
+            self.critic = PPOCritic(
+                cfg.critic,
+                ValueEngine(
+                    model,
+                    lr=cfg.critic.lr,
+                    weight_decay=cfg.critic.weight_decay,
+                    grad_clip=cfg.critic.grad_clip,
+                    ctx=self.ctx,
+                    parallel=parallel,
+                    mixed_precision=cfg.model.mixed_precision,
+                ),
+            )
         # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
         torch.manual_seed(cfg.seed + 2 + 1_000_003 * self.ctx.rank)
         # a resumed run appends to the samples it already wrote
@@ -227,21 +247,40 @@ class Trainer:
         if self.ctx.is_distributed:
             problems = [problems[i] for i in self.prompt_indices]
         groups = collect_episodes(
-            self.policy, self.task, problems, cfg.rollout.n_samples, budget=cfg.generation_budget,
-            temperature=cfg.sampling_temperature, generator=self.generator, process_rewards=cfg.rollout.prm.enabled,
+            self.policy,
+            self.task,
+            problems,
+            cfg.rollout.n_samples,
+            budget=cfg.generation_budget,
+            temperature=cfg.sampling_temperature,
+            generator=self.generator,
+            process_rewards=cfg.rollout.prm.enabled,
         )
         pad = self.task.pad_token_id
         with_process = cfg.rollout.prm.enabled
         components = reward_components(self.task.rewards)
         if cfg.rollout.export == "per_turn":
-            dicts = [export_turn_rows(g, pad, with_process=with_process, components=components,
-                                      explicit_rewards=cfg.rollout.explicit_rollout_rewards) for g in groups]
+            dicts = [
+                export_turn_rows(
+                    g,
+                    pad,
+                    with_process=with_process,
+                    components=components,
+                    explicit_rewards=cfg.rollout.explicit_rollout_rewards,
+                )
+                for g in groups
+            ]
         else:
             dicts = [export_episodes(g, pad, with_process=with_process, components=components) for g in groups]
         if cfg.rollout.greedy_baseline:
             greedy = collect_episodes(
-                self.policy, self.task, problems, 1, budget=cfg.generation_budget,
-                temperature=cfg.sampling_temperature, greedy=True,
+                self.policy,
+                self.task,
+                problems,
+                1,
+                budget=cfg.generation_budget,
+                temperature=cfg.sampling_temperature,
+                greedy=True,
             )
             dicts = [add_reward_baselines(d, g[0].reward) for d, g in zip(dicts, greedy)]
         dicts = add_prompt_keys(dicts, problems)  # per-prompt stage state (KRPO, SPO)
@@ -263,15 +302,20 @@ class Trainer:
         if self.critic is not None:
             batch["values"] = self.critic.compute_values(batch)
         if self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss:
-            batch["prox_logp"] = chunked_rows(lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w),
-                                              chunks, ids, mask, wanted)
+            batch["prox_logp"] = chunked_rows(
+                lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w), chunks, ids, mask, wanted
+            )
         # the behaviour policy's entropy and Σπ², before the update, in one pass; only the fields a stage reads
-        batch.update(behaviour_token_stats(self.engine.model, ids, mask, temp, stage_batch_fields(self.actor.resolved),
-                                           rows_per_chunk=size or 16))
+        batch.update(
+            behaviour_token_stats(
+                self.engine.model, ids, mask, temp, stage_batch_fields(self.actor.resolved), rows_per_chunk=size or 16
+            )
+        )
         return batch
 
-    def _reference_logprobs(self, ids: torch.Tensor, mask: torch.Tensor, wanted: torch.Tensor, *,
-                            temperature: float) -> torch.Tensor:
+    def _reference_logprobs(
+        self, ids: torch.Tensor, mask: torch.Tensor, wanted: torch.Tensor, *, temperature: float
+    ) -> torch.Tensor:
         """The KL reference's aligned log-probs: the frozen copy, or the LoRA policy's base (adapters disabled)."""
         if self.reference_is_base:
             return self.engine.compute_logprobs(ids, mask, temperature, wanted=wanted, base=True)
@@ -282,16 +326,26 @@ class Trainer:
     def compute_advantages(self, batch: dict[str, Any], meta: Any) -> dict[str, Any]:
         shaping = self.cfg.rollout.prm.advantage_shaping
         return self.actor.compute_advantages(
-            batch, meta, advantage_shaping_mode=shaping.mode, gvpo_negative_scale=shaping.negative_scale,
-            gvpo_zero_penalty=shaping.zero_penalty, gvpo_zero_eps=shaping.zero_eps,
+            batch,
+            meta,
+            advantage_shaping_mode=shaping.mode,
+            gvpo_negative_scale=shaping.negative_scale,
+            gvpo_zero_penalty=shaping.zero_penalty,
+            gvpo_zero_eps=shaping.zero_eps,
         )
 
     @staged("evaluation")
     def evaluate(self, updates: int) -> dict[str, float]:
         """Greedy decoding of the held-out rows (`eval/*` metrics); rank 0 logs a few as samples."""
         start = time.perf_counter()
-        metrics, records = self.evaluator.run(self.policy, self.task, self.ctx, budget=self.cfg.generation_budget,
-                                              temperature=self.cfg.sampling_temperature, updates=updates)
+        metrics, records = self.evaluator.run(
+            self.policy,
+            self.task,
+            self.ctx,
+            budget=self.cfg.generation_budget,
+            temperature=self.cfg.sampling_temperature,
+            updates=updates,
+        )
         metrics["eval/seconds"] = time.perf_counter() - start
         if self.ctx.is_main and self.cfg.eval.samples_per_step:
             self.sample_log.write(sample_rows(records, self.cfg.eval.samples_per_step, 1, updates, "eval"))
@@ -337,8 +391,10 @@ class Trainer:
         if filtered is not None:  # over all ranks (the same number on every rank)
             row["filtered_groups"] = filtered.filtered
             row["filtered_group_frac"] = filtered.filtered / filtered.groups
-        counts = {"generated": float(sum(r.generated_tokens for r in records)),
-                  "trained": float(data["attention_mask"].sum())}
+        counts = {
+            "generated": float(sum(r.generated_tokens for r in records)),
+            "trained": float(data["attention_mask"].sum()),
+        }
         if self.ctx.is_distributed:
             row, counts = self._reduce_metrics(row, records, data, counts)
         if self.evaluator.due(step, after_update=True):
@@ -350,13 +406,15 @@ class Trainer:
         row["throughput/train_tokens_per_s"] = rate(counts["trained"], timer.seconds["update"])
         row.update(peak_memory_metrics(self.device))
         if self.ctx.is_main and self.cfg.eval.samples_per_step:
-            self.sample_log.write(sample_rows(records, self.cfg.eval.samples_per_step, self.cfg.rollout.n_samples,
-                                              step, "train"))
+            self.sample_log.write(
+                sample_rows(records, self.cfg.eval.samples_per_step, self.cfg.rollout.n_samples, step, "train")
+            )
         return StepOutput(row, batch, data, records)
 
     @staged("metrics")
-    def _reduce_metrics(self, row: dict[str, Any], records: list[EpisodeRecord], data: dict[str, Any],
-                        counts: dict[str, float]) -> tuple[dict[str, Any], dict[str, float]]:
+    def _reduce_metrics(
+        self, row: dict[str, Any], records: list[EpisodeRecord], data: dict[str, Any], counts: dict[str, float]
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         """The step's metrics over all ranks (the same row on every rank), and `counts` summed over ranks.
 
         Episode means are weighted by each rank's episodes, token means by its
@@ -369,8 +427,10 @@ class Trainer:
         local["_adv_sq_mean"] = row["adv_std"] ** 2 + row["adv_mean"] ** 2
         local.update({f"_count_{k}": v for k, v in counts.items()})
         local.pop("adv_std")
-        weights = {k: n_episodes if k in _EPISODE_KEYS or k.startswith("reward/") else n_tokens if k in _TOKEN_KEYS
-                   else 1.0 for k in local}
+        weights = {
+            k: n_episodes if k in _EPISODE_KEYS or k.startswith("reward/") else n_tokens if k in _TOKEN_KEYS else 1.0
+            for k in local
+        }
         out = reduce_metrics(local, self.ctx, weights=weights)
         reduced: dict[str, Any] = {"step": row["step"]}
         for key in row:
@@ -382,8 +442,9 @@ class Trainer:
         reduced["tokens_per_s"] = summed["generated"] / out["seconds"] if out["seconds"] > 0 else None
         return reduced, summed
 
-    def _metrics(self, step: int, records: list[EpisodeRecord], data: dict[str, Any],
-                 stats: dict[str, float], seconds: float) -> dict[str, float]:
+    def _metrics(
+        self, step: int, records: list[EpisodeRecord], data: dict[str, Any], stats: dict[str, float], seconds: float
+    ) -> dict[str, float]:
         mask = data["loss_mask"]
         adv_mean, adv_std = masked_stats(data["advantages"], mask)
         generated = sum(r.generated_tokens for r in records)
@@ -417,8 +478,11 @@ class Trainer:
     @staged(lambda self, fh, step: f"step {step} > parameter checksums")
     def _write_checksums(self, fh: Any, step: int) -> None:
         """`train.debug_param_checksum`: every rank's model checksums, one JSON line per step (rank 0 writes)."""
-        models = {"policy": self.policy, "reference": self.reference,
-                  "critic": None if self.critic is None else self.critic.engine.model}
+        models = {
+            "policy": self.policy,
+            "reference": self.reference,
+            "critic": None if self.critic is None else self.critic.engine.model,
+        }
         mine = {name: module_checksum(m) for name, m in models.items() if m is not None}
         ranks = all_gather_objects(mine, self.ctx)
         if fh is not None:
@@ -437,16 +501,30 @@ class Trainer:
         cfg, main = self.cfg, self.ctx.is_main
         start, records = self._restore()
         if main:
-            print(start_block(cfg, self.actor, self.parts, num_threads=self.num_threads, device=self.device,
-                              world_size=self.ctx.world_size), flush=True)
+            print(
+                start_block(
+                    cfg,
+                    self.actor,
+                    self.parts,
+                    num_threads=self.num_threads,
+                    device=self.device,
+                    world_size=self.ctx.world_size,
+                ),
+                flush=True,
+            )
             prepare_run_dir(self.plan, start)
             (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
         loggers = open_loggers(cfg, self.run_dir, records=records, start_step=start, is_main=main)
         checksums = None
         if cfg.train.debug_param_checksum and main:
             checksums = (self.run_dir / "param_checksums.jsonl").open("a", encoding="utf-8")
-        progress = Progress(name=cfg.experiment_name, total=cfg.train.steps, start=start, every=cfg.train.log_every,
-                            enabled=cfg.output.progress_bar and main)
+        progress = Progress(
+            name=cfg.experiment_name,
+            total=cfg.train.steps,
+            start=start,
+            every=cfg.train.log_every,
+            enabled=cfg.output.progress_bar and main,
+        )
         elapsed_before = float((records[-1].get("elapsed") if records else None) or 0.0)
         begin, interrupted, done, saved = time.perf_counter(), False, start, None
         mark, save_seconds = begin, 0.0
@@ -488,8 +566,10 @@ class Trainer:
             return 0, []
         restored = load_trainer_checkpoint(self, self.plan.resume_from)
         if restored.step > self.cfg.train.steps:
-            raise RunDirectoryError(f"train.steps: got {self.cfg.train.steps}, but the checkpoint "
-                                    f"{restored.folder} is at step {restored.step}; raise train.steps to continue")
+            raise RunDirectoryError(
+                f"train.steps: got {self.cfg.train.steps}, but the checkpoint "
+                f"{restored.folder} is at step {restored.step}; raise train.steps to continue"
+            )
         if self.ctx.is_main:
             print(f"[areal] resuming from {restored.folder} (step {restored.step})", flush=True)
         return restored.step, restored.records
@@ -514,8 +594,12 @@ class Trainer:
             if self.ctx.is_main:
                 plot_curves(records, plot_path, title=cfg.experiment_name, smoothing=cfg.output.plot_smoothing)
         return RunResult(
-            run_dir=self.run_dir, metrics_path=self.run_dir / "metrics.jsonl", plot_path=plot_path,
-            steps_done=done, interrupted=interrupted, seconds=seconds,
+            run_dir=self.run_dir,
+            metrics_path=self.run_dir / "metrics.jsonl",
+            plot_path=plot_path,
+            steps_done=done,
+            interrupted=interrupted,
+            seconds=seconds,
             first5_reward=window_mean(records, "reward_mean", first=5),
             last10_reward=window_mean(records, "reward_mean", last=10),
         )

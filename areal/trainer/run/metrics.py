@@ -87,8 +87,9 @@ def masked_stats(x: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
     return float(values.mean()), float(values.std(unbiased=False))
 
 
-def window_mean(records: list[dict[str, Any]], key: str, *, first: int | None = None,
-                last: int | None = None) -> float | None:
+def window_mean(
+    records: list[dict[str, Any]], key: str, *, first: int | None = None, last: int | None = None
+) -> float | None:
     """Mean of `key` over the first or last records (None when there are none)."""
     rows = records[:first] if first is not None else records[-last:] if last else records
     values = [r[key] for r in rows if r.get(key) is not None]

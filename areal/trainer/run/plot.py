@@ -67,8 +67,9 @@ def _series(records: Sequence[dict[str, Any]], key: str) -> list[float | None]:
 _STYLES = ("-", "--", ":")
 
 
-def _draw(ax: Any, steps: list[int], raw: list[float | None], label: str, color: str, style: str,
-          smoothing: float) -> None:
+def _draw(
+    ax: Any, steps: list[int], raw: list[float | None], label: str, color: str, style: str, smoothing: float
+) -> None:
     ys = [math.nan if v is None else float(v) for v in raw]
     if smoothing > 0:
         ax.plot(steps, ys, color=color, alpha=0.25, linewidth=0.8, linestyle=style)
@@ -116,8 +117,9 @@ def _panel_lines(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> list
     return [(group[0] if len(group) == 1 else f"{group[0]} (= {', '.join(group[1:])})", group) for _, group in lines]
 
 
-def plan_panels(records: Sequence[dict[str, Any]]) -> tuple[list[tuple[str, str, list[tuple[str, list[str]]]]],
-                                                            dict[str, float]]:
+def plan_panels(
+    records: Sequence[dict[str, Any]],
+) -> tuple[list[tuple[str, str, list[tuple[str, list[str]]]]], dict[str, float]]:
     """(panels to draw as (title, y label, lines), the constant metrics left out with their values).
 
     The reward panel is always drawn; any other panel whose metrics are all constant is left out.
@@ -128,8 +130,10 @@ def plan_panels(records: Sequence[dict[str, Any]]) -> tuple[list[tuple[str, str,
         if not lines:
             continue
         keys_drawn = [key for _, group in lines for key in group]
-        scale = max((abs(v) for key in keys_drawn for v in _series(records, key)
-                     if v is not None and math.isfinite(v)), default=0.0)
+        scale = max(
+            (abs(v) for key in keys_drawn for v in _series(records, key) if v is not None and math.isfinite(v)),
+            default=0.0,
+        )
         values = {key: constant_value(_series(records, key), scale) for key in keys_drawn}
         if index > 0 and all(v is not None for v in values.values()):
             constants.update(values)
@@ -143,19 +147,27 @@ def build_figure(records: Sequence[dict[str, Any]], title: str = "", smoothing: 
     steps = [int(r["step"]) for r in records]
     panels, constants = plan_panels(records)
     rows = max(1, math.ceil(len(panels) / _COLUMNS))
-    fig, axes = plt.subplots(rows, _COLUMNS, figsize=(11, 3.1 * rows + (0.3 if constants else 0)), dpi=80,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        rows, _COLUMNS, figsize=(11, 3.1 * rows + (0.3 if constants else 0)), dpi=80, squeeze=False
+    )
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (name, label, lines) in zip(axes.flat, panels):
         for i, (line_label, keys) in enumerate(lines):
-            _draw(ax, steps, _series(records, keys[0]), line_label, colors[i % len(colors)],
-                  _STYLES[i % len(_STYLES)], smoothing)
+            _draw(
+                ax,
+                steps,
+                _series(records, keys[0]),
+                line_label,
+                colors[i % len(colors)],
+                _STYLES[i % len(_STYLES)],
+                smoothing,
+            )
         ax.set_title(name, fontsize=10)
         ax.set_ylabel(label, fontsize=9)
         ax.set_xlabel("step", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     if title:
         note = f" (EMA {smoothing:g} over raw)" if smoothing > 0 else ""

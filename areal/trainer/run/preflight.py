@@ -36,8 +36,19 @@ from areal.trainer.rollout.prompt_data import rows_of
 from areal.trainer.rollout.reward_functions import RewardFunction
 from areal.trainer.rollout.tasks.runtime import TaskRuntime
 
-__all__ = ["GENERATED_ROWS", "ContextFit", "ModelFacts", "PreflightReport", "RowSet", "check_before_launch",
-           "check_context", "check_reward_columns", "model_facts", "preflight_runtime", "run_rows"]
+__all__ = [
+    "GENERATED_ROWS",
+    "ContextFit",
+    "ModelFacts",
+    "PreflightReport",
+    "RowSet",
+    "check_before_launch",
+    "check_context",
+    "check_reward_columns",
+    "model_facts",
+    "preflight_runtime",
+    "run_rows",
+]
 
 #: Problems drawn from a procedural task's generator for the context check (the run's first ones).
 GENERATED_ROWS = 64
@@ -87,15 +98,17 @@ def model_facts(cfg: ModelConfig, tokenizer: Any) -> ModelFacts:
         generation = GenerationConfig.from_model_config(config)
     vocab = getattr(config, "vocab_size", None)
     if isinstance(vocab, int) and len(tokenizer) > vocab:
-        raise ConfigError(f"{where}: the tokenizer has {len(tokenizer)} tokens but the model's config has "
-                          f"vocab_size={vocab}; the checkpoint and its tokenizer do not match")
+        raise ConfigError(
+            f"{where}: the tokenizer has {len(tokenizer)} tokens but the model's config has "
+            f"vocab_size={vocab}; the checkpoint and its tokenizer do not match"
+        )
     return ModelFacts(config, generation)
 
 
 def preflight_runtime(cfg: ExperimentConfig, parts: Any) -> TaskRuntime:
     """The run's tokenizer and `TaskRuntime`, built as the trainer builds them, on `ModelFacts`."""
-    from areal.trainer.run.task_setup import build_runtime
     from areal.trainer.lm.tokenizer import build_tokenizer
+    from areal.trainer.run.task_setup import build_runtime
 
     task = parts.task
     tokenizer = build_tokenizer(cfg.model, getattr(task, "vocabulary", None), getattr(task, "stop_words", ()) or ())
@@ -122,8 +135,11 @@ def run_rows(cfg: ExperimentConfig, parts: Any, eval_rows: Sequence[dict[str, An
         sets = [_dataset_rows("data.train", parts.train_data, key)]
     else:
         rng = random.Random(cfg.seed)
-        sets = [_generated("the task's generated problems",
-                           [parts.task.sample(rng, "train") for _ in range(GENERATED_ROWS)], key)]
+        sets = [
+            _generated(
+                "the task's generated problems", [parts.task.sample(rng, "train") for _ in range(GENERATED_ROWS)], key
+            )
+        ]
     if eval_rows:
         field = "data.eval" if parts.eval_data is not None else "the task's evaluation problems"
         if parts.eval_data is not None:
@@ -143,8 +159,13 @@ def _required_columns(rf: RewardFunction) -> list[str]:
         params = inspect.signature(rf.fn).parameters.values()
     except (TypeError, ValueError):
         return []
-    return [p.name for p in params if p.default is inspect.Parameter.empty and p.name not in _CALL_ARGUMENTS
-            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    return [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.name not in _CALL_ARGUMENTS
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
 
 
 def check_reward_columns(functions: Sequence[RewardFunction], row_sets: Sequence[RowSet]) -> None:
@@ -212,8 +233,9 @@ def _longest_prompt(runtime: TaskRuntime, row_sets: Sequence[RowSet]) -> tuple[i
     return longest
 
 
-def check_context(runtime: TaskRuntime, row_sets: Sequence[RowSet], budget: int, budget_field: str, *,
-                  random_init: bool = False) -> ContextFit | None:
+def check_context(
+    runtime: TaskRuntime, row_sets: Sequence[RowSet], budget: int, budget_field: str, *, random_init: bool = False
+) -> ContextFit | None:
     """Every prompt plus the first turn's tokens fits the model's context (`runtime.max_length`).
 
     The prompts are encoded as the rollout encodes them (chat template, the
@@ -229,8 +251,11 @@ def check_context(runtime: TaskRuntime, row_sets: Sequence[RowSet], budget: int,
         return fit
     shown = prompt if isinstance(prompt, str) else str(prompt)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    fix = f"lower {budget_field} to at most {fit.limit - n} or shorten the prompts" if fit.limit > n \
+    fix = (
+        f"lower {budget_field} to at most {fit.limit - n} or shorten the prompts"
+        if fit.limit > n
         else "the prompt alone fills the context, so shorten the prompts"
+    )
     if random_init:
         fix += ", or raise model.max_position_embeddings"
     raise ConfigError(
@@ -239,11 +264,13 @@ def check_context(runtime: TaskRuntime, row_sets: Sequence[RowSet], budget: int,
     )
 
 
-def check_before_launch(cfg: ExperimentConfig, parts: Any, runtime: TaskRuntime,
-                        eval_rows: Sequence[dict[str, Any]]) -> PreflightReport:
+def check_before_launch(
+    cfg: ExperimentConfig, parts: Any, runtime: TaskRuntime, eval_rows: Sequence[dict[str, Any]]
+) -> PreflightReport:
     """The reward columns and the context, on the rows the run will use."""
     row_sets = run_rows(cfg, parts, eval_rows)
     check_reward_columns(parts.reward_functions, row_sets)
-    fit = check_context(runtime, row_sets, cfg.generation_budget, _budget_field(cfg),
-                        random_init=cfg.model.path is None)
+    fit = check_context(
+        runtime, row_sets, cfg.generation_budget, _budget_field(cfg), random_init=cfg.model.path is None
+    )
     return PreflightReport(row_sets, fit)

@@ -42,16 +42,23 @@ def phase_summary(row: Mapping[str, Any]) -> str:
     step = row.get("time/step")
     if not isinstance(step, (int, float)):
         return ""
-    phases = [f"{name} {_seconds(row[f'time/{name}'])}" for name in PHASES
-              if isinstance(row.get(f"time/{name}"), (int, float)) and row[f"time/{name}"] >= 0.01 * step > 0]
+    phases = [
+        f"{name} {_seconds(row[f'time/{name}'])}"
+        for name in PHASES
+        if isinstance(row.get(f"time/{name}"), (int, float)) and row[f"time/{name}"] >= 0.01 * step > 0
+    ]
     return f"step {_seconds(step)}s" + (": " + " ".join(phases) if phases else "")
 
 
 def progress_line(name: str, done: int, total: int, row: Mapping[str, Any], steps_per_s: float | None) -> str:
     """`[areal] NAME step 40/500 (8%) | reward 0.312 | ... | step 5.2s: rollout 2.1 update 2.9 | ... | eta 3m12s`."""
     parts = [f"[areal] {name} step {done}/{total} ({100 * done // max(total, 1)}%)"]
-    for key, label, fmt in (("reward_mean", "reward", ".3f"), ("success_rate", "success", ".3f"),
-                            ("kl", "kl", ".4f"), ("entropy", "entropy", ".3f")):
+    for key, label, fmt in (
+        ("reward_mean", "reward", ".3f"),
+        ("success_rate", "success", ".3f"),
+        ("kl", "kl", ".4f"),
+        ("entropy", "entropy", ".3f"),
+    ):
         value = row.get(key)
         if isinstance(value, (int, float)):
             parts.append(f"{label} {value:{fmt}}")
@@ -70,8 +77,17 @@ def progress_line(name: str, done: int, total: int, row: Mapping[str, Any], step
 class Progress:
     """Reports completed steps `start+1 .. total` as a bar or as log lines (or not at all)."""
 
-    def __init__(self, *, name: str, total: int, start: int, every: int, enabled: bool,
-                 interactive: bool | None = None, out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        total: int,
+        start: int,
+        every: int,
+        enabled: bool,
+        interactive: bool | None = None,
+        out: TextIO | None = None,
+    ) -> None:
         if interactive is None:
             interactive = _is_terminal(sys.stdout) and _is_terminal(sys.stderr)
         self.name, self.total, self.every, self.enabled = name, total, every, enabled
@@ -99,8 +115,9 @@ class Progress:
             self.bar.update(1)
             if done % self.every == 0:
                 timing = {"step": f"{row['time/step']:.1f}s"} if isinstance(row.get("time/step"), float) else {}
-                self.bar.set_postfix(reward=f"{row.get('reward_mean', 0.0):.2f}",
-                                     success=f"{row.get('success_rate', 0.0):.2f}", **timing)
+                self.bar.set_postfix(
+                    reward=f"{row.get('reward_mean', 0.0):.2f}", success=f"{row.get('success_rate', 0.0):.2f}", **timing
+                )
         elif done % self.every == 0 or done == self.total:
             elapsed = time.perf_counter() - self.begin
             rate = (done - self.start) / elapsed if elapsed > 0 and not first else None

@@ -30,8 +30,15 @@ from areal.utils.checkpoint_folders import (
 logger = logging.getLogger("areal.run_dir")
 
 #: What a run writes; any of these present means "a run is already here".
-RUN_OUTPUTS = ("metrics.jsonl", "config.yaml", "checkpoints", "tensorboard", "wandb", "curves.png",
-               "param_checksums.jsonl")
+RUN_OUTPUTS = (
+    "metrics.jsonl",
+    "config.yaml",
+    "checkpoints",
+    "tensorboard",
+    "wandb",
+    "curves.png",
+    "param_checksums.jsonl",
+)
 
 
 class RunDirectoryError(ConfigError):
@@ -59,7 +66,8 @@ def _refusal(run_dir: Path, found: list[str]) -> RunDirectoryError:
     return RunDirectoryError(
         f"run directory {run_dir} already holds a run ({', '.join(found)}). To continue it set train.resume=auto; "
         "to replace it set output.overwrite=true; to keep it and start another run set trial_name=<new name> "
-        "(or experiment_name / output.dir)")
+        "(or experiment_name / output.dir)"
+    )
 
 
 def plan_run(cfg: Any) -> RunPlan:
@@ -67,16 +75,21 @@ def plan_run(cfg: Any) -> RunPlan:
     run_dir = run_directory(cfg)
     resume, overwrite = cfg.train.resume, cfg.output.overwrite
     if resume is not None and overwrite:
-        raise RunDirectoryError(f"train.resume={resume!r} and output.overwrite=true contradict each other: "
-                                "resume continues the run that overwrite would delete; set only one")
+        raise RunDirectoryError(
+            f"train.resume={resume!r} and output.overwrite=true contradict each other: "
+            "resume continues the run that overwrite would delete; set only one"
+        )
     if resume == "auto":
         found = latest_checkpoint(checkpoint_root(run_dir))
         if found is not None:
             return RunPlan(run_dir, found, clear=False)
         old = existing_outputs(run_dir)
         if old:
-            logger.warning("train.resume=auto: %s has no complete checkpoint, so a new run starts there "
-                           "(replacing %s)", run_dir, ", ".join(old))
+            logger.warning(
+                "train.resume=auto: %s has no complete checkpoint, so a new run starts there (replacing %s)",
+                run_dir,
+                ", ".join(old),
+            )
         return RunPlan(run_dir, None, clear=bool(old))
     if resume is not None:
         try:
@@ -88,8 +101,12 @@ def plan_run(cfg: Any) -> RunPlan:
     if old and not overwrite:
         if not stopped_before_first_step(run_dir):
             raise _refusal(run_dir, old)
-        logger.warning("run directory %s: the run there stopped before its first step (no checkpoint, no step in "
-                       "metrics.jsonl), so a new run starts there (replacing %s)", run_dir, ", ".join(old))
+        logger.warning(
+            "run directory %s: the run there stopped before its first step (no checkpoint, no step in "
+            "metrics.jsonl), so a new run starts there (replacing %s)",
+            run_dir,
+            ", ".join(old),
+        )
     return RunPlan(run_dir, None, clear=bool(old))
 
 
@@ -127,8 +144,9 @@ def prepare_run_dir(plan: RunPlan, start_step: int) -> None:
     remove_leftovers(root)
     if plan.resume_from is not None:
         for folder in remove_newer_than(root, start_step):
-            logger.warning("removed %s: the run continues from step %d, so it describes a replaced history",
-                           folder, start_step)
+            logger.warning(
+                "removed %s: the run continues from step %d, so it describes a replaced history", folder, start_step
+            )
         truncate_jsonl(plan.run_dir / "param_checksums.jsonl", start_step)
 
 

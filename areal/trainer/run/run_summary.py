@@ -57,8 +57,8 @@ def _preset_keys(name: str) -> frozenset[tuple[str, str]]:
     raw = yaml.safe_load(preset_path(name).read_text(encoding="utf-8")) or {}
     keys = {(section, key) for section, body in raw.items() if isinstance(body, dict) for key in body}
     for parent in raw.get("defaults") or []:
-        if isinstance(parent, str) and parent.startswith("preset:") and parent[len("preset:"):] != DEFAULT_RUN:
-            keys |= _preset_keys(parent[len("preset:"):])
+        if isinstance(parent, str) and parent.startswith("preset:") and parent[len("preset:") :] != DEFAULT_RUN:
+            keys |= _preset_keys(parent[len("preset:") :])
     return frozenset(keys)
 
 

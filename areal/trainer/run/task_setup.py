@@ -16,7 +16,13 @@ from areal.api.train_args import ExperimentConfig
 from areal.trainer.lm.codec import ChatCodec, stop_token_ids
 from areal.trainer.parallel.distributed import DistContext, all_gather_objects
 from areal.trainer.ppo.actor import WorkerInitError
-from areal.trainer.rollout.prompt_data import DatasetPromptSource, TaskPromptSource, check_prompt_column, load_prompt_dataset, rows_of
+from areal.trainer.rollout.prompt_data import (
+    DatasetPromptSource,
+    TaskPromptSource,
+    check_prompt_column,
+    load_prompt_dataset,
+    rows_of,
+)
 from areal.trainer.rollout.reward_functions import RewardFunction, RewardSet, resolve_reward_functions
 from areal.trainer.rollout.tasks.registry import make_task
 from areal.trainer.rollout.tasks.runtime import TaskRuntime
@@ -64,8 +70,10 @@ def resolve_task_parts(cfg: ExperimentConfig) -> TaskParts:
     data = cfg.data
     task = make_task(cfg.task, seed=cfg.seed, prompt_key=data.prompt_key)
     if cfg.rollout.prm.enabled and not getattr(task, "has_process_scorer", False):
-        raise ConfigError(f"rollout.prm.enabled: task {cfg.task.implementation!r} has no process scorer "
-                          "(has_process_scorer is not true)")
+        raise ConfigError(
+            f"rollout.prm.enabled: task {cfg.task.implementation!r} has no process scorer "
+            "(has_process_scorer is not true)"
+        )
     functions = resolve_reward_functions(cfg.reward)
     train = eval_ = None
     if data.train is not None:
@@ -73,15 +81,19 @@ def resolve_task_parts(cfg: ExperimentConfig) -> TaskParts:
         if _uses_prompt_column(task) or cfg.task.implementation == "dataset":
             check_prompt_column(train, data.prompt_key, "data.train")
     elif not callable(getattr(task, "sample", None)):
-        raise ConfigError(f"data.train: task {cfg.task.implementation!r} does not generate its own problems "
-                          "(no sample(rng, split) method), so it needs a prompt dataset")
+        raise ConfigError(
+            f"data.train: task {cfg.task.implementation!r} does not generate its own problems "
+            "(no sample(rng, split) method), so it needs a prompt dataset"
+        )
     if data.eval is not None:
         eval_ = load_prompt_dataset(data.eval, split=data.eval_split, field="data.eval")
         if _uses_prompt_column(task) or cfg.task.implementation == "dataset":
             check_prompt_column(eval_, data.prompt_key, "data.eval")
     elif cfg.eval.every is not None and not callable(getattr(task, "sample", None)):
-        raise ConfigError(f"data.eval: eval.every is set, but task {cfg.task.implementation!r} cannot generate "
-                          "held-out problems; set data.eval")
+        raise ConfigError(
+            f"data.eval: eval.every is set, but task {cfg.task.implementation!r} cannot generate "
+            "held-out problems; set data.eval"
+        )
     return TaskParts(task, functions, train, eval_)
 
 
@@ -94,11 +106,21 @@ def build_runtime(cfg: ExperimentConfig, parts: TaskParts, tokenizer: Any, model
     """The task bound to the model's tokenizer, stop ids, context limit and reward set."""
     task = parts.task
     scores = getattr(task, "multi_turn", False) or callable(getattr(task, "score", None))
-    rewards = RewardSet(parts.reward_functions, cfg.task.reward_name if scores else None,
-                        cfg.task.reward_weight, prompt_key=cfg.data.prompt_key)
+    rewards = RewardSet(
+        parts.reward_functions,
+        cfg.task.reward_name if scores else None,
+        cfg.task.reward_weight,
+        prompt_key=cfg.data.prompt_key,
+    )
     limit = getattr(model.config, "max_position_embeddings", None)
-    return TaskRuntime(task, build_codec(tokenizer, model, task), rewards, implementation=cfg.task.implementation,
-                       prompt_key=cfg.data.prompt_key, max_length=limit)
+    return TaskRuntime(
+        task,
+        build_codec(tokenizer, model, task),
+        rewards,
+        implementation=cfg.task.implementation,
+        prompt_key=cfg.data.prompt_key,
+        max_length=limit,
+    )
 
 
 def make_prompt_source(cfg: ExperimentConfig, parts: TaskParts, rng: random.Random) -> Any:

@@ -54,8 +54,17 @@ OPTIMIZER_FILE, CRITIC_OPTIMIZER_FILE = "optimizer.pt", "critic_optimizer.pt"
 VALUE_HEAD_FILE = "value_head.safetensors"
 
 #: Config keys that may change between a run and its resumption without changing the trajectory.
-_FREE_KEYS = ("train.steps", "train.resume", "train.save_every", "train.keep_last", "train.log_every",
-              "train.num_threads", "train.dist_timeout_s", "train.debug_param_checksum", "output.")
+_FREE_KEYS = (
+    "train.steps",
+    "train.resume",
+    "train.save_every",
+    "train.keep_last",
+    "train.log_every",
+    "train.num_threads",
+    "train.dist_timeout_s",
+    "train.debug_param_checksum",
+    "output.",
+)
 
 _reference_sums: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
 
@@ -68,9 +77,13 @@ def capture_rng(trainer: Any) -> dict[str, Any]:
     np_state = np.random.get_state(legacy=False)
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": {"bit_generator": np_state["bit_generator"], "key": np_state["state"]["key"].tolist(),
-                  "pos": int(np_state["state"]["pos"]), "has_gauss": int(np_state["has_gauss"]),
-                  "gauss": float(np_state["gauss"])},
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": np_state["state"]["key"].tolist(),
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
         "torch_cpu": torch.get_rng_state(),
         "generator": trainer.generator.get_state(),
         "prompt_rng": trainer.rng.getstate(),
@@ -83,16 +96,23 @@ def capture_rng(trainer: Any) -> dict[str, Any]:
 def restore_rng(trainer: Any, state: dict[str, Any]) -> None:
     random.setstate(_as_random_state(state["python"]))
     numpy = state["numpy"]
-    np.random.set_state({"bit_generator": numpy["bit_generator"],
-                         "state": {"key": np.asarray(numpy["key"], dtype=np.uint32), "pos": numpy["pos"]},
-                         "has_gauss": numpy["has_gauss"], "gauss": numpy["gauss"]})
+    np.random.set_state(
+        {
+            "bit_generator": numpy["bit_generator"],
+            "state": {"key": np.asarray(numpy["key"], dtype=np.uint32), "pos": numpy["pos"]},
+            "has_gauss": numpy["has_gauss"],
+            "gauss": numpy["gauss"],
+        }
+    )
     torch.set_rng_state(state["torch_cpu"])
     trainer.generator.set_state(state["generator"])
     trainer.rng.setstate(_as_random_state(state["prompt_rng"]))
     if "torch_cuda" in state:
         if not torch.cuda.is_available() or torch.cuda.device_count() != len(state["torch_cuda"]):
-            raise CheckpointError(f"the checkpoint holds CUDA RNG states of {len(state['torch_cuda'])} devices; "
-                                  "this process sees a different number, so it cannot continue exactly")
+            raise CheckpointError(
+                f"the checkpoint holds CUDA RNG states of {len(state['torch_cuda'])} devices; "
+                "this process sees a different number, so it cannot continue exactly"
+            )
         torch.cuda.set_rng_state_all(state["torch_cuda"])
 
 
@@ -112,8 +132,10 @@ def restore_data(trainer: Any, state: dict[str, Any]) -> None:
     source = getattr(trainer, "prompt_source", None)
     if source is not None:
         if "prompt_source" not in state:
-            raise CheckpointError("the checkpoint has no prompt-source state, but this trainer draws prompts "
-                                  "from a prompt source; it was written by a different configuration")
+            raise CheckpointError(
+                "the checkpoint has no prompt-source state, but this trainer draws prompts "
+                "from a prompt source; it was written by a different configuration"
+            )
         source.load_state_dict(state["prompt_source"])
 
 
@@ -148,11 +170,15 @@ def _save_module(module: torch.nn.Module, folder: Path) -> None:
         module.save_pretrained(folder)
     elif hasattr(module, "backbone") and hasattr(module, "value_head"):
         module.backbone.save_pretrained(folder)
-        save_file({k: v.detach().contiguous() for k, v in module.value_head.state_dict().items()},
-                  str(folder / VALUE_HEAD_FILE))
+        save_file(
+            {k: v.detach().contiguous() for k, v in module.value_head.state_dict().items()},
+            str(folder / VALUE_HEAD_FILE),
+        )
     else:
-        raise TypeError(f"cannot checkpoint a {type(module).__name__}: expected a Hugging Face model or a "
-                        "ValueModel (backbone + value_head)")
+        raise TypeError(
+            f"cannot checkpoint a {type(module).__name__}: expected a Hugging Face model or a "
+            "ValueModel (backbone + value_head)"
+        )
 
 
 def _read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -190,17 +216,23 @@ def _load_adapters(module: torch.nn.Module, folder: Path) -> None:
 
     path = folder / "adapter_model.safetensors"
     if not path.is_file():
-        raise CheckpointError(f"{folder}: no adapter_model.safetensors, but model.lora is set; the checkpoint was "
-                              "written by a run without LoRA (resume it without model.lora)")
+        raise CheckpointError(
+            f"{folder}: no adapter_model.safetensors, but model.lora is set; the checkpoint was "
+            "written by a run without LoRA (resume it without model.lora)"
+        )
     state = load_file(str(path))
     result = set_peft_model_state_dict(module, state)
     if result.unexpected_keys:
-        raise CheckpointError(f"{folder}: adapter weights {sorted(result.unexpected_keys)[:5]} do not exist in the "
-                              "model being resumed (a different model.lora.target_modules?)")
+        raise CheckpointError(
+            f"{folder}: adapter weights {sorted(result.unexpected_keys)[:5]} do not exist in the "
+            "model being resumed (a different model.lora.target_modules?)"
+        )
     adapters = [k for k in result.missing_keys if "lora_" in k]
     if adapters:
-        raise CheckpointError(f"{folder}: the checkpoint lacks adapter weights {adapters[:5]} of the model being "
-                              "resumed (a different model.lora.target_modules or r?)")
+        raise CheckpointError(
+            f"{folder}: the checkpoint lacks adapter weights {adapters[:5]} of the model being "
+            "resumed (a different model.lora.target_modules or r?)"
+        )
 
 
 def load_module(module: torch.nn.Module, folder: Path) -> None:
@@ -212,8 +244,10 @@ def load_module(module: torch.nn.Module, folder: Path) -> None:
     if is_lora(module):
         _load_adapters(module, folder)
     elif (folder / "adapter_model.safetensors").is_file():
-        raise CheckpointError(f"{folder}: holds LoRA adapters only, but this run has no model.lora; resume it with "
-                              "the model.lora of the run that wrote it")
+        raise CheckpointError(
+            f"{folder}: holds LoRA adapters only, but this run has no model.lora; resume it with "
+            "the model.lora of the run that wrote it"
+        )
     elif hasattr(module, "save_pretrained"):
         _load_exact(module, _read_hf_weights(folder), folder)
     else:
@@ -302,8 +336,14 @@ def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any
         critic_optim = _optimizer_state(trainer.critic.engine)
     if not trainer.ctx.is_main:
         return None
-    state = {"step": step, "world_size": trainer.ctx.world_size, "rng": rngs, "data": data_state(trainer),
-             "actor": trainer.actor.state_dict(), "reference_sha256": _reference_checksum(trainer.reference)}
+    state = {
+        "step": step,
+        "world_size": trainer.ctx.world_size,
+        "rng": rngs,
+        "data": data_state(trainer),
+        "actor": trainer.actor.state_dict(),
+        "reference_sha256": _reference_checksum(trainer.reference),
+    }
     cfg = trainer.cfg
 
     def write(folder: Path) -> dict[str, Any]:
@@ -317,8 +357,12 @@ def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any
         with open(folder / METRICS_FILE, "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(row) + "\n" for row in records)
         (folder / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
-        return {"experiment_name": cfg.experiment_name, "trial_name": cfg.trial_name,
-                "world_size": trainer.ctx.world_size, "critic": trainer.critic is not None}
+        return {
+            "experiment_name": cfg.experiment_name,
+            "trial_name": cfg.trial_name,
+            "world_size": trainer.ctx.world_size,
+            "critic": trainer.critic is not None,
+        }
 
     return write_atomically(checkpoint_root(trainer.run_dir), step, write)
 
@@ -341,11 +385,14 @@ def _warn_config_changes(cfg: Any, folder: Path) -> list[str]:
         return []
     then = _flat(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
     now = _flat(config_to_dict(cfg))
-    changed = sorted(k for k in set(then) | set(now)
-                     if then.get(k) != now.get(k) and not k.startswith(_FREE_KEYS))
+    changed = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k) and not k.startswith(_FREE_KEYS))
     if changed:
-        logger.warning("resuming %s with a changed config (%s): the run continues with the new values, so it "
-                       "is no longer the uninterrupted run", folder, ", ".join(changed))
+        logger.warning(
+            "resuming %s with a changed config (%s): the run continues with the new values, so it "
+            "is no longer the uninterrupted run",
+            folder,
+            ", ".join(changed),
+        )
     return changed
 
 
@@ -353,14 +400,17 @@ def _load_models(trainer: Any, folder: Path, manifest: dict[str, Any]) -> None:
     has_critic = bool(manifest.get("critic"))
     if has_critic != (trainer.critic is not None):
         want = "enabled" if has_critic else "disabled"
-        raise CheckpointError(f"checkpoint {folder} was written with critic.enabled={want == 'enabled'}; set "
-                              f"critic.{'enabled=true' if has_critic else 'enabled=false'} to resume it")
+        raise CheckpointError(
+            f"checkpoint {folder} was written with critic.enabled={want == 'enabled'}; set "
+            f"critic.{'enabled=true' if has_critic else 'enabled=false'} to resume it"
+        )
     _load_into(trainer.engine, trainer.policy, folder / POLICY_DIR)
     _load_optimizer_state(trainer.engine, torch.load(folder / OPTIMIZER_FILE, weights_only=True, map_location="cpu"))
     if trainer.critic is not None:
         _load_into(trainer.critic.engine, trainer.critic.engine.model, folder / CRITIC_DIR)
-        _load_optimizer_state(trainer.critic.engine,
-                              torch.load(folder / CRITIC_OPTIMIZER_FILE, weights_only=True, map_location="cpu"))
+        _load_optimizer_state(
+            trainer.critic.engine, torch.load(folder / CRITIC_OPTIMIZER_FILE, weights_only=True, map_location="cpu")
+        )
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
@@ -374,21 +424,29 @@ def load_trainer_checkpoint(trainer: Any, folder: str | Path) -> Restored:
     state = torch.load(folder / STATE_FILE, weights_only=True, map_location="cpu")
     ranks = trainer.ctx.world_size
     if state["world_size"] != ranks:
-        raise CheckpointError(f"checkpoint {folder} was written by a {state['world_size']}-rank job and this job "
-                              f"has {ranks}; exact resume restores every rank's RNG, so use the same number of ranks")
+        raise CheckpointError(
+            f"checkpoint {folder} was written by a {state['world_size']}-rank job and this job "
+            f"has {ranks}; exact resume restores every rank's RNG, so use the same number of ranks"
+        )
     if trainer.ctx.is_main:
         _warn_config_changes(trainer.cfg, folder)
     saved_ref, ref = state.get("reference_sha256"), _reference_checksum(trainer.reference)
     if saved_ref != ref:
-        raise CheckpointError(f"checkpoint {folder}: the KL reference rebuilt for this run (sha256 {ref}) is not the "
-                              f"initial policy the run started from ({saved_ref}); seed, model.* and actor.kl_ctl "
-                              "must be those of the original run")
+        raise CheckpointError(
+            f"checkpoint {folder}: the KL reference rebuilt for this run (sha256 {ref}) is not the "
+            f"initial policy the run started from ({saved_ref}); seed, model.* and actor.kl_ctl "
+            "must be those of the original run"
+        )
     _load_models(trainer, folder, manifest)
     restore_rng(trainer, state["rng"][trainer.ctx.rank])
     restore_data(trainer, state["data"])
     trainer.actor.load_state_dict(state["actor"])
     records = _read_rows(folder / METRICS_FILE)
     if [r.get("step") for r in records] != list(range(state["step"])):
-        logger.warning("checkpoint %s: its metrics rows do not cover steps 0..%d exactly; metrics.jsonl continues "
-                       "from what is there", folder, state["step"] - 1)
+        logger.warning(
+            "checkpoint %s: its metrics rows do not cover steps 0..%d exactly; metrics.jsonl continues "
+            "from what is there",
+            folder,
+            state["step"] - 1,
+        )
     return Restored(state["step"], records, folder)

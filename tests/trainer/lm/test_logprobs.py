@@ -38,13 +38,15 @@ SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 
 def tiny(arch: str = "llama", attn: str = "sdpa", seed: int = 0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(arch=arch, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                      attn_implementation=attn)
+    cfg = ModelConfig(
+        arch=arch, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, attn_implementation=attn
+    )
     return build_policy(cfg, VOCAB, SPECIAL)
 
 
-def grpo_batch(group_sizes: list[int], prompt_lengths: list[int], seed: int, *, gaps: bool = False,
-               empty_row: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def grpo_batch(
+    group_sizes: list[int], prompt_lengths: list[int], seed: int, *, gaps: bool = False, empty_row: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded rows: each group's rows share a prompt; continuations of random length (>= 1).
 
     `gaps`: some continuation tokens are observations (loss mask 0), as in
@@ -67,9 +69,9 @@ def grpo_batch(group_sizes: list[int], prompt_lengths: list[int], seed: int, *, 
     attention = torch.zeros_like(input_ids)
     loss_mask = torch.zeros_like(input_ids)
     for i, (ids, mask) in enumerate(rows):
-        input_ids[i, :len(ids)] = torch.tensor(ids)
-        attention[i, :len(ids)] = 1
-        loss_mask[i, :len(ids)] = torch.tensor(mask)
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        attention[i, : len(ids)] = 1
+        loss_mask[i, : len(ids)] = torch.tensor(mask)
     return input_ids, attention, loss_mask
 
 
@@ -123,9 +125,13 @@ def test_packed_groups_equal_the_per_row_forward_and_gradient(arch: str, attn: s
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(groups=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 6)), min_size=1, max_size=4),
-       seed=st.integers(0, 10_000), gaps=st.booleans(), temperature=st.sampled_from([1.0, 0.6]),
-       empty=st.booleans())
+@given(
+    groups=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 6)), min_size=1, max_size=4),
+    seed=st.integers(0, 10_000),
+    gaps=st.booleans(),
+    temperature=st.sampled_from([1.0, 0.6]),
+    empty=st.booleans(),
+)
 def test_packing_matches_per_row_for_any_grouping(groups, seed, gaps, temperature, empty) -> None:
     model = tiny(seed=3)
     sizes, lengths = [g[0] for g in groups], [g[1] for g in groups]
@@ -151,8 +157,9 @@ def test_the_packed_layout_one_prompt_then_each_continuation() -> None:
     assert visible[4].tolist() == [True, True, False, False, True]  # row 1's token sees the prompt and itself
     assert visible[3].tolist() == [True, True, True, True, False]
     # row 0 predicts 6 from the prompt's last position, 7 from 6; row 1 predicts 8 from the prompt too
-    pairs = list(zip(selection.rows.tolist(), selection.cols.tolist(), packed.src_rows.tolist(),
-                     packed.src_cols.tolist()))
+    pairs = list(
+        zip(selection.rows.tolist(), selection.cols.tolist(), packed.src_rows.tolist(), packed.src_cols.tolist())
+    )
     assert (0, 1, shared, 1) in pairs and (0, 2, shared, 2) in pairs and (1, 1, shared, 1) in pairs
     assert (2, 2, alone, 2) in pairs and (2, 3, alone, 3) in pairs
 
@@ -181,8 +188,7 @@ def test_the_switch_and_models_that_cannot_pack(monkeypatch) -> None:
 def test_nothing_wanted_gives_zeros_that_still_backpropagate() -> None:
     model = tiny()
     ids, attention, loss_mask = grpo_batch([2], [3], seed=6)
-    logp, entropy = token_logprobs(model, ids, attention, 1.0, wanted=torch.zeros_like(loss_mask),
-                                   with_entropy=True)
+    logp, entropy = token_logprobs(model, ids, attention, 1.0, wanted=torch.zeros_like(loss_mask), with_entropy=True)
     assert not logp.any() and not entropy.any() and logp.shape == ids.shape
     logp.sum().backward()  # an empty minibatch's loss: a zero gradient, not an error
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())
@@ -197,6 +203,7 @@ def test_long_continuations_are_not_packed_when_the_attention_would_cost_more() 
     ids, attention, loss_mask = grpo_batch([4], [3], seed=7)
     selection = Selection.from_wanted(ids, aligned_from_rollout(loss_mask))
     seen = []
-    refused = pack_shared_prefixes(ids, attention, selection, torch.float32,
-                                   worth=lambda g, w: seen.append((g, w)) or False)
+    refused = pack_shared_prefixes(
+        ids, attention, selection, torch.float32, worth=lambda g, w: seen.append((g, w)) or False
+    )
     assert refused is None and seen == [(1, int(attention.sum() - 3 * 3))]

@@ -38,8 +38,9 @@ def tiny(arch: str = "llama", attn: str = "eager", seed: int = 0, path: str | No
     if path is not None:  # a checkpoint brings its own architecture
         cfg = ModelConfig(path=path, attn_implementation=attn)
     else:
-        cfg = ModelConfig(arch=arch, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                          attn_implementation=attn)
+        cfg = ModelConfig(
+            arch=arch, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, attn_implementation=attn
+        )
     return build_policy(cfg, VOCAB, SPECIAL)
 
 
@@ -59,8 +60,8 @@ def reference_greedy(model, ctx: list[int], cap: int, temperature: float) -> Con
         ids.append(tok)
         logps.append(float(logp[tok]))
         if tok in STOP:
-            return Continuation(ids[len(ctx):], logps, True)
-    return Continuation(ids[len(ctx):], logps, False)
+            return Continuation(ids[len(ctx) :], logps, True)
+    return Continuation(ids[len(ctx) :], logps, False)
 
 
 @torch.no_grad()
@@ -89,8 +90,9 @@ def test_rows_stop_at_their_caps_and_stop_tokens_only() -> None:
     model.generation_config.eos_token_id = 5  # the checkpoint's own EOS must not end rows
     ctx = contexts(64, seed=3)
     caps = [random.Random(i).randrange(0, 6) for i in range(64)]
-    outs = sample_continuations(model, ctx, caps, STOP, temperature=1.0, pad_id=0,
-                                generator=torch.Generator().manual_seed(0))
+    outs = sample_continuations(
+        model, ctx, caps, STOP, temperature=1.0, pad_id=0, generator=torch.Generator().manual_seed(0)
+    )
     assert any(5 in o.token_ids[:-1] for o in outs)
     assert any(o.stopped for o in outs) and any(not o.stopped and o.token_ids for o in outs)
     for out, cap in zip(outs, caps):
@@ -102,10 +104,25 @@ def test_rows_stop_at_their_caps_and_stop_tokens_only() -> None:
         assert all(math.isfinite(lp) and lp <= 0 for lp in out.logprobs)
 
 
-HOSTILE = dict(do_sample=True, top_k=2, top_p=0.3, min_p=0.5, typical_p=0.5, temperature=0.05,
-               repetition_penalty=3.0, no_repeat_ngram_size=1, suppress_tokens=[4, 5, 6], bad_words_ids=[[7]],
-               begin_suppress_tokens=[8], forced_eos_token_id=2, min_new_tokens=3, max_new_tokens=1,
-               eos_token_id=9, epsilon_cutoff=0.2, renormalize_logits=True)
+HOSTILE = dict(
+    do_sample=True,
+    top_k=2,
+    top_p=0.3,
+    min_p=0.5,
+    typical_p=0.5,
+    temperature=0.05,
+    repetition_penalty=3.0,
+    no_repeat_ngram_size=1,
+    suppress_tokens=[4, 5, 6],
+    bad_words_ids=[[7]],
+    begin_suppress_tokens=[8],
+    forced_eos_token_id=2,
+    min_new_tokens=3,
+    max_new_tokens=1,
+    eos_token_id=9,
+    epsilon_cutoff=0.2,
+    renormalize_logits=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +143,9 @@ def test_checkpoint_generation_config_does_not_change_the_sampled_distribution(h
     ctx, temperature, n = [1, 10, 11, 12], 0.8, 20000
     with torch.no_grad():
         probs = torch.softmax(model(input_ids=torch.tensor([ctx])).logits[0, -1].float() / temperature, dim=-1)
-    outs = sample_continuations(model, [ctx] * n, [1] * n, STOP, temperature=temperature, pad_id=0,
-                                generator=torch.Generator().manual_seed(1))
+    outs = sample_continuations(
+        model, [ctx] * n, [1] * n, STOP, temperature=temperature, pad_id=0, generator=torch.Generator().manual_seed(1)
+    )
     counts = torch.bincount(torch.tensor([o.token_ids[0] for o in outs]), minlength=VOCAB).double()
     tv = 0.5 * (counts / n - probs.double()).abs().sum().item()
     # sampling noise alone: E[TV] ~ sum_i sqrt(p_i (1 - p_i) / n) * sqrt(2/pi) / 2, about 0.012 here
@@ -136,8 +154,9 @@ def test_checkpoint_generation_config_does_not_change_the_sampled_distribution(h
     assert tv < 3 * noise
     assert (counts > 0).sum() >= 20  # none of top_k=2 / top_p / min_p / suppression was applied
     logp = torch.log(probs)
-    assert [o.logprobs[0] for o in outs[:200]] == pytest.approx([float(logp[o.token_ids[0]]) for o in outs[:200]],
-                                                                abs=1e-5)
+    assert [o.logprobs[0] for o in outs[:200]] == pytest.approx(
+        [float(logp[o.token_ids[0]]) for o in outs[:200]], abs=1e-5
+    )
     assert model.generation_config.top_k == 2 and model.generation_config.eos_token_id == 9  # restored
 
 
@@ -147,19 +166,22 @@ def test_no_global_top_k_default_truncates_a_vocabulary_larger_than_50() -> None
     cfg = ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
     model = build_policy(cfg, 200, SPECIAL)
     n = 4000
-    outs = sample_continuations(model, [[1, 5]] * n, [1] * n, STOP, temperature=1.0, pad_id=0,
-                                generator=torch.Generator().manual_seed(0))
+    outs = sample_continuations(
+        model, [[1, 5]] * n, [1] * n, STOP, temperature=1.0, pad_id=0, generator=torch.Generator().manual_seed(0)
+    )
     assert len({o.token_ids[0] for o in outs}) > 150  # near-uniform logits over 200 tokens
 
 
 @pytest.mark.parametrize("greedy", [False, True])
 def test_behaviour_logprobs_equal_a_recomputed_forward_pass_under_a_hostile_config(
-        hostile_checkpoint: str, greedy: bool) -> None:
+    hostile_checkpoint: str, greedy: bool
+) -> None:
     model = tiny(path=hostile_checkpoint)
     ctx = contexts(12, seed=5)
     caps = [6] * 12
-    outs = sample_continuations(model, ctx, caps, STOP, temperature=1.3, pad_id=0, greedy=greedy,
-                                generator=torch.Generator().manual_seed(2))
+    outs = sample_continuations(
+        model, ctx, caps, STOP, temperature=1.3, pad_id=0, greedy=greedy, generator=torch.Generator().manual_seed(2)
+    )
     assert sum(len(o.token_ids) for o in outs) > 24
     for c, out in zip(ctx, outs):
         assert out.logprobs == pytest.approx(recomputed_logprobs(model, c, out, 1.3), abs=2e-5)
@@ -173,8 +195,10 @@ def test_generator_makes_samples_reproducible_and_leaves_the_global_rng_alone() 
     ctx, caps = contexts(16, seed=7), [4] * 16
 
     def draw(generator):
-        return [o.token_ids for o in sample_continuations(model, ctx, caps, STOP, temperature=1.0, pad_id=0,
-                                                          generator=generator)]
+        return [
+            o.token_ids
+            for o in sample_continuations(model, ctx, caps, STOP, temperature=1.0, pad_id=0, generator=generator)
+        ]
 
     torch.manual_seed(123)
     before = torch.get_rng_state()
@@ -196,17 +220,22 @@ _MODEL = tiny(seed=8)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lengths=st.lists(st.integers(1, 9), min_size=1, max_size=6), caps=st.lists(st.integers(0, 5), min_size=6,
-                                                                                       max_size=6),
-       temperature=st.floats(0.3, 2.0), seed=st.integers(0, 2**16))
-def test_sampling_contract_holds_for_any_batch(lengths: list[int], caps: list[int], temperature: float,
-                                               seed: int) -> None:
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=6),
+    caps=st.lists(st.integers(0, 5), min_size=6, max_size=6),
+    temperature=st.floats(0.3, 2.0),
+    seed=st.integers(0, 2**16),
+)
+def test_sampling_contract_holds_for_any_batch(
+    lengths: list[int], caps: list[int], temperature: float, seed: int
+) -> None:
     model = _MODEL
     rng = random.Random(seed)
     ctx = [[1] + [rng.randrange(2, VOCAB) for _ in range(n - 1)] for n in lengths]
     caps = caps[: len(ctx)]
-    outs = sample_continuations(model, ctx, caps, STOP, temperature=temperature, pad_id=0,
-                                generator=torch.Generator().manual_seed(seed))
+    outs = sample_continuations(
+        model, ctx, caps, STOP, temperature=temperature, pad_id=0, generator=torch.Generator().manual_seed(seed)
+    )
     assert len(outs) == len(ctx)
     for c, cap, out in zip(ctx, caps, outs):
         assert len(out.token_ids) == len(out.logprobs) <= cap
@@ -220,17 +249,26 @@ def test_sampling_contract_holds_for_any_batch(lengths: list[int], caps: list[in
 def test_neutral_config_sets_every_distribution_option_explicitly() -> None:
     cfg = neutral_generation_config(max_new_tokens=3, greedy=False, stop_ids=[2, 3], pad_id=0)
     assert (cfg.do_sample, cfg.temperature, cfg.top_k, cfg.top_p, cfg.typical_p, cfg.repetition_penalty) == (
-        True, 1.0, 0, 1.0, 1.0, 1.0)
+        True,
+        1.0,
+        0,
+        1.0,
+        1.0,
+        1.0,
+    )
     assert cfg.eos_token_id == [2, 3] and cfg.pad_token_id == 0 and cfg.max_new_tokens == 3
     assert neutral_generation_config(max_new_tokens=3, greedy=True, stop_ids=[], pad_id=0).do_sample is False
 
 
-@pytest.mark.parametrize("args,match", [
-    (dict(contexts=[[1]], max_new_tokens=[1, 2]), "1 contexts but 2 max_new_tokens"),
-    (dict(contexts=[[1], []], max_new_tokens=[1, 1]), r"contexts \[1\] are empty"),
-    (dict(contexts=[[1]], max_new_tokens=[-1]), r"max_new_tokens\[0\] are not integers >= 0"),
-    (dict(contexts=[[1]], max_new_tokens=[1], temperature=0.0), "temperature=0.0"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (dict(contexts=[[1]], max_new_tokens=[1, 2]), "1 contexts but 2 max_new_tokens"),
+        (dict(contexts=[[1], []], max_new_tokens=[1, 1]), r"contexts \[1\] are empty"),
+        (dict(contexts=[[1]], max_new_tokens=[-1]), r"max_new_tokens\[0\] are not integers >= 0"),
+        (dict(contexts=[[1]], max_new_tokens=[1], temperature=0.0), "temperature=0.0"),
+    ],
+)
 def test_bad_requests_name_the_problem(args: dict, match: str) -> None:
     kwargs = {"temperature": 1.0, **args}
     with pytest.raises(ValueError, match=match):
@@ -265,8 +303,9 @@ def test_a_shared_prompt_is_prefilled_once_and_samples_as_before(monkeypatch, ar
     def draw(mode: str, greedy: bool) -> list[Continuation]:
         monkeypatch.setenv("AREAL_SHARED_PREFIX", mode)
         calls.clear()
-        return sample_continuations(model, ctx, caps, STOP, temperature=0.9, pad_id=0, greedy=greedy,
-                                    generator=torch.Generator().manual_seed(3))
+        return sample_continuations(
+            model, ctx, caps, STOP, temperature=0.9, pad_id=0, greedy=greedy, generator=torch.Generator().manual_seed(3)
+        )
 
     shared = draw("auto", greedy=False)
     width = max(len(c) for c in ctx)

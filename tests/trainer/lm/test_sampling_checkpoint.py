@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_factory import build_bpe_tokenizer
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from areal.api.cli_args import load_config
 from areal.trainer.rollout.episodes import EpisodeRecord, collect_episodes
 from areal.trainer.run.loop import Trainer
-from checkpoint_factory import build_bpe_tokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "examples" / "custom_task" / "data"
@@ -36,10 +36,19 @@ def _save_checkpoint(path: Path, *, with_pad: bool) -> None:
     tok = build_bpe_tokenizer()
     if not with_pad:
         tok.pad_token = None
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(3)
     model = LlamaForCausalLM(config)
     # point the eos row of the head along the mean final hidden state, so about one token in five is
@@ -51,9 +60,17 @@ def _save_checkpoint(path: Path, *, with_pad: bool) -> None:
         direction /= direction.norm()
         model.lm_head.weight[tok.eos_token_id] = direction * (4.0 / float((hidden @ direction).mean()))
     model.generation_config = GenerationConfig(
-        do_sample=True, top_k=1, top_p=0.1, temperature=0.01, repetition_penalty=4.0, no_repeat_ngram_size=1,
-        suppress_tokens=[tok.eos_token_id], min_new_tokens=5, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.unk_token_id)
+        do_sample=True,
+        top_k=1,
+        top_p=0.1,
+        temperature=0.01,
+        repetition_penalty=4.0,
+        no_repeat_ngram_size=1,
+        suppress_tokens=[tok.eos_token_id],
+        min_new_tokens=5,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.unk_token_id,
+    )
     model.save_pretrained(path)
     tok.save_pretrained(path)
 
@@ -66,14 +83,29 @@ def checkpoint(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
 
 
 def _trainer(tmp_path: Path, ckpt: Path, *task: str) -> Trainer:
-    return Trainer(load_config(None, [
-        f"model.path={ckpt}", "rollout.batch_size=3", "rollout.n_samples=4", "actor.max_new_tokens=7",
-        f"actor.temperature={TEMPERATURE}", "output.progress_bar=false", "output.plot=false",
-        f"output.dir={tmp_path}", *task]))
+    return Trainer(
+        load_config(
+            None,
+            [
+                f"model.path={ckpt}",
+                "rollout.batch_size=3",
+                "rollout.n_samples=4",
+                "actor.max_new_tokens=7",
+                f"actor.temperature={TEMPERATURE}",
+                "output.progress_bar=false",
+                "output.plot=false",
+                f"output.dir={tmp_path}",
+                *task,
+            ],
+        )
+    )
 
 
-DATASET = [f"data.train={DATA / 'train.jsonl'}", "task.implementation=dataset",
-           "reward=[{implementation: examples.custom_task.rewards.exact_answer}]"]
+DATASET = [
+    f"data.train={DATA / 'train.jsonl'}",
+    "task.implementation=dataset",
+    "reward=[{implementation: examples.custom_task.rewards.exact_answer}]",
+]
 
 
 @torch.no_grad()
@@ -90,8 +122,11 @@ def _check_turns(rec: EpisodeRecord, stop: frozenset[int], cap: int) -> None:
 
 
 #: dataset rows whose prompts tokenise to different lengths (the rows of a batch are left-padded)
-ROWS = [{"prompt": "3 + 3 =", "answer": "6"}, {"prompt": "reach", "answer": "0"},
-        {"prompt": "you are a careful assistant that answers with a number: 12 + 7 =", "answer": "19"}]
+ROWS = [
+    {"prompt": "3 + 3 =", "answer": "6"},
+    {"prompt": "reach", "answer": "0"},
+    {"prompt": "you are a careful assistant that answers with a number: 12 + 7 =", "answer": "19"},
+]
 
 
 def _rows(trainer: Trainer) -> list[dict]:
@@ -109,8 +144,15 @@ def test_sampled_episodes_match_a_recomputed_forward_pass(tmp_path: Path, checkp
     assert runtime.pad_token_id == (tok.pad_token_id if with_pad else tok.eos_token_id)
     assert runtime.stop_token_ids == {tok.eos_token_id}
     saved = model.generation_config
-    groups = collect_episodes(model, runtime, _rows(trainer), 4, budget=trainer.cfg.generation_budget,
-                              temperature=TEMPERATURE, generator=torch.Generator().manual_seed(0))
+    groups = collect_episodes(
+        model,
+        runtime,
+        _rows(trainer),
+        4,
+        budget=trainer.cfg.generation_budget,
+        temperature=TEMPERATURE,
+        generator=torch.Generator().manual_seed(0),
+    )
     records = [rec for g in groups for rec in g]
     assert model.generation_config is saved and saved.top_k == 1  # the checkpoint's config is back
     ended = 0
@@ -141,8 +183,9 @@ def test_greedy_rollout_equals_a_plain_reference_loop(tmp_path: Path, checkpoint
     ckpt, _ = checkpoint
     trainer = _trainer(tmp_path, ckpt, *DATASET)
     runtime, model, cap = trainer.task, trainer.policy, trainer.cfg.actor.max_new_tokens
-    groups = collect_episodes(model, runtime, _rows(trainer), 1, budget=trainer.cfg.generation_budget,
-                              temperature=TEMPERATURE, greedy=True)
+    groups = collect_episodes(
+        model, runtime, _rows(trainer), 1, budget=trainer.cfg.generation_budget, temperature=TEMPERATURE, greedy=True
+    )
     for [rec] in groups:
         start, end = rec.turn_spans[0]
         assert rec.tokens[start:end] == _reference_greedy(model, rec.tokens[:start], cap, runtime.stop_token_ids)

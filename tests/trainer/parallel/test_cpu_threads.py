@@ -54,17 +54,26 @@ def test_a_fresh_process_keeps_torch_at_the_applied_count() -> None:
     import subprocess
     import sys
 
-    code = ("import torch; from areal.trainer.parallel.cpu_threads import apply_num_threads; "
-            "torch.get_num_threads(); apply_num_threads(1); print(torch.get_num_threads())")  # torch in use first
+    code = (
+        "import torch; from areal.trainer.parallel.cpu_threads import apply_num_threads; "
+        "torch.get_num_threads(); apply_num_threads(1); print(torch.get_num_threads())"
+    )  # torch in use first
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-1] == "1"
 
 
-@pytest.mark.parametrize("cores,ranks,params,expected", [
-    (2, 1, 84_000, 1), (16, 1, SMALL_MODEL_PARAMS - 1, 1),  # too small to gain from a second thread
-    (2, 1, SMALL_MODEL_PARAMS, 2), (16, 3, 135_000_000, 5), (2, 2, 135_000_000, 1), (4, 1, None, 4),
-])
+@pytest.mark.parametrize(
+    "cores,ranks,params,expected",
+    [
+        (2, 1, 84_000, 1),
+        (16, 1, SMALL_MODEL_PARAMS - 1, 1),  # too small to gain from a second thread
+        (2, 1, SMALL_MODEL_PARAMS, 2),
+        (16, 3, 135_000_000, 5),
+        (2, 2, 135_000_000, 1),
+        (4, 1, None, 4),
+    ],
+)
 def test_a_small_model_gets_one_thread_a_larger_one_the_cores_per_rank(cores, ranks, params, expected) -> None:
     assert default_num_threads(cores, ranks, n_params=params) == expected
 
@@ -101,10 +110,12 @@ def test_the_entry_point_sets_it_before_torch_loads(entry: str) -> None:
     import subprocess
     import sys
 
-    code = ("import sys, areal.trainer.parallel.launch_env as le; real = le.prefer_passive_waiting\n"
-            "def spy(*a):\n    print('torch already loaded:', 'torch' in sys.modules); return real(*a)\n"
-            "le.prefer_passive_waiting = spy\n"
-            f"import {entry}, os; print(os.environ.get('OMP_WAIT_POLICY'))")
+    code = (
+        "import sys, areal.trainer.parallel.launch_env as le; real = le.prefer_passive_waiting\n"
+        "def spy(*a):\n    print('torch already loaded:', 'torch' in sys.modules); return real(*a)\n"
+        "le.prefer_passive_waiting = spy\n"
+        f"import {entry}, os; print(os.environ.get('OMP_WAIT_POLICY'))"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]

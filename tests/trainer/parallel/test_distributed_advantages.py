@@ -41,8 +41,17 @@ def _run_merged(cmds, envs, timeout) -> list[tuple[int, str]]:
 @pytest.fixture(scope="module")
 def rank_outputs(tmp_path_factory) -> list[dict]:
     out_dir = tmp_path_factory.mktemp("dist_advantages")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(WORKER), "advantages", str(out_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(WORKER),
+        "advantages",
+        str(out_dir),
+    ]
     [(code, log)] = _run_merged([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{log[-4000:]}"
     return [torch.load(out_dir / f"rank{r}.pt") for r in range(2)]
@@ -90,9 +99,17 @@ def test_two_ranks_equal_one_process(rank_outputs, name):
     assert worst <= TOL, f"{name}: 2-rank result differs from 1 process by {worst}"
 
 
-@pytest.mark.parametrize("name", [n for n, c in CASES.items() if any(
-    norm is not None and "batch" in (norm.mean_level, norm.std_level)
-    for norm in (c.make_config().reward_norm, c.make_config().adv_norm))])
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        for n, c in CASES.items()
+        if any(
+            norm is not None and "batch" in (norm.mean_level, norm.std_level)
+            for norm in (c.make_config().reward_norm, c.make_config().adv_norm)
+        )
+    ],
+)
 def test_batch_statistics_really_crossed_ranks(rank_outputs, name):
     """Guard against a vacuous pass: rank-local batch statistics would give other advantages."""
     case = CASES[name]

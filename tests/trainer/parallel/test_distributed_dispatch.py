@@ -182,8 +182,11 @@ def test_without_torchrun_is_a_single_process(clean_env):
         (dict(WORLD_SIZE="2", RANK="1", LOCAL_RANK="-1"), None, "LOCAL_RANK=-1"),
         (dict(WORLD_SIZE="2", RANK="1", MASTER_PORT="1234"), None, "MASTER_ADDR is not set"),
         (dict(WORLD_SIZE="2", RANK="1", MASTER_ADDR="127.0.0.1"), None, "MASTER_PORT is not set"),
-        (dict(WORLD_SIZE="2", RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="1"), "mpi",
-         "backend='mpi', expected one of ['gloo', 'nccl']"),
+        (
+            dict(WORLD_SIZE="2", RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="1"),
+            "mpi",
+            "backend='mpi', expected one of ['gloo', 'nccl']",
+        ),
     ],
 )
 def test_bad_launch_environment(clean_env, env, backend, needle):
@@ -236,8 +239,11 @@ def test_weighted_means_across_reports():
 
 @pytest.mark.parametrize(
     "weights, needle",
-    [(-1.0, "expected finite numbers >= 0"), (float("nan"), "expected finite numbers >= 0"),
-     ({"a": 1.0}, "weights lack metrics ['b']")],
+    [
+        (-1.0, "expected finite numbers >= 0"),
+        (float("nan"), "expected finite numbers >= 0"),
+        ({"a": 1.0}, "weights lack metrics ['b']"),
+    ],
 )
 def test_reduce_metrics_rejects_bad_weights(weights, needle):
     with pytest.raises(ValueError) as info:

@@ -33,17 +33,40 @@ from dist_launch import ROOT, clean_env, run_bounded
 
 JOB_TIMEOUT_S = 360  # shared CPUs: generous; a hang still fails the test
 FAILURE_TIMEOUT_S = 30  # train.failure_timeout_s: the bound on waiting for peers
-TINY = ["train.steps=3", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "train.num_threads=1", "train.dist_timeout_s=120",
-        f"train.failure_timeout_s={FAILURE_TIMEOUT_S}"]
+TINY = [
+    "train.steps=3",
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "train.num_threads=1",
+    "train.dist_timeout_s=120",
+    f"train.failure_timeout_s={FAILURE_TIMEOUT_S}",
+]
 
 
 def _launch(tmp_path: Path, entry: list[str], *overrides: str) -> tuple[int, str, list[str], list[dict], float]:
     """(exit code, torchrun's stderr, per-rank stderr logs, per-rank error files, seconds after the failure)."""
     logs = tmp_path / "logs"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--log-dir",
-           str(logs), "--redirects", "3", *entry, "--config", str(ROOT / "examples" / "grpo_arith.yaml"), *TINY,
-           f"output.dir={tmp_path / 'out'}", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "--log-dir",
+        str(logs),
+        "--redirects",
+        "3",
+        *entry,
+        "--config",
+        str(ROOT / "examples" / "grpo_arith.yaml"),
+        *TINY,
+        f"output.dir={tmp_path / 'out'}",
+        *overrides,
+    ]
     [(code, _, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     ended = time.time()
     [attempt] = list(logs.glob("*/attempt_0"))
@@ -60,8 +83,16 @@ def _root_cause(summary: str) -> str:
     return match.group(1)
 
 
-def _check(code: int, summary: str, logs: list[str], files: list[dict], after_s: float, failing: int,
-           cause: str, watcher: bool = True) -> None:
+def _check(
+    code: int,
+    summary: str,
+    logs: list[str],
+    files: list[dict],
+    after_s: float,
+    failing: int,
+    cause: str,
+    watcher: bool = True,
+) -> None:
     healthy = 1 - failing
     assert code == 1, summary[-3000:]
     root = _root_cause(summary)
@@ -78,18 +109,25 @@ def _check(code: int, summary: str, logs: list[str], files: list[dict], after_s:
     # (how long that took in seconds is the machine's load, so it is printed, not checked)
     for log in logs:
         assert "not every rank acknowledged" not in log and "ended by its failure watcher" not in log, log
-    print(f"\nrank {failing} failed; both ranks exited {after_s:.1f} s after its report (whole seconds); "
-          f"rank {healthy} logged: {cause}")
+    print(
+        f"\nrank {failing} failed; both ranks exited {after_s:.1f} s after its report (whole seconds); "
+        f"rank {healthy} logged: {cause}"
+    )
 
 
 def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_the_agreement(tmp_path: Path) -> None:
     code, summary, logs, files, after_s = _launch(
-        tmp_path, ["-m", "areal.trainer.main"],
+        tmp_path,
+        ["-m", "areal.trainer.main"],
         "actor.advantage.outcome_reward_shaping={implementation: dist_failing_plugins.fail_on_rank1, "
-        "kwargs: {delay_s: 3}}", "actor.reward_norm={mean_level: batch, std_level: batch}")
-    cause = ("rank 1 failed in step 0 > advantages: StageContractError: advantage stage 'outcome_reward_shaping' "
-             "(dist_failing_plugins.fail_on_rank1): raised ValueError: simulated plugin failure on rank 1 (raised at "
-             f"{ROOT / 'tests' / 'trainer' / 'dist_failing_plugins.py'}:")
+        "kwargs: {delay_s: 3}}",
+        "actor.reward_norm={mean_level: batch, std_level: batch}",
+    )
+    cause = (
+        "rank 1 failed in step 0 > advantages: StageContractError: advantage stage 'outcome_reward_shaping' "
+        "(dist_failing_plugins.fail_on_rank1): raised ValueError: simulated plugin failure on rank 1 (raised at "
+        f"{ROOT / 'tests' / 'trainer' / 'dist_failing_plugins.py'}:"
+    )
     _check(code, summary, logs, files, after_s, failing=1, cause=cause, watcher=False)
     assert "in fail_on_rank1)" in logs[0]
     # rank 0 waited in the status exchange before the batch-normalisation all-reduce; it names rank 1, not gloo
@@ -101,11 +139,15 @@ def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_the_agree
 
 def test_reward_function_raising_on_rank_0_stops_rank_1(tmp_path: Path) -> None:
     code, summary, logs, files, after_s = _launch(
-        tmp_path, ["-m", "areal.trainer.main"],
-        "reward=[{implementation: dist_failing_plugins.reward_failing_on_rank0, weight: 0.5}]")
-    cause = ("rank 0 failed in step 0 > rollout: RewardFunctionError: reward[0] (reward_failing_on_rank0) "
-             "'dist_failing_plugins.reward_failing_on_rank0': raised ZeroDivisionError: simulated reward-function "
-             "failure on rank 0 (on 4 completions; columns passed: ")
+        tmp_path,
+        ["-m", "areal.trainer.main"],
+        "reward=[{implementation: dist_failing_plugins.reward_failing_on_rank0, weight: 0.5}]",
+    )
+    cause = (
+        "rank 0 failed in step 0 > rollout: RewardFunctionError: reward[0] (reward_failing_on_rank0) "
+        "'dist_failing_plugins.reward_failing_on_rank0': raised ZeroDivisionError: simulated reward-function "
+        "failure on rank 0 (on 4 completions; columns passed: "
+    )
     _check(code, summary, logs, files, after_s, failing=0, cause=cause)
     raised_at = f"(raised at {ROOT / 'tests' / 'trainer' / 'dist_failing_plugins.py'}:"
     assert raised_at in logs[0] and raised_at in logs[1]
@@ -119,9 +161,12 @@ def test_reward_function_raising_on_rank_0_stops_rank_1(tmp_path: Path) -> None:
 
 HANG_TIMEOUT_S = 10  # train.dist_timeout_s: how long rank 0 waits for the hung rank in a collective
 FAULTS = {  # how rank 1 fails -> (its exit code, what every report says)
-    "raise": (1, "rank 1 failed in step 1 > rollout: RewardFunctionError: reward[0] (reward_dying_on_rank1) "
-                 "'dist_failing_plugins.reward_dying_on_rank1': raised RuntimeError: simulated reward-function "
-                 "failure on rank 1"),
+    "raise": (
+        1,
+        "rank 1 failed in step 1 > rollout: RewardFunctionError: reward[0] (reward_dying_on_rank1) "
+        "'dist_failing_plugins.reward_dying_on_rank1': raised RuntimeError: simulated reward-function "
+        "failure on rank 1",
+    ),
     "exit": (3, "rank 1 failed in step 1 > rollout: its process ended without reporting an error"),
     "hang": (1, "rank 1 failed in step 1 > rollout: it stopped responding"),
 }
@@ -129,32 +174,54 @@ FAULTS = {  # how rank 1 fails -> (its exit code, what every report says)
 
 #: rank 0's last line: said by its main thread, or by its SIGTERM handler when torchrun ends it first
 #: (it knows of the failure then, and a rank that knows ends at once: see areal.trainer.parallel.failures)
-RANK0_LINE = {"boundary": ("error: ", "; rank 0 stopped because of it, at its next stage boundary"),
-              "sigterm": ("[areal] rank 0: error: ", "; rank 0 stopped because of it, ended by its launcher (SIGTERM)")}
+RANK0_LINE = {
+    "boundary": ("error: ", "; rank 0 stopped because of it, at its next stage boundary"),
+    "sigterm": ("[areal] rank 0: error: ", "; rank 0 stopped because of it, ended by its launcher (SIGTERM)"),
+}
 
 
 def _launch_fault(tmp_path: Path, how: str, rank0: str = "free") -> tuple[int, str, list[list[str]], list[dict | None]]:
     """(exit code, torchrun's stderr, each rank's non-empty stderr lines, each rank's error file or None)."""
     logs = tmp_path / "logs"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--log-dir",
-           str(logs), "--redirects", "3", "-m", "areal.trainer.main", "--config",
-           str(ROOT / "examples" / "grpo_arith.yaml"), *TINY, f"train.dist_timeout_s={HANG_TIMEOUT_S}",
-           f"output.dir={tmp_path / 'out'}",
-           f"reward=[{{implementation: dist_failing_plugins.reward_dying_on_rank1, kwargs: {{how: {how}, "
-           f"rank0: {rank0}}}}}]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "--log-dir",
+        str(logs),
+        "--redirects",
+        "3",
+        "-m",
+        "areal.trainer.main",
+        "--config",
+        str(ROOT / "examples" / "grpo_arith.yaml"),
+        *TINY,
+        f"train.dist_timeout_s={HANG_TIMEOUT_S}",
+        f"output.dir={tmp_path / 'out'}",
+        f"reward=[{{implementation: dist_failing_plugins.reward_dying_on_rank1, kwargs: {{how: {how}, "
+        f"rank0: {rank0}}}}}]",
+    ]
     [(code, _, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     [attempt] = list(logs.glob("*/attempt_0"))
     lines = [[x for x in (attempt / str(r) / "stderr.log").read_text().splitlines() if x.strip()] for r in range(2)]
-    files = [json.loads(f.read_text())["message"] if (f := attempt / str(r) / "error.json").exists() else None
-             for r in range(2)]
+    files = [
+        json.loads(f.read_text())["message"] if (f := attempt / str(r) / "error.json").exists() else None
+        for r in range(2)
+    ]
     return code, err, lines, files
 
 
 #: 5 runs per fault (the root cause used to depend on where in a second rank 1 died). When rank 1 raises,
 #: rank 0 stops in its collective, at its next stage boundary or by torchrun's SIGTERM, whichever comes
 #: first on the machine at the time; two of the runs fix that order (`rank0` of dist_failing_plugins).
-RUNS = [*[(how, "free") for how in ("exit", "hang") for _ in range(5)], *[("raise", "free")] * 3,
-        ("raise", "boundary"), ("raise", "sigterm")]
+RUNS = [
+    *[(how, "free") for how in ("exit", "hang") for _ in range(5)],
+    *[("raise", "free")] * 3,
+    ("raise", "boundary"),
+    ("raise", "sigterm"),
+]
 
 
 @pytest.mark.parametrize(("how", "rank0"), RUNS, ids=[f"{how}-{i % 5}-{rank0}" for i, (how, rank0) in enumerate(RUNS)])

@@ -29,21 +29,29 @@ if __name__ == "__main__":  # launched by torchrun as the update worker
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
 
 from areal.api.cli_args import PPOActorConfig  # noqa: E402
 from areal.api.train_args import CriticConfig, LoraConfig, ModelConfig  # noqa: E402
-from areal.trainer.parallel.distributed import DistContext, assign_prompts_to_ranks  # noqa: E402
-from torch.distributed.tensor import DTensor  # noqa: E402
-
 from areal.trainer.lm.model import build_critic, build_policy, with_lora  # noqa: E402
 from areal.trainer.parallel.checksum import module_checksum  # noqa: E402
+from areal.trainer.parallel.distributed import DistContext, assign_prompts_to_ranks  # noqa: E402
 from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, full_state_dict  # noqa: E402
 from areal.trainer.ppo.training.critic import PPOCritic  # noqa: E402
 from areal.trainer.ppo.training.update import ppo_update  # noqa: E402
 
 JOB_TIMEOUT_S = 360  # generous: the 2 CPU cores are shared (a 30 s job took > 240 s under load 11); a hang still fails
-TINY = ["train.steps=2", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "train.num_threads=1", "train.dist_timeout_s=60"]
+TINY = [
+    "train.steps=2",
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "train.num_threads=1",
+    "train.dist_timeout_s=60",
+]
 UPDATE_TOL = 1e-5
 
 # ---------------------------------------------------------------------------
@@ -56,8 +64,16 @@ def _torchrun(*args: str) -> list[str]:
 
 
 def _train_two_ranks(tmp_path: Path, config: str, *extra: str) -> tuple[Path, str]:
-    cmd = _torchrun("-m", "areal.trainer.main", "--config", str(ROOT / "examples" / config), *TINY,
-                    f"output.dir={tmp_path}", "train.debug_param_checksum=true", *extra)
+    cmd = _torchrun(
+        "-m",
+        "areal.trainer.main",
+        "--config",
+        str(ROOT / "examples" / config),
+        *TINY,
+        f"output.dir={tmp_path}",
+        "train.debug_param_checksum=true",
+        *extra,
+    )
     [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     name = Path(config).stem
@@ -100,8 +116,15 @@ def test_grpo_trains_on_two_ranks_with_identical_replicas(tmp_path: Path) -> Non
     rows = _check_run(run_dir, log, {"policy", "reference"})
     assert all(r["value_loss"] is None for r in rows)
     assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "curves.png", "metrics.jsonl",
-                                                         "param_checksums.jsonl", "samples.jsonl", "tensorboard"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoints",
+        "config.yaml",
+        "curves.png",
+        "metrics.jsonl",
+        "param_checksums.jsonl",
+        "samples.jsonl",
+        "tensorboard",
+    ]
     assert len(list((run_dir / "tensorboard").iterdir())) == 1  # rank 0 alone logs
 
 
@@ -121,13 +144,23 @@ def test_ppo_with_critic_trains_on_two_ranks_with_identical_replicas(tmp_path: P
 def test_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> None:
     """rank 1 cannot import the plugin (tests/trainer/dist_rank_plugin.py); rank 0 must not wait for it."""
     envs = rank_envs(2)
-    cmd = [sys.executable, "-m", "areal.trainer.main", "--config", str(ROOT / "examples" / "grpo_arith.yaml"), *TINY,
-           f"output.dir={tmp_path}", "actor.advantage.outcome_reward_shaping={implementation: dist_rank_plugin.halve}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal.trainer.main",
+        "--config",
+        str(ROOT / "examples" / "grpo_arith.yaml"),
+        *TINY,
+        f"output.dir={tmp_path}",
+        "actor.advantage.outcome_reward_shaping={implementation: dist_rank_plugin.halve}",
+    ]
     results = run_bounded([cmd, cmd], envs, timeout=90)
     for rank, (code, out, err) in enumerate(results):
         assert code == 1, f"rank {rank} exited {code}:\n{out}\n{err}"
-        assert err.startswith("error while building the trainer: actor worker initialisation failed: rank 1: "
-                              "actor.advantage.outcome_reward_shaping: cannot use 'dist_rank_plugin.halve'"), err
+        assert err.startswith(
+            "error while building the trainer: actor worker initialisation failed: rank 1: "
+            "actor.advantage.outcome_reward_shaping: cannot use 'dist_rank_plugin.halve'"
+        ), err
         assert "simulated missing dependency on rank 1" in err and "Traceback" not in err, err
         assert "[areal]" not in out
     assert not (tmp_path / "grpo_arith").exists()  # stopped before anything was written
@@ -152,15 +185,17 @@ def _global_groups() -> list[dict[str, torch.Tensor]]:
         pos = torch.arange(WIDTH)[None, :]
         attention = (pos < lengths[:, None]).long()
         loss_mask = ((pos >= 2) & (pos < lengths[:, None] - 1)).long()  # aligned: no mask on the last token
-        groups.append({
-            "input_ids": torch.randint(3, VOCAB, (ROWS_PER_GROUP, WIDTH), generator=gen) * attention,
-            "attention_mask": attention,
-            "loss_mask": loss_mask,
-            "logprobs": -3.0 + 0.3 * torch.randn(ROWS_PER_GROUP, WIDTH, generator=gen) * loss_mask,
-            "advantages": torch.randn(ROWS_PER_GROUP, WIDTH, generator=gen) * loss_mask,
-            "values": 0.1 * torch.randn(ROWS_PER_GROUP, WIDTH, generator=gen) * loss_mask,
-            "returns": torch.randn(ROWS_PER_GROUP, WIDTH, generator=gen) * loss_mask,
-        })
+        groups.append(
+            {
+                "input_ids": torch.randint(3, VOCAB, (ROWS_PER_GROUP, WIDTH), generator=gen) * attention,
+                "attention_mask": attention,
+                "loss_mask": loss_mask,
+                "logprobs": -3.0 + 0.3 * torch.randn(ROWS_PER_GROUP, WIDTH, generator=gen) * loss_mask,
+                "advantages": torch.randn(ROWS_PER_GROUP, WIDTH, generator=gen) * loss_mask,
+                "values": 0.1 * torch.randn(ROWS_PER_GROUP, WIDTH, generator=gen) * loss_mask,
+                "returns": torch.randn(ROWS_PER_GROUP, WIDTH, generator=gen) * loss_mask,
+            }
+        )
     return groups
 
 
@@ -186,18 +221,29 @@ def _update(batch: dict[str, torch.Tensor], ctx: DistContext | None, parallel: s
     critic_model = build_critic(MODEL, VOCAB, SPECIAL)
     engine = PolicyEngine(policy, lr=1e-2, ctx=ctx, parallel=parallel)
     stats = ppo_update(PPOActorConfig(ppo_n_minibatches=N_MINIBATCHES, temperature=1.0), engine, batch)
-    critic = PPOCritic(CriticConfig(enabled=True, ppo_n_minibatches=N_MINIBATCHES),
-                       ValueEngine(critic_model, lr=1e-2, ctx=ctx, parallel=parallel, grad_clip=1e9))
+    critic = PPOCritic(
+        CriticConfig(enabled=True, ppo_n_minibatches=N_MINIBATCHES),
+        ValueEngine(critic_model, lr=1e-2, ctx=ctx, parallel=parallel, grad_clip=1e9),
+    )
     stats.update(critic.ppo_update(batch))
     # the same policy update in micro-batches of 2 rows (DDP: all-reduced on the last one only)
     torch.manual_seed(5)
     micro = PolicyEngine(build_policy(MODEL, VOCAB, SPECIAL), lr=1e-2, ctx=ctx, parallel=parallel)
-    micro_stats = ppo_update(PPOActorConfig(ppo_n_minibatches=N_MINIBATCHES, ppo_micro_batch_size=2, temperature=1.0),
-                             micro, batch)
-    return {"policy": _flat(engine.model), "critic": _flat(critic.engine.model), "stats": stats,
-            "policy_grad": _flat_grads(engine), "critic_grad": _flat_grads(critic.engine),
-            "micro_grad": _flat_grads(micro), "micro_stats": micro_stats, **_lora_update(batch, ctx, parallel),
-            "engine": engine, "critic_engine": critic.engine}
+    micro_stats = ppo_update(
+        PPOActorConfig(ppo_n_minibatches=N_MINIBATCHES, ppo_micro_batch_size=2, temperature=1.0), micro, batch
+    )
+    return {
+        "policy": _flat(engine.model),
+        "critic": _flat(critic.engine.model),
+        "stats": stats,
+        "policy_grad": _flat_grads(engine),
+        "critic_grad": _flat_grads(critic.engine),
+        "micro_grad": _flat_grads(micro),
+        "micro_stats": micro_stats,
+        **_lora_update(batch, ctx, parallel),
+        "engine": engine,
+        "critic_engine": critic.engine,
+    }
 
 
 def _lora_update(batch: dict[str, torch.Tensor], ctx: DistContext | None, parallel: str) -> dict[str, object]:
@@ -207,13 +253,19 @@ def _lora_update(batch: dict[str, torch.Tensor], ctx: DistContext | None, parall
     engine = PolicyEngine(model, lr=1e-2, ctx=ctx, parallel=parallel)
     base = engine.compute_logprobs(batch["input_ids"], batch["attention_mask"], 1.0, base=True)
     ppo_update(PPOActorConfig(ppo_n_minibatches=N_MINIBATCHES, ppo_micro_batch_size=2, temperature=1.0), engine, batch)
-    grads = [p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
-             for p in engine.train_module.parameters() if p.requires_grad]
+    grads = [
+        p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+        for p in engine.train_module.parameters()
+        if p.requires_grad
+    ]
     after = engine.compute_logprobs(batch["input_ids"], batch["attention_mask"], 1.0, base=True)
     weights = {k: v for k, v in full_state_dict(engine.model).items() if "lora_" in k}
-    return {"lora": torch.cat([w.reshape(-1) for w in weights.values()]),
-            "lora_grad": torch.cat([g.reshape(-1) for g in grads]), "lora_base_logp": base,
-            "lora_base_unchanged": torch.equal(base, after)}
+    return {
+        "lora": torch.cat([w.reshape(-1) for w in weights.values()]),
+        "lora_grad": torch.cat([g.reshape(-1) for g in grads]),
+        "lora_base_logp": base,
+        "lora_base_unchanged": torch.equal(base, after),
+    }
 
 
 def _non_finite_loss(ctx: DistContext, parallel: str) -> dict[str, object]:
@@ -231,8 +283,11 @@ def _non_finite_loss(ctx: DistContext, parallel: str) -> dict[str, object]:
     else:
         error = None
     grads = [p.grad for p in engine.train_module.parameters()]
-    return {"error": error, "unchanged": torch.equal(before, _flat(engine.model)),
-            "no_grads": all(g is None for g in grads)}
+    return {
+        "error": error,
+        "unchanged": torch.equal(before, _flat(engine.model)),
+        "no_grads": all(g is None for g in grads),
+    }
 
 
 def _state_round_trip(result: dict[str, object], ctx: DistContext, parallel: str) -> bool:
@@ -303,8 +358,9 @@ def two_rank_updates(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.xdist_group("distributed_update")  # the module fixtures above on one pytest-xdist worker
 @pytest.mark.parametrize("parallel", PARALLEL)
-def test_two_rank_update_equals_one_process_update(two_rank_updates: Path, parallel: str,
-                                                   one_process_update: dict[str, object]) -> None:
+def test_two_rank_update_equals_one_process_update(
+    two_rank_updates: Path, parallel: str, one_process_update: dict[str, object]
+) -> None:
     ranks = [torch.load(two_rank_updates / parallel / f"rank{r}.pt") for r in range(2)]
     assert [r["groups"] for r in ranks] == [[0, 2], [1, 3]]
     groups = _global_groups()
@@ -320,8 +376,10 @@ def test_two_rank_update_equals_one_process_update(two_rank_updates: Path, paral
         grad = f"{model}_grad"
         gdiff = (ranks[0][grad] - whole[grad]).abs().max().item()
         gscale = whole[grad].abs().max().item()
-        print(f"\n{parallel} {model}: max |2-rank - 1-process| = {diff:.3g} (a different batch moves it by "
-              f"{moved:.3g}); last gradient: max diff {gdiff:.3g} of max |g| {gscale:.3g}")
+        print(
+            f"\n{parallel} {model}: max |2-rank - 1-process| = {diff:.3g} (a different batch moves it by "
+            f"{moved:.3g}); last gradient: max diff {gdiff:.3g} of max |g| {gscale:.3g}"
+        )
         assert diff <= UPDATE_TOL and moved > 100 * UPDATE_TOL
         assert gdiff <= 1e-4 * gscale
     for key, value in whole["stats"].items():

@@ -11,7 +11,13 @@ from areal.api.cli_args import ConfigError, load_config
 from areal.api.train_args import ModelConfig
 from areal.trainer.lm.model import build_critic, build_policy
 from areal.trainer.main import DEFAULT_CONFIG
-from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, _block_class_names, full_state_dict
+from areal.trainer.parallel.engine import (
+    NonFiniteLossError,
+    PolicyEngine,
+    ValueEngine,
+    _block_class_names,
+    full_state_dict,
+)
 
 SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 MODEL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
@@ -100,10 +106,13 @@ def test_fsdp_shards_every_transformer_block() -> None:
     assert "LlamaDecoderLayer" in _block_class_names(build_critic(MODEL, 24, SPECIAL))
 
 
-@pytest.mark.parametrize("override,field", [
-    ("train.parallel=zero3", r"train\.parallel: got 'zero3', expected one of \['ddp', 'fsdp'\]"),
-    ("train.failure_timeout_s=0", r"train\.failure_timeout_s: got 0"),
-])
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ("train.parallel=zero3", r"train\.parallel: got 'zero3', expected one of \['ddp', 'fsdp'\]"),
+        ("train.failure_timeout_s=0", r"train\.failure_timeout_s: got 0"),
+    ],
+)
 def test_parallel_config_errors_name_the_field(override: str, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         load_config(DEFAULT_CONFIG, [override])

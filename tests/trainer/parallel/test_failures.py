@@ -20,7 +20,15 @@ import pytest
 import torch.distributed as dist
 
 from areal.trainer.parallel import failures
-from areal.trainer.parallel.failures import FailureReport, FailureWatch, PeerFailure, RankFailure, report_for, stage, staged
+from areal.trainer.parallel.failures import (
+    FailureReport,
+    FailureWatch,
+    PeerFailure,
+    RankFailure,
+    report_for,
+    stage,
+    staged,
+)
 
 #: each wait's bound where a test expects the wait to end early (an acknowledgement, a SIGTERM): generous, so a
 #: loaded machine cannot turn a wait that ends early into a timeout (the tests of the bound set their own)
@@ -82,7 +90,9 @@ def test_rank_failure_says_how_a_healthy_rank_stopped() -> None:
     report = report_for(_wrapped_failure(), rank=1)
     assert str(RankFailure(report, 1)) == report.describe()
     assert str(RankFailure(report, 0, "after its own error: RuntimeError: Connection closed by peer")) == (
-        report.describe() + "; rank 0 stopped because of it, after its own error: RuntimeError: Connection closed by peer")
+        report.describe()
+        + "; rank 0 stopped because of it, after its own error: RuntimeError: Connection closed by peer"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -94,18 +104,32 @@ class Job:
     """A TCPStore and one FailureWatch per rank, as torchrun's ranks would have them."""
 
     def __init__(self, world_size: int, timeout_s: float = TIMEOUT_S, poll_s: float = 0.02) -> None:
-        self.server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,  # 0: the kernel picks a
-                                    timeout=timedelta(seconds=10))                        # free port, no race
+        self.server = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            is_master=True,
+            wait_for_workers=False,  # 0: the kernel picks a
+            timeout=timedelta(seconds=10),
+        )  # free port, no race
         port = self.server.port
         self.logs: dict[int, list[str]] = {r: [] for r in range(world_size)}
         self.exits: dict[int, list[int]] = {r: [] for r in range(world_size)}
         self.watches = [self._watch(port, r, world_size, timeout_s, poll_s) for r in range(world_size)]
 
     def _watch(self, port: int, rank: int, world_size: int, timeout_s: float, poll_s: float) -> FailureWatch:
-        clients = [dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
-                                 timeout=timedelta(seconds=10)) for _ in range(2)]
-        return FailureWatch(*clients, rank, world_size, timeout_s=timeout_s, poll_s=poll_s,
-                            exit_fn=self.exits[rank].append, log=self.logs[rank].append)
+        clients = [
+            dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False, timeout=timedelta(seconds=10))
+            for _ in range(2)
+        ]
+        return FailureWatch(
+            *clients,
+            rank,
+            world_size,
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            exit_fn=self.exits[rank].append,
+            log=self.logs[rank].append,
+        )
 
     def start(self) -> Job:
         for w in self.watches:
@@ -139,15 +163,17 @@ def test_failing_rank_waits_until_the_peer_knows_the_root_cause(error_files: Pat
         # the healthy rank's own error then defers to the root cause
         healthy = peer.fail(RuntimeError("Connection closed by peer"))
         assert healthy.report == failure.report
-        assert str(healthy).endswith("rank 0 stopped because of it, after its own error: RuntimeError: "
-                                     "Connection closed by peer")
+        assert str(healthy).endswith(
+            "rank 0 stopped because of it, after its own error: RuntimeError: Connection closed by peer"
+        )
         assert job.exits == {0: [], 1: []}
     finally:
         job.close()
 
 
 def test_a_rank_ends_with_the_same_failure_at_a_stage_boundary_as_in_a_collective(
-        error_files: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    error_files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Whether a healthy rank's watcher learns of the report before or after its main thread enters a collective
     is timing (a loaded machine delays either side); the failure it ends with is a `RankFailure` either way.
 
@@ -262,10 +288,14 @@ def test_watcher_stops_quietly_when_the_store_goes_away() -> None:
 # a collective that failed because of a gone or silent peer (areal.trainer.parallel.peer_progress)
 # ---------------------------------------------------------------------------
 
-GLOO_CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
-               "[127.0.0.1]:2950. This is typically caused by a remote worker crashing.")
-GLOO_TIMEOUT = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
-                "10000ms for recv operation to complete")
+GLOO_CLOSED = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+    "[127.0.0.1]:2950. This is typically caused by a remote worker crashing."
+)
+GLOO_TIMEOUT = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+    "10000ms for recv operation to complete"
+)
 
 
 def _raised_in(path: tuple[str, ...], exc: BaseException) -> BaseException:
@@ -294,16 +324,24 @@ def test_collective_failures_are_told_from_user_errors_that_mention_timeouts() -
             raise ValueError("advantage stage 'estimator' failed") from inner
     except ValueError as wrapped:
         assert collective_failure(wrapped) == GONE
-    for user in (TimeoutError("the reward server timed out"), RuntimeError("HTTP request timed out"),
-                 ValueError("Connection closed by peer"), KeyError("beat")):
+    for user in (
+        TimeoutError("the reward server timed out"),
+        RuntimeError("HTTP request timed out"),
+        ValueError("Connection closed by peer"),
+        KeyError("beat"),
+    ):
         assert collective_failure(user) is None, user
 
 
 def test_suspects_are_peers_elsewhere_and_stalled_ones_have_a_still_beat() -> None:
     from areal.trainer.parallel.peer_progress import Stamp, stalled, suspects
 
-    stamps = {0: Stamp("step 1 > policy update", 9), 1: Stamp("step 1 > rollout", 4), 2: Stamp(None, 0),
-              3: Stamp("step 1 > policy update", 7)}
+    stamps = {
+        0: Stamp("step 1 > policy update", 9),
+        1: Stamp("step 1 > rollout", 4),
+        2: Stamp(None, 0),
+        3: Stamp("step 1 > policy update", 7),
+    }
     assert suspects(stamps, "step 1 > policy update", rank=0) == [1, 2]
     later = {**stamps, 1: Stamp("step 1 > rollout", 5), 3: Stamp("step 1 > policy update", 7)}
     assert stalled(stamps, later, rank=0) == [2, 3]
@@ -329,8 +367,7 @@ def test_stages_stamp_where_the_main_thread_is_and_keep_the_failing_one(monkeypa
         job.close()
 
 
-def test_a_peer_gone_in_another_stage_is_the_root_cause_and_the_reporter_waits_for_sigterm(
-        error_files: Path) -> None:
+def test_a_peer_gone_in_another_stage_is_the_root_cause_and_the_reporter_waits_for_sigterm(error_files: Path) -> None:
     job = Job(2)
     job.watches[0]._thread.start()  # rank 1's process is gone: no watcher, no beat
     try:
@@ -346,7 +383,8 @@ def test_a_peer_gone_in_another_stage_is_the_root_cause_and_the_reporter_waits_f
             "rank 1 failed in step 1 > rollout: its process ended without reporting an error (a hard exit, a kill or "
             "a crash; torchrun's summary has its exit code); rank 0 found it gone when its collective in "
             f"step 1 > policy update failed; rank 0 stopped because of it, after its own error: RuntimeError: "
-            f"{GLOO_CLOSED}")
+            f"{GLOO_CLOSED}"
+        )
         failures.write_error_file(failure)
         assert int(json.loads(error_files.read_text())["message"]["extraInfo"]["timestamp"]) >= int(report.time) + 1
         start = time.monotonic()
@@ -364,8 +402,10 @@ def test_a_silent_peer_claims_the_root_cause_says_where_it_is_stuck_and_ends(err
         failure = job.watches[0].fail(_raised_in(("step 1", "policy update"), RuntimeError(GLOO_TIMEOUT)))
         report = failure.report
         assert (report.ranks, report.reporter, report.stage) == ((1,), 0, "step 1 > rollout")
-        assert report.error.startswith("it stopped responding: its process was still running but did not reach the "
-                                       "collective that rank 0 waited in (step 1 > policy update)")
+        assert report.error.startswith(
+            "it stopped responding: its process was still running but did not reach the "
+            "collective that rank 0 waited in (step 1 > policy update)"
+        )
         start = time.monotonic()
         job.watches[0].linger(failure)  # returns on rank 1's acknowledgement, not after the timeout
         assert time.monotonic() - start < TIMEOUT_S and job.exits == {0: [], 1: [1]}
@@ -428,8 +468,9 @@ print("not reached", flush=True)
 
 
 @pytest.mark.parametrize("starts_reporting", [False, True])
-def test_sigterm_before_a_failure_is_known_gives_the_main_thread_a_grace(tmp_path: Path,
-                                                                       starts_reporting: bool) -> None:
+def test_sigterm_before_a_failure_is_known_gives_the_main_thread_a_grace(
+    tmp_path: Path, starts_reporting: bool
+) -> None:
     """torchrun's SIGTERM can beat the main thread to its failed collective: a rank that then starts
     reporting finishes; one that does not ends after the grace (128 + SIGTERM), not after its work."""
     script = tmp_path / "grace.py"
@@ -445,7 +486,7 @@ def test_sigterm_before_a_failure_is_known_gives_the_main_thread_a_grace(tmp_pat
 
 def test_sigterm_lets_a_reporting_rank_finish_and_ends_a_rank_knowing_the_failure_at_once(tmp_path: Path) -> None:
     script = tmp_path / "term.py"
-    script.write_text(f"""
+    script.write_text("""
 import os, signal, sys, time
 from datetime import timedelta
 import torch.distributed as dist
@@ -466,9 +507,11 @@ print("not reached", flush=True)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
     assert proc.stdout == "reporting rank still running, terminated = True\n", proc.stderr
     assert proc.returncode == -signal.SIGTERM
-    assert proc.stderr.strip().endswith("[areal] rank 0: error: rank 1 failed in step 1 > rollout: ValueError: x "
-                                        "(raised at f.py:1 in f); rank 0 stopped because of it, ended by its "
-                                        "launcher (SIGTERM)")
+    assert proc.stderr.strip().endswith(
+        "[areal] rank 0: error: rank 1 failed in step 1 > rollout: ValueError: x "
+        "(raised at f.py:1 in f); rank 0 stopped because of it, ended by its "
+        "launcher (SIGTERM)"
+    )
 
 
 _CLOSED_SCRIPT = """

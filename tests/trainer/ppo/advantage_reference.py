@@ -112,7 +112,7 @@ def ref_turn_gae(rewards, values, mask, turn_ids, gamma, lam, bootstrap):
 def ref_kl(logp, ref, kind):
     r = logp.float() - ref.float()
     if kind == "k2":
-        r = r ** 2 / 2.0
+        r = r**2 / 2.0
     elif kind == "k3":
         r = (-r).exp() - 1 + r
     return r.clamp(-10, 10)
@@ -148,6 +148,7 @@ def ref_pipeline(data, meta, cfg, mode="additive", gvpo=(0.2, 0.4, 1e-6)):
         for t in range(T - 1):
             mask[b, t] = float(raw_mask[b, t + 1])
         mask[b, T - 1] = float(raw_mask[b, 0])
+
     def roll(x):
         return torch.roll(x, -1, -1)
 
@@ -183,7 +184,9 @@ def ref_pipeline(data, meta, cfg, mode="additive", gvpo=(0.2, 0.4, 1e-6)):
                 for t in range(T):
                     if mask[b, t] == 0:
                         continue
-                    nxt = t + 1 < T and mask[b, t + 1] > 0 and (turn_ids is None or turn_ids[b, t] == turn_ids[b, t + 1])
+                    nxt = (
+                        t + 1 < T and mask[b, t + 1] > 0 and (turn_ids is None or turn_ids[b, t] == turn_ids[b, t + 1])
+                    )
                     if not nxt:
                         folded[b, t] = rolled[b, t]
     values = data["values"] if "values" in data else torch.zeros(B, T)
@@ -205,8 +208,15 @@ def ref_pipeline(data, meta, cfg, mode="additive", gvpo=(0.2, 0.4, 1e-6)):
         adv = _ref_shape(adv, token_adv, mask, mode, gvpo)
     prox = data.get("prox_logp") if cfg.use_decoupled_loss else old
     return {
-        "advantages": adv, "returns": ret.float(), "loss_mask": mask, "logprobs": old,
-        "kl_rewards": kl, "tot_rewards": tot, "prox_logp": prox, "is_truncated": trunc, "rewards": out_rewards,
+        "advantages": adv,
+        "returns": ret.float(),
+        "loss_mask": mask,
+        "logprobs": old,
+        "kl_rewards": kl,
+        "tot_rewards": tot,
+        "prox_logp": prox,
+        "is_truncated": trunc,
+        "rewards": out_rewards,
     }
 
 
@@ -256,7 +266,7 @@ def ref_scale(x, cfg, sizes, mean):
     out = torch.empty_like(x)
     start = 0
     for s in sizes:
-        xs, ms = x[start:start + s], mean[start:start + s]
+        xs, ms = x[start : start + s], mean[start : start + s]
         if cfg.std_level == "batch":
             xs, ms = x, mean
         n = xs.numel()
@@ -266,7 +276,7 @@ def ref_scale(x, cfg, sizes, mean):
             std = 1.0 if (n <= 1 or singleton) else math.sqrt(ss / (n - 1))
         else:
             std = 1.0 if n == 0 else math.sqrt(ss / n)
-        out[start:start + s] = std + cfg.eps
+        out[start : start + s] = std + cfg.eps
         start += s
     return out
 

@@ -47,8 +47,10 @@ def main() -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     rank = dist.get_rank()
-    config = PPOActorConfig(reward_norm=NormConfig(mean_level="batch", std_level="batch"), advantage={
-        "outcome_reward_shaping": {"implementation": "dist_agreement_worker.fail_first_call_on_rank1"}})
+    config = PPOActorConfig(
+        reward_norm=NormConfig(mean_level="batch", std_level="batch"),
+        advantage={"outcome_reward_shaping": {"implementation": "dist_agreement_worker.fail_first_call_on_rank1"}},
+    )
     actor = PPOActor(config)
     batch, meta = make_batch(20 + rank, drop=("token_rewards",))
     start = time.monotonic()

@@ -34,7 +34,9 @@ def main() -> int:
         batch["values"] = torch.where(batch["values"] >= 0, 3e38, -3e38)
     try:
         out = PPOActor(PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig())).compute_advantages(batch, meta)
-        finite = all(bool(torch.isfinite(v).all()) for v in out.values() if torch.is_tensor(v) and v.is_floating_point())
+        finite = all(
+            bool(torch.isfinite(v).all()) for v in out.values() if torch.is_tensor(v) and v.is_floating_point()
+        )
         print(f"rank {rank}: returned, all finite: {finite}", flush=True)
     except Exception as exc:
         print(f"rank {rank}: raised {type(exc).__name__}: {exc}", flush=True)

@@ -61,8 +61,14 @@ def make_episode_groups(
             for k in range(n_turns):
                 anchor = 7 + 31 * history if k else 7  # the first turn of every episode acts in the initial state
                 history = history * n_anchor_choices + int(rng.integers(0, n_anchor_choices)) + 1
-                turns.append(Turn(int(rng.integers(1, max_turn_len + 1)), float(rng.choice([0.0, 0.5, 1.0])), anchor,
-                                  int(rng.integers(1, 3)) if k < n_turns - 1 else 0))
+                turns.append(
+                    Turn(
+                        int(rng.integers(1, max_turn_len + 1)),
+                        float(rng.choice([0.0, 0.5, 1.0])),
+                        anchor,
+                        int(rng.integers(1, 3)) if k < n_turns - 1 else 0,
+                    )
+                )
             outcome = float(rng.integers(0, 2)) if binary else float(rng.normal())
             components = [float(rng.integers(0, 2)) if binary else float(rng.normal()) for _ in range(n_components)]
             episodes.append(Episode(key, turns, outcome, components, int(rng.integers(0, 2**31))))
@@ -73,8 +79,12 @@ def make_episode_groups(
 def _row(prompt_len: int, pieces: list[tuple[int, int, Turn | None]], seed: int) -> dict[str, list]:
     """Token lists of one row: prompt, then (turn id, length, turn or None for environment) pieces."""
     g = torch.Generator().manual_seed(seed)
-    row = {"loss_mask": [0] * prompt_len, "turn_ids": [-1] * prompt_len, "token_rewards": [0.0] * prompt_len,
-           "anchor_ids": [0] * prompt_len}
+    row = {
+        "loss_mask": [0] * prompt_len,
+        "turn_ids": [-1] * prompt_len,
+        "token_rewards": [0.0] * prompt_len,
+        "anchor_ids": [0] * prompt_len,
+    }
     for turn_id, length, turn in pieces:
         trained = turn is not None and turn_id >= 0
         row["loss_mask"] += [1 if trained else 0] * length
@@ -87,7 +97,9 @@ def _row(prompt_len: int, pieces: list[tuple[int, int, Turn | None]], seed: int)
     return row
 
 
-def _episode_pieces(ep: Episode, upto: int | None = None, trained: int | None = None) -> list[tuple[int, int, Turn | None]]:
+def _episode_pieces(
+    ep: Episode, upto: int | None = None, trained: int | None = None
+) -> list[tuple[int, int, Turn | None]]:
     """Pieces of the episode's turns 0..upto; with `trained`, only that turn keeps its id."""
     pieces = []
     last = len(ep.turns) - 1 if upto is None else upto
@@ -104,8 +116,15 @@ def _pad(rows: list[dict[str, list]], key: str, fill, dtype) -> torch.Tensor:
     return torch.tensor([r[key] + [fill] * (width - len(r[key])) for r in rows], dtype=dtype)
 
 
-def _group_dict(rows: list[dict], outcomes: list[float], components: list[list[float]], keys: list[int],
-                counts: list[int] | None, names: tuple[str, ...] | None, weights: tuple[float, ...] | None) -> dict:
+def _group_dict(
+    rows: list[dict],
+    outcomes: list[float],
+    components: list[list[float]],
+    keys: list[int],
+    counts: list[int] | None,
+    names: tuple[str, ...] | None,
+    weights: tuple[float, ...] | None,
+) -> dict:
     width = max(len(r["loss_mask"]) for r in rows)
     batch = {
         "input_ids": _pad([{**r, "ids": [3] * len(r["loss_mask"])} for r in rows], "ids", 0, torch.long),
@@ -131,8 +150,14 @@ def _group_dict(rows: list[dict], outcomes: list[float], components: list[list[f
     return batch
 
 
-def export(groups: list[list[Episode]], *, split: bool, prompt_len: int = 2, names: tuple[str, ...] | None = None,
-           weights: tuple[float, ...] | None = None) -> list[dict]:
+def export(
+    groups: list[list[Episode]],
+    *,
+    split: bool,
+    prompt_len: int = 2,
+    names: tuple[str, ...] | None = None,
+    weights: tuple[float, ...] | None = None,
+) -> list[dict]:
     """Trajectory-group dicts: one row per episode, or one row per turn with a RolloutGroup."""
     out = []
     for episodes in groups:
@@ -154,7 +179,9 @@ def batch_of(groups: list[list[Episode]], *, split: bool, **kwargs):
     return concat_batch(export(groups, split=split, **kwargs))
 
 
-def token_positions(groups: list[list[Episode]], *, split: bool, prompt_len: int = 2) -> list[list[list[tuple[int, int]]]]:
+def token_positions(
+    groups: list[list[Episode]], *, split: bool, prompt_len: int = 2
+) -> list[list[list[tuple[int, int]]]]:
     """[group][episode][turn] -> the aligned (row, position) pairs of that turn's tokens."""
     out, row = [], 0
     for episodes in groups:

@@ -47,8 +47,7 @@ def grpo_scalar(scores: list[float], index: list[int], eps: float = 1e-6, norm_b
     for i, g in enumerate(index):
         groups[g].append(scores[i])
     stats = {g: (0.0, 1.0) if len(v) == 1 else (mean(v), std(v)) for g, v in groups.items()}
-    return [(s - stats[g][0]) / (stats[g][1] + eps) if norm_by_std else s - stats[g][0]
-            for s, g in zip(scores, index)]
+    return [(s - stats[g][0]) / (stats[g][1] + eps) if norm_by_std else s - stats[g][0] for s, g in zip(scores, index)]
 
 
 def masked_whiten(rows: list[list[float]]) -> list[list[float]]:
@@ -60,8 +59,14 @@ def masked_whiten(rows: list[list[float]]) -> list[list[float]]:
     return [[(x - m) * scale for x in r] for r in rows]
 
 
-def gdpo_verl(components: list[list[float]], weights: list[float], index: list[int], lengths: list[int],
-              eps: float = 1e-6, norm_by_std: bool = True) -> list[list[float]]:
+def gdpo_verl(
+    components: list[list[float]],
+    weights: list[float],
+    index: list[int],
+    lengths: list[int],
+    eps: float = 1e-6,
+    norm_by_std: bool = True,
+) -> list[list[float]]:
     """Per row, per generated token: the whitened weighted sum of per-component GRPO advantages."""
     per_row = [0.0] * len(index)
     for k, w in enumerate(weights):
@@ -78,8 +83,9 @@ def gdpo_verl(components: list[list[float]], weights: list[float], index: list[i
 class KalmanFilter:
     """The authors' 1-D filter: predict P += Q, gain K = P / (P + R), update x, P."""
 
-    def __init__(self, process_var: float = 1e-5, meas_var: float = 1e-2, init_mean: float = 0.0,
-                 init_var: float = 1.0):
+    def __init__(
+        self, process_var: float = 1e-5, meas_var: float = 1e-2, init_mean: float = 0.0, init_var: float = 1.0
+    ):
         self.q, self.r, self.x, self.p = process_var, meas_var, init_mean, init_var
 
     def update(self, z: float) -> tuple[float, float]:
@@ -112,8 +118,12 @@ class PersistentKRPO:
         self.filters: dict[int, tuple[float, float]] = {}
 
     def _filter(self, key: int) -> KalmanFilter:
-        kf = KalmanFilter(self.params.get("process_var", 1e-5), self.params.get("meas_var", 1e-2),
-                          self.params.get("init_mean", 0.0), self.params.get("init_var", 1.0))
+        kf = KalmanFilter(
+            self.params.get("process_var", 1e-5),
+            self.params.get("meas_var", 1e-2),
+            self.params.get("init_mean", 0.0),
+            self.params.get("init_var", 1.0),
+        )
         if key in self.filters:
             kf.x, kf.p = self.filters[key]
         return kf
@@ -142,8 +152,9 @@ class SPOTracker:
         self.prior = (prior_alpha, prior_beta)
         self.ab: dict[int, tuple[float, float]] = {}
 
-    def step(self, prompts: list[int], rewards: list[float], rhos: list[float], normalize: bool = True,
-             eps: float = 1e-8) -> list[float]:
+    def step(
+        self, prompts: list[int], rewards: list[float], rhos: list[float], normalize: bool = True, eps: float = 1e-8
+    ) -> list[float]:
         """One batch (one sample per entry). A prompt seen m times adds all m samples after one discount."""
         ab = [self.ab.get(p, self.prior) for p in prompts]
         adv = [r - a / (a + b) for r, (a, b) in zip(rewards, ab)]
@@ -157,8 +168,7 @@ class SPOTracker:
         for p, members in seen.items():
             a, b = self.ab.get(p, self.prior)
             rho = mean([rhos[i] for i in members])
-            self.ab[p] = (rho * a + sum(rewards[i] for i in members),
-                          rho * b + sum(1 - rewards[i] for i in members))
+            self.ab[p] = (rho * a + sum(rewards[i] for i in members), rho * b + sum(1 - rewards[i] for i in members))
         return adv
 
 
@@ -193,8 +203,9 @@ def gigpo_step_rows(groups: list[list[dict]]) -> list[dict]:
         for e, ep in enumerate(episodes):
             total = sum(ep["rewards"])
             for k, (reward, anchor) in enumerate(zip(ep["rewards"], ep["anchors"])):
-                rows.append({"index": g, "traj_index": (g, e), "turn": k, "reward": reward, "anchor": anchor,
-                             "score": total})
+                rows.append(
+                    {"index": g, "traj_index": (g, e), "turn": k, "reward": reward, "anchor": anchor, "score": total}
+                )
     return rows
 
 
@@ -239,8 +250,14 @@ def gigpo_step_norm(rows: list[dict], returns: list[float], by_std: bool, eps: f
     return [_normalised(ret, stats[(row["index"], row["anchor"])], by_std, eps) for row, ret in zip(rows, returns)]
 
 
-def gigpo(groups: list[list[dict]], gamma: float, step_weight: float = 1.0, mode: str = "mean_norm",
-          eps: float = 1e-6, cross_steps: bool = True) -> list[list[list[float]]]:
+def gigpo(
+    groups: list[list[dict]],
+    gamma: float,
+    step_weight: float = 1.0,
+    mode: str = "mean_norm",
+    eps: float = 1e-6,
+    cross_steps: bool = True,
+) -> list[list[list[float]]]:
     """[group][episode][turn] advantages. Each episode: {"rewards": per-turn step rewards, "anchors": per turn}.
 
     Step rewards already include the outcome on the last turn; the episode score is their sum.
@@ -268,15 +285,17 @@ def normalise(xs: list[float], eps: float) -> list[float]:
     return [(x - m) / (s + eps) for x in xs]
 
 
-def mt_grpo_two_turn(outcomes: list[float], turn_rewards: list[float], coef: float = 1.0,
-                     eps: float = 1e-4) -> list[tuple[float, float]]:
+def mt_grpo_two_turn(
+    outcomes: list[float], turn_rewards: list[float], coef: float = 1.0, eps: float = 1e-4
+) -> list[tuple[float, float]]:
     """The authors' two-turn assignment: (first-turn advantage, final-turn advantage) per sample."""
     a_out, a_turn = normalise(outcomes, eps), normalise(turn_rewards, eps)
     return [(o + coef * t, o) for o, t in zip(a_out, a_turn)]
 
 
-def mt_grpo(groups: list[list[dict]], coef: float = 1.0, eps: float = 1e-4,
-            credit: str = "to_go") -> list[list[list[float]]]:
+def mt_grpo(
+    groups: list[list[dict]], coef: float = 1.0, eps: float = 1e-4, credit: str = "to_go"
+) -> list[list[list[float]]]:
     """K turns: A_outcome + coef * (normalised turn rewards from turn k on, or turn k's alone)."""
     out = []
     for episodes in groups:

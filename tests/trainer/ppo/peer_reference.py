@@ -82,8 +82,8 @@ def _end_on_generated(row: dict) -> dict:
     """Drop the environment tokens after the last generated one (attention and ids zeroed)."""
     last = int(row["loss_mask"].nonzero().max())
     out = {k: v.clone() for k, v in row.items()}
-    out["attention_mask"][last + 1:] = 0
-    out["input_ids"][last + 1:] = 0
+    out["attention_mask"][last + 1 :] = 0
+    out["input_ids"][last + 1 :] = 0
     return out
 
 
@@ -127,8 +127,9 @@ def responses(batch: dict, meta, kl_kind: str = "k1") -> Responses:
     for b in range(B):
         row = [p - 1 for p in range(1, T) if loss_mask[b, p] == 1]
         actions.append(row)
-        kls.append([kl_estimate(float(logprobs[b, t + 1]), 0.0 if ref is None else float(ref[b, t]), kl_kind)
-                    for t in row])
+        kls.append(
+            [kl_estimate(float(logprobs[b, t + 1]), 0.0 if ref is None else float(ref[b, t]), kl_kind) for t in row]
+        )
         vals.append([0.0 if values is None else float(values[b, t]) for t in row])
     return Responses(actions, index, [float(r) for r in batch["rewards"]], kls, vals)
 

@@ -56,8 +56,10 @@ def per_row_noise(inputs):
 
 
 def refs_wrong_count(inputs):
-    return OutcomeResult(rewards=inputs.data["rewards"].float(),
-                         normalization_rewards=torch.zeros(sum(inputs.meta.logical_group_sizes) + 1))
+    return OutcomeResult(
+        rewards=inputs.data["rewards"].float(),
+        normalization_rewards=torch.zeros(sum(inputs.meta.logical_group_sizes) + 1),
+    )
 
 
 def record_lambda(ctx, *, value: float = 0.9):

@@ -24,26 +24,70 @@ N_GROUPS = 6
 
 
 def _base(**fields) -> dict:
-    return dict(dict(kl_ctl=0.0, reward_clip=1e9, reward_norm=None, adv_norm=None, token_rewards_as_adv=False),
-                **fields)
+    return dict(
+        dict(kl_ctl=0.0, reward_clip=1e9, reward_norm=None, adv_norm=None, token_rewards_as_adv=False), **fields
+    )
 
 
 #: name -> (actor config fields, episode group sizes of a step, split rollouts)
 CASES: dict[str, tuple[dict, list[int], bool]] = {
-    "krpo": (_base(advantage={"outcome_reward_shaping": {"implementation": "krpo"},
-                              "estimator": {"implementation": "reinforce_return"}}), [3, 2, 4, 3, 2, 3], False),
-    "krpo_split": (_base(advantage={"outcome_reward_shaping": {"implementation": "krpo"},
-                                    "estimator": {"implementation": "reinforce_return"}}), [2, 3, 2, 2, 3, 2], True),
-    "spo": (_base(advantage={"outcome_reward_shaping": {"implementation": "spo"},
-                             "estimator": {"implementation": "reinforce_return"}}), [1] * N_GROUPS, False),
-    "rae": (_base(advantage={"outcome_reward_shaping": {"implementation": "rae", "kwargs": {"decay": 0.8}},
-                             "estimator": {"implementation": "reinforce_return"}}), [2, 2, 3, 2, 2, 4], False),
-    "running_norm": (_base(reward_norm=NormConfig(mean_level="running", std_level="running", eps=1e-6),
-                           adv_norm=NormConfig(mean_level="running", std_level="running", eps=1e-6),
-                           advantage={"estimator": {"implementation": "reinforce_return"}}), [3, 2, 4, 2, 3, 2], True),
-    "gigpo_batch_norm": (_base(adv_norm=NormConfig(mean_level="batch", std_level="batch"),
-                               advantage={"estimator": {"implementation": "gigpo", "kwargs": {"step_discount": 0.9}}}),
-                         [3, 2, 4, 2, 3, 2], True),
+    "krpo": (
+        _base(
+            advantage={
+                "outcome_reward_shaping": {"implementation": "krpo"},
+                "estimator": {"implementation": "reinforce_return"},
+            }
+        ),
+        [3, 2, 4, 3, 2, 3],
+        False,
+    ),
+    "krpo_split": (
+        _base(
+            advantage={
+                "outcome_reward_shaping": {"implementation": "krpo"},
+                "estimator": {"implementation": "reinforce_return"},
+            }
+        ),
+        [2, 3, 2, 2, 3, 2],
+        True,
+    ),
+    "spo": (
+        _base(
+            advantage={
+                "outcome_reward_shaping": {"implementation": "spo"},
+                "estimator": {"implementation": "reinforce_return"},
+            }
+        ),
+        [1] * N_GROUPS,
+        False,
+    ),
+    "rae": (
+        _base(
+            advantage={
+                "outcome_reward_shaping": {"implementation": "rae", "kwargs": {"decay": 0.8}},
+                "estimator": {"implementation": "reinforce_return"},
+            }
+        ),
+        [2, 2, 3, 2, 2, 4],
+        False,
+    ),
+    "running_norm": (
+        _base(
+            reward_norm=NormConfig(mean_level="running", std_level="running", eps=1e-6),
+            adv_norm=NormConfig(mean_level="running", std_level="running", eps=1e-6),
+            advantage={"estimator": {"implementation": "reinforce_return"}},
+        ),
+        [3, 2, 4, 2, 3, 2],
+        True,
+    ),
+    "gigpo_batch_norm": (
+        _base(
+            adv_norm=NormConfig(mean_level="batch", std_level="batch"),
+            advantage={"estimator": {"implementation": "gigpo", "kwargs": {"step_discount": 0.9}}},
+        ),
+        [3, 2, 4, 2, 3, 2],
+        True,
+    ),
 }
 
 
@@ -65,9 +109,14 @@ def step_groups(name: str, step: int) -> list[dict]:
     keys = [(step * 5 + g * 3) % 4 for g in range(len(sizes))]
     groups = export(make_episode_groups(100 * step + len(name), sizes, prompt_keys=keys), split=split)
     if name.startswith("rae"):  # self-play seats: row k of a game plays role k % 2; games from a pool of two
-        groups = [{**grp, "role_ids": torch.arange(grp["input_ids"].shape[0]) % 2,
-                   "game_ids": torch.full((grp["input_ids"].shape[0],), key % 2, dtype=torch.long)}
-                  for grp, key in zip(groups, keys)]
+        groups = [
+            {
+                **grp,
+                "role_ids": torch.arange(grp["input_ids"].shape[0]) % 2,
+                "game_ids": torch.full((grp["input_ids"].shape[0],), key % 2, dtype=torch.long),
+            }
+            for grp, key in zip(groups, keys)
+        ]
     return groups
 
 

@@ -35,8 +35,7 @@ def main(out_dir: str) -> int:
                 batch, meta = concat_batch(rank_share(step_groups(name, step), ctx.rank, ctx.world_size))
                 out = actor.compute_advantages(batch, meta)
                 steps.append({"out": to_cpu(out), "fingerprints": fingerprints(actor)})
-            results[name] = {"steps": steps,
-                             "states": {k: s.state_dict() for k, s in actor.stage_states.items()}}
+            results[name] = {"steps": steps, "states": {k: s.state_dict() for k, s in actor.stage_states.items()}}
         torch.save(results, os.path.join(out_dir, f"rank{ctx.rank}.pt"))
     finally:
         destroy(ctx)

@@ -27,6 +27,7 @@ def _set(key, value):
     def edit(batch, meta):
         batch[key] = value(batch) if callable(value) else value
         return batch, meta
+
     return edit
 
 
@@ -34,6 +35,7 @@ def _drop(key):
     def edit(batch, meta):
         del batch[key]
         return batch, meta
+
     return edit
 
 
@@ -43,6 +45,7 @@ def _poke(key, row, col, value):
         t[row, col] = value
         batch[key] = t
         return batch, meta
+
     return edit
 
 
@@ -91,16 +94,72 @@ LEGACY_CASES = [
     # (id, batch edit, config kwargs, call kwargs, exception, text that must appear)
     ("missing-rewards", _drop("rewards"), {}, {}, ValueError, "rewards"),
     ("missing-loss-mask", _drop("loss_mask"), {}, {}, ValueError, "loss_mask"),
-    ("rewards-shape", _set("rewards", lambda b: b["rewards"][:-1]), {}, {}, ValueError, "rewards: expected one reward per row"),
-    ("rewards-nan", _set("rewards", lambda b: torch.full_like(b["rewards"], float("nan"))), {}, {}, ValueError, "rewards: expected finite"),
-    ("rewards-bool", _set("rewards", lambda b: b["rewards"] > 0), {}, {}, ValueError, "rewards: expected an integer or floating"),
-    ("logprobs-shape", _set("logprobs", lambda b: b["logprobs"][:, :-1]), {}, {}, ValueError, "logprobs: expected shape"),
-    ("logprobs-int", _set("logprobs", lambda b: b["logprobs"].long()), {}, {}, ValueError, "logprobs: expected a floating"),
+    (
+        "rewards-shape",
+        _set("rewards", lambda b: b["rewards"][:-1]),
+        {},
+        {},
+        ValueError,
+        "rewards: expected one reward per row",
+    ),
+    (
+        "rewards-nan",
+        _set("rewards", lambda b: torch.full_like(b["rewards"], float("nan"))),
+        {},
+        {},
+        ValueError,
+        "rewards: expected finite",
+    ),
+    (
+        "rewards-bool",
+        _set("rewards", lambda b: b["rewards"] > 0),
+        {},
+        {},
+        ValueError,
+        "rewards: expected an integer or floating",
+    ),
+    (
+        "logprobs-shape",
+        _set("logprobs", lambda b: b["logprobs"][:, :-1]),
+        {},
+        {},
+        ValueError,
+        "logprobs: expected shape",
+    ),
+    (
+        "logprobs-int",
+        _set("logprobs", lambda b: b["logprobs"].long()),
+        {},
+        {},
+        ValueError,
+        "logprobs: expected a floating",
+    ),
     ("values-inf", _poke("values", 0, 0, float("inf")), {}, {}, ValueError, "values: expected finite"),
     ("loss-mask-not-binary", _poke("loss_mask", 0, 1, 2), {}, {}, ValueError, "loss_mask: expected a binary"),
-    ("loss-mask-on-padding", _set("loss_mask", lambda b: torch.ones_like(b["loss_mask"])), {}, {}, ValueError, "loss_mask"),
-    ("attention-not-right-padded", _poke("attention_mask", 0, 0, 0), {}, {}, ValueError, "attention_mask: expected right padding"),
-    ("input-ids-1d", _set("input_ids", lambda b: b["input_ids"][0]), {}, {}, ValueError, "input_ids: expected shape [B, T]"),
+    (
+        "loss-mask-on-padding",
+        _set("loss_mask", lambda b: torch.ones_like(b["loss_mask"])),
+        {},
+        {},
+        ValueError,
+        "loss_mask",
+    ),
+    (
+        "attention-not-right-padded",
+        _poke("attention_mask", 0, 0, 0),
+        {},
+        {},
+        ValueError,
+        "attention_mask: expected right padding",
+    ),
+    (
+        "input-ids-1d",
+        _set("input_ids", lambda b: b["input_ids"][0]),
+        {},
+        {},
+        ValueError,
+        "input_ids: expected shape [B, T]",
+    ),
     ("device-mismatch", _set("values", lambda b: b["values"].to("meta")), {}, {}, ValueError, "values: on device meta"),
     ("turn-ids-float", _set("turn_ids", lambda b: b["turn_ids"].float()), {}, {}, ValueError, "turn_ids"),
     ("turn-id-on-prompt", _poke("turn_ids", 0, 0, 0), {}, {}, ValueError, "turn_ids"),
@@ -108,14 +167,48 @@ LEGACY_CASES = [
     ("turn-ids-missing-for-turn-mode", _drop("turn_ids"), {"gae_timestep_unit": "turn"}, {}, ValueError, "turn_ids"),
     ("group-sizes-do-not-sum", _wrong_group_sizes, {}, {}, ValueError, "traj_group_sizes"),
     ("is-truncated-shape", _set("is_truncated", lambda b: b["is_truncated"][:-1]), {}, {}, ValueError, "is_truncated"),
-    ("token-rewards-nan", _poke("token_rewards", 0, 0, float("nan")), {}, {}, ValueError, "token_rewards: expected finite"),
+    (
+        "token-rewards-nan",
+        _poke("token_rewards", 0, 0, float("nan")),
+        {},
+        {},
+        ValueError,
+        "token_rewards: expected finite",
+    ),
     ("recompute-without-prox", lambda b, m: (b, m), {"recompute_logprob": True}, {}, ValueError, "prox_logp"),
-    ("gvpo-without-token-adv", lambda b, m: (b, m), {"token_rewards_as_adv": False}, {"advantage_shaping_mode": "gvpo"}, ValueError, "token_rewards_as_adv"),
-    ("process-weighted-with-no-eos-mask", lambda b, m: (b, m), {"mask_no_eos_with_zero": True}, {"advantage_shaping_mode": "process_weighted"}, ValueError, "mask_no_eos_with_zero"),
-    ("process-rewards-out-of-range", _set("token_rewards", lambda b: b["token_rewards"] + 2.0), {}, {"advantage_shaping_mode": "process_weighted"}, ValueError, "token_rewards must lie in [0, 1]"),
-    ("folded-process-not-constant", _uneven_tokens, {"token_rewards_as_adv": False}, {}, ValueError, "constant within a turn"),
+    (
+        "gvpo-without-token-adv",
+        lambda b, m: (b, m),
+        {"token_rewards_as_adv": False},
+        {"advantage_shaping_mode": "gvpo"},
+        ValueError,
+        "token_rewards_as_adv",
+    ),
+    (
+        "process-weighted-with-no-eos-mask",
+        lambda b, m: (b, m),
+        {"mask_no_eos_with_zero": True},
+        {"advantage_shaping_mode": "process_weighted"},
+        ValueError,
+        "mask_no_eos_with_zero",
+    ),
+    (
+        "process-rewards-out-of-range",
+        _set("token_rewards", lambda b: b["token_rewards"] + 2.0),
+        {},
+        {"advantage_shaping_mode": "process_weighted"},
+        ValueError,
+        "token_rewards must lie in [0, 1]",
+    ),
+    (
+        "folded-process-not-constant",
+        _uneven_tokens,
+        {"token_rewards_as_adv": False},
+        {},
+        ValueError,
+        "constant within a turn",
+    ),
 ]
-
 
 
 @dataclass(frozen=True)
@@ -155,7 +248,9 @@ def _generated_at_zero(b, m):
         t = b[key].clone()
         t[0, 0] = value
         b[key] = t
-    b["turn_ids"] = torch.where(b["loss_mask"].bool(), torch.zeros_like(b["turn_ids"]), torch.full_like(b["turn_ids"], -1))
+    b["turn_ids"] = torch.where(
+        b["loss_mask"].bool(), torch.zeros_like(b["turn_ids"]), torch.full_like(b["turn_ids"], -1)
+    )
     return b, m
 
 
@@ -232,21 +327,56 @@ PF = "plugin_fixtures."
 
 CASES = [_legacy(c) for c in LEGACY_CASES] + [
     # 1. silent non-finite outputs: rejected configs, or the guard names the field and the cause
-    Case("nonfinite-clip-inf-scaling", _set("rewards", lambda b: b["rewards"] * 100 + 50),
-         {"reward_clip": float("inf"), "reward_scaling": 1e38}, exc=NonFiniteOutputError, field="tot_rewards",
-         also=("probable cause", "reward_scaling=1e+38", "reward_clip=inf")),
-    Case("nonfinite-kl-ctl-1e38", _set("logprobs", lambda b: torch.where(b["loss_mask"].bool(), -50.0, 0.0)),
-         {"kl_ctl": 1e38}, exc=NonFiniteOutputError, field="kl_rewards", also=("actor.kl_ctl=1e+38",)),
-    Case("nonfinite-values-3e38", _set("values", lambda b: torch.where(b["values"] >= 0, 3e38, -3e38)),
-         exc=NonFiniteOutputError, field="returns", also=("values reach 3e+38",)),
-    Case("nonfinite-values-3e38-turn-gae", _set("values", lambda b: torch.where(b["values"] >= 0, 3e38, -3e38)),
-         {"gae_timestep_unit": "turn"}, exc=NonFiniteOutputError, field="returns", also=("values reach",)),
-    Case("nonfinite-length-penalty", cfg={"overlong_reward_penalty": True, "overlong_tokens": 1,
-                                          "overlong_penalty_factor": 1e38, "max_new_tokens": 1},
-         exc=NonFiniteOutputError, field="rewards", also=("actor.overlong_penalty_factor=1e+38",)),
+    Case(
+        "nonfinite-clip-inf-scaling",
+        _set("rewards", lambda b: b["rewards"] * 100 + 50),
+        {"reward_clip": float("inf"), "reward_scaling": 1e38},
+        exc=NonFiniteOutputError,
+        field="tot_rewards",
+        also=("probable cause", "reward_scaling=1e+38", "reward_clip=inf"),
+    ),
+    Case(
+        "nonfinite-kl-ctl-1e38",
+        _set("logprobs", lambda b: torch.where(b["loss_mask"].bool(), -50.0, 0.0)),
+        {"kl_ctl": 1e38},
+        exc=NonFiniteOutputError,
+        field="kl_rewards",
+        also=("actor.kl_ctl=1e+38",),
+    ),
+    Case(
+        "nonfinite-values-3e38",
+        _set("values", lambda b: torch.where(b["values"] >= 0, 3e38, -3e38)),
+        exc=NonFiniteOutputError,
+        field="returns",
+        also=("values reach 3e+38",),
+    ),
+    Case(
+        "nonfinite-values-3e38-turn-gae",
+        _set("values", lambda b: torch.where(b["values"] >= 0, 3e38, -3e38)),
+        {"gae_timestep_unit": "turn"},
+        exc=NonFiniteOutputError,
+        field="returns",
+        also=("values reach",),
+    ),
+    Case(
+        "nonfinite-length-penalty",
+        cfg={
+            "overlong_reward_penalty": True,
+            "overlong_tokens": 1,
+            "overlong_penalty_factor": 1e38,
+            "max_new_tokens": 1,
+        },
+        exc=NonFiniteOutputError,
+        field="rewards",
+        also=("actor.overlong_penalty_factor=1e+38",),
+    ),
     Case("adv-norm-eps-zero", cfg={"adv_norm": NormConfig(eps=0.0)}, exc=ConfigError, field="actor.adv_norm.eps"),
-    Case("reward-norm-eps-zero", cfg={"reward_norm": NormConfig(mean_level="group", eps=0.0)}, exc=ConfigError,
-         field="actor.reward_norm.eps"),
+    Case(
+        "reward-norm-eps-zero",
+        cfg={"reward_norm": NormConfig(mean_level="group", eps=0.0)},
+        exc=ConfigError,
+        field="actor.reward_norm.eps",
+    ),
     # 2. errors that name the field
     Case("rewards-none", _set("rewards", None), field="rewards: got None"),
     Case("loss-mask-none", _set("loss_mask", None), field="loss_mask: got None"),
@@ -262,91 +392,267 @@ CASES = [_legacy(c) for c in LEGACY_CASES] + [
     Case("loss-mask-complex", _complex("loss_mask"), field="loss_mask: got dtype torch.complex64"),
     Case("rewards-complex", _complex("rewards"), field="rewards: got dtype torch.complex64"),
     Case("is-truncated-complex", _complex("is_truncated"), field="is_truncated: got dtype torch.complex64"),
-    Case("input-ids-float", _set("input_ids", lambda b: b["input_ids"].float()), field="input_ids: got dtype torch.float32"),
+    Case(
+        "input-ids-float",
+        _set("input_ids", lambda b: b["input_ids"].float()),
+        field="input_ids: got dtype torch.float32",
+    ),
     Case("everything-on-meta-device", _on_meta_device, field="input_ids: on device meta"),
-    Case("turn-ids-on-meta-device", _set("turn_ids", lambda b: b["turn_ids"].to("meta")), field="turn_ids: on device meta"),
-    Case("outcome-plugin-sys-exit", cfg=_plugin("outcome_reward_shaping", PF + "exits"), exc=StageContractError,
-         field=OUTCOME, also=(PF + "exits", "called sys.exit(3)")),
-    Case("estimator-plugin-sys-exit", cfg=_plugin("estimator", PF + "estimator_exits"), exc=StageContractError,
-         field=ESTIMATOR, also=(PF + "estimator_exits", "called sys.exit('bye')")),
-    Case("gae-lambda-plugin-raises", cfg={"gae_lambda": PF + "lambda_raises"}, exc=LambdaFunctionError,
-         field="actor.gae_lambda (plugin_fixtures.lambda_raises)", also=("raised KeyError: 'no such length'",)),
-    Case("gae-lambda-plugin-sys-exit", cfg={"gae_lambda": PF + "lambda_exits"}, exc=LambdaFunctionError,
-         field="actor.gae_lambda (plugin_fixtures.lambda_exits)", also=("called sys.exit(0)",)),
-    Case("gae-lambda-raises-in-custom-estimator", cfg={"gae_lambda": PF + "lambda_raises", **_plugin(
-        "estimator", "examples.custom_advantage.plugins.token_gae_turn_lambda")}, exc=StageContractError,
-         field=ESTIMATOR, also=("actor.gae_lambda (plugin_fixtures.lambda_raises)", "no such length")),
+    Case(
+        "turn-ids-on-meta-device",
+        _set("turn_ids", lambda b: b["turn_ids"].to("meta")),
+        field="turn_ids: on device meta",
+    ),
+    Case(
+        "outcome-plugin-sys-exit",
+        cfg=_plugin("outcome_reward_shaping", PF + "exits"),
+        exc=StageContractError,
+        field=OUTCOME,
+        also=(PF + "exits", "called sys.exit(3)"),
+    ),
+    Case(
+        "estimator-plugin-sys-exit",
+        cfg=_plugin("estimator", PF + "estimator_exits"),
+        exc=StageContractError,
+        field=ESTIMATOR,
+        also=(PF + "estimator_exits", "called sys.exit('bye')"),
+    ),
+    Case(
+        "gae-lambda-plugin-raises",
+        cfg={"gae_lambda": PF + "lambda_raises"},
+        exc=LambdaFunctionError,
+        field="actor.gae_lambda (plugin_fixtures.lambda_raises)",
+        also=("raised KeyError: 'no such length'",),
+    ),
+    Case(
+        "gae-lambda-plugin-sys-exit",
+        cfg={"gae_lambda": PF + "lambda_exits"},
+        exc=LambdaFunctionError,
+        field="actor.gae_lambda (plugin_fixtures.lambda_exits)",
+        also=("called sys.exit(0)",),
+    ),
+    Case(
+        "gae-lambda-raises-in-custom-estimator",
+        cfg={
+            "gae_lambda": PF + "lambda_raises",
+            **_plugin("estimator", "examples.custom_advantage.plugins.token_gae_turn_lambda"),
+        },
+        exc=StageContractError,
+        field=ESTIMATOR,
+        also=("actor.gae_lambda (plugin_fixtures.lambda_raises)", "no such length"),
+    ),
     # 3. plugins cannot reach the caller's batch, metadata or config
-    Case("outcome-rescales-references", cfg=_plugin("outcome_reward_shaping", PF + "rescale_references"),
-         exc=StageContractError, field="meta.rollout_groups[", also=(OUTCOME, ".rewards", "in place"), batch=SPLIT),
-    Case("outcome-replaces-group-sizes", cfg=_plugin("outcome_reward_shaping", PF + "replace_group_sizes"),
-         exc=StageContractError, field="meta.traj_group_sizes", also=(OUTCOME, "meta.n_trajs")),
-    Case("outcome-writes-through-data", cfg=_plugin("outcome_reward_shaping", PF + "write_through_data"),
-         exc=StageContractError, field="data['rewards']", also=(OUTCOME, "in place")),
-    Case("outcome-writes-through-numpy", cfg=_plugin("outcome_reward_shaping", PF + "write_through_numpy"),
-         exc=StageContractError, field="data['rewards']", also=(OUTCOME,)),
-    Case("outcome-writes-logprobs-through-numpy", cfg=_plugin("outcome_reward_shaping", PF + "write_logprobs_through_numpy"),
-         exc=StageContractError, field="data['logprobs']", also=(OUTCOME,)),
-    Case("estimator-writes-through-data", cfg=_plugin("estimator", PF + "estimator_writes_data"),
-         exc=StageContractError, field="values", also=(ESTIMATOR, "in place")),
-    Case("estimator-object-setattr", cfg=_plugin("estimator", PF + "estimator_setattr"),
-         exc=StageContractError, field="values", also=(ESTIMATOR,)),
-    Case("estimator-edits-meta", cfg=_plugin("estimator", PF + "estimator_edits_meta"),
-         exc=StageContractError, field="meta.traj_seqlens", also=(ESTIMATOR,)),
-    Case("outcome-edits-config", cfg=_plugin("outcome_reward_shaping", PF + "outcome_edits_config"),
-         exc=StageContractError, field="config.kl_ctl", also=(OUTCOME,)),
-    Case("outcome-edits-nested-config", cfg=_plugin("outcome_reward_shaping", PF + "outcome_edits_nested_config"),
-         exc=StageContractError, field="config.advantage.outcome_reward_shaping.kwargs", also=(OUTCOME,)),
-    Case("process-edits-meta", cfg=_plugin("process_adv_shaping", PF + "process_edits_meta"),
-         exc=StageContractError, field="meta.n_trajs", also=(PROCESS,)),
-    Case("process-writes-mask-through-numpy", cfg=_plugin("process_adv_shaping", PF + "process_writes_mask"),
-         exc=StageContractError, field="loss_mask", also=(PROCESS,)),
-    Case("replacement-writes-values-through-numpy", cfg=_plugin("compute", PF + "replace_writes_values"),
-         exc=StageContractError, field="data['values']", also=(COMPUTE,)),
+    Case(
+        "outcome-rescales-references",
+        cfg=_plugin("outcome_reward_shaping", PF + "rescale_references"),
+        exc=StageContractError,
+        field="meta.rollout_groups[",
+        also=(OUTCOME, ".rewards", "in place"),
+        batch=SPLIT,
+    ),
+    Case(
+        "outcome-replaces-group-sizes",
+        cfg=_plugin("outcome_reward_shaping", PF + "replace_group_sizes"),
+        exc=StageContractError,
+        field="meta.traj_group_sizes",
+        also=(OUTCOME, "meta.n_trajs"),
+    ),
+    Case(
+        "outcome-writes-through-data",
+        cfg=_plugin("outcome_reward_shaping", PF + "write_through_data"),
+        exc=StageContractError,
+        field="data['rewards']",
+        also=(OUTCOME, "in place"),
+    ),
+    Case(
+        "outcome-writes-through-numpy",
+        cfg=_plugin("outcome_reward_shaping", PF + "write_through_numpy"),
+        exc=StageContractError,
+        field="data['rewards']",
+        also=(OUTCOME,),
+    ),
+    Case(
+        "outcome-writes-logprobs-through-numpy",
+        cfg=_plugin("outcome_reward_shaping", PF + "write_logprobs_through_numpy"),
+        exc=StageContractError,
+        field="data['logprobs']",
+        also=(OUTCOME,),
+    ),
+    Case(
+        "estimator-writes-through-data",
+        cfg=_plugin("estimator", PF + "estimator_writes_data"),
+        exc=StageContractError,
+        field="values",
+        also=(ESTIMATOR, "in place"),
+    ),
+    Case(
+        "estimator-object-setattr",
+        cfg=_plugin("estimator", PF + "estimator_setattr"),
+        exc=StageContractError,
+        field="values",
+        also=(ESTIMATOR,),
+    ),
+    Case(
+        "estimator-edits-meta",
+        cfg=_plugin("estimator", PF + "estimator_edits_meta"),
+        exc=StageContractError,
+        field="meta.traj_seqlens",
+        also=(ESTIMATOR,),
+    ),
+    Case(
+        "outcome-edits-config",
+        cfg=_plugin("outcome_reward_shaping", PF + "outcome_edits_config"),
+        exc=StageContractError,
+        field="config.kl_ctl",
+        also=(OUTCOME,),
+    ),
+    Case(
+        "outcome-edits-nested-config",
+        cfg=_plugin("outcome_reward_shaping", PF + "outcome_edits_nested_config"),
+        exc=StageContractError,
+        field="config.advantage.outcome_reward_shaping.kwargs",
+        also=(OUTCOME,),
+    ),
+    Case(
+        "process-edits-meta",
+        cfg=_plugin("process_adv_shaping", PF + "process_edits_meta"),
+        exc=StageContractError,
+        field="meta.n_trajs",
+        also=(PROCESS,),
+    ),
+    Case(
+        "process-writes-mask-through-numpy",
+        cfg=_plugin("process_adv_shaping", PF + "process_writes_mask"),
+        exc=StageContractError,
+        field="loss_mask",
+        also=(PROCESS,),
+    ),
+    Case(
+        "replacement-writes-values-through-numpy",
+        cfg=_plugin("compute", PF + "replace_writes_values"),
+        exc=StageContractError,
+        field="data['values']",
+        also=(COMPUTE,),
+    ),
     # 4. accepted although invalid
-    Case("reference-nan-after-construction", _nan_reference, {"reward_norm": NormConfig(mean_level="group")},
-         field="meta.rollout_groups[", also=(".rewards[0]: got nan", "after the RolloutGroup was built"), batch=SPLIT),
-    Case("reference-nan-without-reward-norm", _nan_reference, field="meta.rollout_groups[", also=("got nan",),
-         batch=SPLIT),
-    Case("reference-replaced-wrong-shape", _reference_wrong_shape, field="meta.rollout_groups[", also=(".rewards",),
-         batch=SPLIT),
-    Case("gvpo-negative-scale-without-token-rewards", _drop("token_rewards"),
-         call={"advantage_shaping_mode": "gvpo", "gvpo_negative_scale": -1.0}, field="gvpo_negative_scale"),
-    Case("gvpo-nan-zero-penalty-without-token-rewards", _drop("token_rewards"),
-         call={"advantage_shaping_mode": "gvpo", "gvpo_zero_penalty": float("nan")}, field="gvpo_zero_penalty"),
-    Case("gvpo-inf-zero-eps-with-explicit-process", _drop("token_rewards"),
-         cfg=_plugin("process_adv_shaping", "gvpo"), call={"gvpo_zero_eps": float("inf")}, field="gvpo_zero_eps"),
-    Case("bad-mode-with-explicit-process", cfg=_plugin("process_adv_shaping", "additive"),
-         call={"advantage_shaping_mode": "bogus"}, field="advantage_shaping_mode"),
-    Case("replacement-float-is-truncated", cfg=_plugin("compute", PF + "replace_float_truncation"),
-         exc=StageContractError, field="extras['is_truncated']", also=(COMPUTE, "expected torch.bool")),
+    Case(
+        "reference-nan-after-construction",
+        _nan_reference,
+        {"reward_norm": NormConfig(mean_level="group")},
+        field="meta.rollout_groups[",
+        also=(".rewards[0]: got nan", "after the RolloutGroup was built"),
+        batch=SPLIT,
+    ),
+    Case(
+        "reference-nan-without-reward-norm",
+        _nan_reference,
+        field="meta.rollout_groups[",
+        also=("got nan",),
+        batch=SPLIT,
+    ),
+    Case(
+        "reference-replaced-wrong-shape",
+        _reference_wrong_shape,
+        field="meta.rollout_groups[",
+        also=(".rewards",),
+        batch=SPLIT,
+    ),
+    Case(
+        "gvpo-negative-scale-without-token-rewards",
+        _drop("token_rewards"),
+        call={"advantage_shaping_mode": "gvpo", "gvpo_negative_scale": -1.0},
+        field="gvpo_negative_scale",
+    ),
+    Case(
+        "gvpo-nan-zero-penalty-without-token-rewards",
+        _drop("token_rewards"),
+        call={"advantage_shaping_mode": "gvpo", "gvpo_zero_penalty": float("nan")},
+        field="gvpo_zero_penalty",
+    ),
+    Case(
+        "gvpo-inf-zero-eps-with-explicit-process",
+        _drop("token_rewards"),
+        cfg=_plugin("process_adv_shaping", "gvpo"),
+        call={"gvpo_zero_eps": float("inf")},
+        field="gvpo_zero_eps",
+    ),
+    Case(
+        "bad-mode-with-explicit-process",
+        cfg=_plugin("process_adv_shaping", "additive"),
+        call={"advantage_shaping_mode": "bogus"},
+        field="advantage_shaping_mode",
+    ),
+    Case(
+        "replacement-float-is-truncated",
+        cfg=_plugin("compute", PF + "replace_float_truncation"),
+        exc=StageContractError,
+        field="extras['is_truncated']",
+        also=(COMPUTE, "expected torch.bool"),
+    ),
     Case("kl-ctl-negative", cfg={"kl_ctl": -0.1}, exc=ConfigError, field="actor.kl_ctl"),
-    Case("actor-config-changed-after-init", exc=ConfigError, field="actor.kl_ctl",
-         also=("changed after the actor was built",), actor_edit=_change_actor_config),
-    Case("actor-config-section-replaced-after-init", exc=ConfigError, field="actor.adv_norm",
-         also=("changed after the actor was built",), actor_edit=_change_nested_actor_config),
+    Case(
+        "actor-config-changed-after-init",
+        exc=ConfigError,
+        field="actor.kl_ctl",
+        also=("changed after the actor was built",),
+        actor_edit=_change_actor_config,
+    ),
+    Case(
+        "actor-config-section-replaced-after-init",
+        exc=ConfigError,
+        field="actor.adv_norm",
+        also=("changed after the actor was built",),
+        actor_edit=_change_nested_actor_config,
+    ),
     # 6. layout edges
-    Case("generated-token-at-position-0", _generated_at_zero, field="loss_mask: row 0 has a generated token at position 0"),
+    Case(
+        "generated-token-at-position-0",
+        _generated_at_zero,
+        field="loss_mask: row 0 has a generated token at position 0",
+    ),
     Case("turn-id-not-below-T", _turn_id_too_big, field="turn_ids: turn id", also=("expected turn ids < T=",)),
     # more malformed batches and stage results
     Case("empty-row", _empty_row, field="attention_mask: every row needs at least one token"),
     Case("zero-rows", _zero_rows, field="input_ids: expected a non-empty batch"),
     Case("is-truncated-not-binary", _set("is_truncated", lambda b: b["is_truncated"].long() * 2), field="is_truncated"),
-    Case("token-rewards-shape", _set("token_rewards", lambda b: b["token_rewards"][:, :-1]), field="token_rewards: expected shape"),
+    Case(
+        "token-rewards-shape",
+        _set("token_rewards", lambda b: b["token_rewards"][:, :-1]),
+        field="token_rewards: expected shape",
+    ),
     Case("ref-logp-inf", _poke("ref_logp", 1, 2, float("-inf")), field="ref_logp: expected finite"),
-    Case("prox-logp-nan-decoupled", _set("prox_logp", lambda b: torch.full_like(b["logprobs"], float("nan"))),
-         {"use_decoupled_loss": True}, field="prox_logp: expected finite"),
+    Case(
+        "prox-logp-nan-decoupled",
+        _set("prox_logp", lambda b: torch.full_like(b["logprobs"], float("nan"))),
+        {"use_decoupled_loss": True},
+        field="prox_logp: expected finite",
+    ),
     Case("turn-ids-shape", _set("turn_ids", lambda b: b["turn_ids"][:-1]), field="turn_ids: expected shape"),
     Case("values-integer", _set("values", lambda b: b["values"].long()), field="values: expected a floating"),
     Case("logprobs-bool", _set("logprobs", lambda b: b["logprobs"] < 0), field="logprobs: expected a floating"),
     Case("rollout-groups-row-counts-mismatch", _wrong_rollout_group_count, field="meta.rollout_groups[0].row_counts"),
-    Case("process-plugin-nan", cfg=_plugin("process_adv_shaping", PF + "process_nan"), exc=StageContractError,
-         field=PROCESS, also=("advantages: returned non-finite nan",)),
-    Case("replacement-inf-advantages", cfg=_plugin("compute", PF + "replace_nan_advantages"), exc=StageContractError,
-         field=COMPUTE, also=("advantages: returned non-finite inf",)),
-    Case("shaped-references-nan", cfg={"reward_norm": NormConfig(mean_level="group"), **_plugin(
-        "outcome_reward_shaping", PF + "refs_nan")}, exc=StageContractError, field=OUTCOME,
-         also=("normalization_rewards: returned non-finite nan",), batch=SPLIT),
+    Case(
+        "process-plugin-nan",
+        cfg=_plugin("process_adv_shaping", PF + "process_nan"),
+        exc=StageContractError,
+        field=PROCESS,
+        also=("advantages: returned non-finite nan",),
+    ),
+    Case(
+        "replacement-inf-advantages",
+        cfg=_plugin("compute", PF + "replace_nan_advantages"),
+        exc=StageContractError,
+        field=COMPUTE,
+        also=("advantages: returned non-finite inf",),
+    ),
+    Case(
+        "shaped-references-nan",
+        cfg={"reward_norm": NormConfig(mean_level="group"), **_plugin("outcome_reward_shaping", PF + "refs_nan")},
+        exc=StageContractError,
+        field=OUTCOME,
+        also=("normalization_rewards: returned non-finite nan",),
+        batch=SPLIT,
+    ),
 ]
 
 
@@ -368,7 +674,9 @@ def assert_same(a, b, where):
             return
         assert a.dtype == b.dtype and a.shape == b.shape, where
         assert torch.equal(a.isnan(), b.isnan()) if a.is_floating_point() else True, where
-        assert torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) if a.is_floating_point() else torch.equal(a, b), where
+        assert torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) if a.is_floating_point() else torch.equal(a, b), (
+            where
+        )
     elif isinstance(a, dict):
         assert isinstance(b, dict) and list(a) == list(b), where
         for k in a:
@@ -434,12 +742,36 @@ def test_bad_input_on_the_fused_path(case, monkeypatch):
 
 def test_the_table_covers_every_class():
     assert len(CASES) >= 60
-    for prefix in ("nonfinite-", "meta-", "outcome-", "estimator-", "reference-", "gvpo-", "generated-token", "turn-id"):
+    for prefix in (
+        "nonfinite-",
+        "meta-",
+        "outcome-",
+        "estimator-",
+        "reference-",
+        "gvpo-",
+        "generated-token",
+        "turn-id",
+    ):
         assert any(c.id.startswith(prefix) for c in CASES), prefix
     # each way a plugin could reach the caller, and each way an error could lose the field
-    for part in ("sys-exit", "gae-lambda-plugin-raises", "-none", "-complex", "meta-device", "rescales-references",
-                 "replaces-group-sizes", "through-data", "through-numpy", "object-setattr", "edits-meta",
-                 "edits-config", "after-construction", "after-init", "float-is-truncated", "kl-ctl-negative"):
+    for part in (
+        "sys-exit",
+        "gae-lambda-plugin-raises",
+        "-none",
+        "-complex",
+        "meta-device",
+        "rescales-references",
+        "replaces-group-sizes",
+        "through-data",
+        "through-numpy",
+        "object-setattr",
+        "edits-meta",
+        "edits-config",
+        "after-construction",
+        "after-init",
+        "float-is-truncated",
+        "kl-ctl-negative",
+    ):
         assert any(part in c.id for c in CASES), part
 
 
@@ -484,8 +816,14 @@ CONFIG_CASES = [
     (dict(overlong_reward_penalty=True, overlong_tokens=None, overlong_penalty_factor=1.0), "actor.overlong_tokens"),
     (dict(reward_clip=0.0), "actor.reward_clip"),
     (dict(gae_lambda_kwargs={"a": 1}), "actor.gae_lambda_kwargs"),
-    (dict(token_rewards_as_adv=False, advantage=AdvantageConfig(process_adv_shaping=StageSpec("gvpo"))), "token_rewards_as_adv"),
-    (dict(mask_no_eos_with_zero=True, advantage=AdvantageConfig(process_adv_shaping=StageSpec("process_weighted"))), "mask_no_eos_with_zero"),
+    (
+        dict(token_rewards_as_adv=False, advantage=AdvantageConfig(process_adv_shaping=StageSpec("gvpo"))),
+        "token_rewards_as_adv",
+    ),
+    (
+        dict(mask_no_eos_with_zero=True, advantage=AdvantageConfig(process_adv_shaping=StageSpec("process_weighted"))),
+        "mask_no_eos_with_zero",
+    ),
 ]
 
 

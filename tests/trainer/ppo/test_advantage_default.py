@@ -12,7 +12,17 @@ from hypothesis import strategies as st
 from areal.api.cli_args import NormConfig, PPOActorConfig
 from areal.trainer.ppo.actor import PPOActor
 
-OUT_KEYS = ("advantages", "returns", "loss_mask", "logprobs", "kl_rewards", "tot_rewards", "prox_logp", "is_truncated", "rewards")
+OUT_KEYS = (
+    "advantages",
+    "returns",
+    "loss_mask",
+    "logprobs",
+    "kl_rewards",
+    "tot_rewards",
+    "prox_logp",
+    "is_truncated",
+    "rewards",
+)
 
 
 def assert_same(out, ref, keys=OUT_KEYS):
@@ -69,13 +79,26 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 def split_counterexample_config() -> PPOActorConfig:
     """Issue 21's chance failure (seed 376, split rollouts): two logical rollouts of one group with rewards 7e-4
     apart, biased group std 3.6e-4; the rows' float32 (r + bias) against the references' float64 was off 1.6e-4."""
-    return PPOActorConfig(reward_bias=-0.5, reward_scaling=1.0, reward_clip=20.0, adv_norm=None, kl_ctl=0.0,
-                          reward_norm=NormConfig(mean_level="group", std_level="group", std_unbiased=False, eps=1e-5),
-                          discount=1.0, gae_lambda=1.0, max_new_tokens=8)
+    return PPOActorConfig(
+        reward_bias=-0.5,
+        reward_scaling=1.0,
+        reward_clip=20.0,
+        adv_norm=None,
+        kl_ctl=0.0,
+        reward_norm=NormConfig(mean_level="group", std_level="group", std_unbiased=False, eps=1e-5),
+        discount=1.0,
+        gae_lambda=1.0,
+        max_new_tokens=8,
+    )
 
 
 @SETTINGS
-@given(cfg=configs(), seed=st.integers(0, 10_000), integer=st.booleans(), drop=st.sampled_from([(), ("values",), ("ref_logp", "is_truncated"), ("token_rewards",)]))
+@given(
+    cfg=configs(),
+    seed=st.integers(0, 10_000),
+    integer=st.booleans(),
+    drop=st.sampled_from([(), ("values",), ("ref_logp", "is_truncated"), ("token_rewards",)]),
+)
 def test_default_pipeline_equals_reference(cfg, seed, integer, drop):
     batch, meta = make_batch(seed, integer_rewards=integer, drop=drop)
     out = PPOActor(cfg).compute_advantages(batch, meta)
@@ -95,8 +118,12 @@ def test_split_rollouts_equal_reference(cfg, seed, explicit):
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10_000), mode=st.sampled_from(["additive", "gvpo", "process_weighted"]),
-       scale=st.sampled_from([0.0, 0.3]), signed=st.booleans())
+@given(
+    seed=st.integers(0, 10_000),
+    mode=st.sampled_from(["additive", "gvpo", "process_weighted"]),
+    scale=st.sampled_from([0.0, 0.3]),
+    signed=st.booleans(),
+)
 def test_call_time_prm_modes_equal_reference(seed, mode, scale, signed):
     cfg = PPOActorConfig(adv_norm=NormConfig(), kl_ctl=0.05)
     batch, meta = make_batch(seed)
@@ -108,8 +135,10 @@ def test_call_time_prm_modes_equal_reference(seed, mode, scale, signed):
 
 
 def test_legacy_fixed_group_size_without_metadata():
-    cfg = PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level="group", group_size=2),
-                         adv_norm=NormConfig(mean_level="group", std_level=None, group_size=2))
+    cfg = PPOActorConfig(
+        reward_norm=NormConfig(mean_level="group", std_level="group", group_size=2),
+        adv_norm=NormConfig(mean_level="group", std_level=None, group_size=2),
+    )
     batch, _ = make_batch(3, n_groups=1, max_group=1)
     batch, _ = make_batch(5, n_groups=4, max_group=1)  # 4 rows, no metadata passed
     out = PPOActor(cfg).compute_advantages(batch)
@@ -141,8 +170,9 @@ def test_list_of_groups_equals_concatenated_batch():
     assert_same(out_list, out_batch)
 
 
-@pytest.mark.parametrize("compute", [None, "areal.trainer.ppo.advantage.compute_default_advantages"],
-                         ids=["pipeline", "full-replacement"])
+@pytest.mark.parametrize(
+    "compute", [None, "areal.trainer.ppo.advantage.compute_default_advantages"], ids=["pipeline", "full-replacement"]
+)
 def test_total_rewards_is_the_output_name_and_tot_rewards_its_areal_alias(compute):
     batch, meta = make_batch(0)
     config = PPOActorConfig(kl_ctl=0.1)

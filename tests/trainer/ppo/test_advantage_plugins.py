@@ -96,8 +96,17 @@ def test_dotted_override_sets_a_null_stage():
 
 
 def test_config_round_trips_through_yaml_and_json(tmp_path):
-    cfg = load_config({"actor": {"gae_lambda": "vapo", "gae_lambda_kwargs": {"alpha": 0.3},
-                                 "advantage": {"outcome_reward_shaping": {"implementation": "plugin_fixtures.shift", "kwargs": {"offset": 1.5}}}}})
+    cfg = load_config(
+        {
+            "actor": {
+                "gae_lambda": "vapo",
+                "gae_lambda_kwargs": {"alpha": 0.3},
+                "advantage": {
+                    "outcome_reward_shaping": {"implementation": "plugin_fixtures.shift", "kwargs": {"offset": 1.5}}
+                },
+            }
+        }
+    )
     as_json = json.loads(json.dumps(config_to_dict(cfg)))
     assert load_config(as_json) == cfg
     (tmp_path / "c.yaml").write_text(config_to_yaml(cfg))
@@ -113,22 +122,48 @@ def test_loading_never_imports_user_code():
 @pytest.mark.parametrize(
     "overrides, needle",
     [
-        (["actor.advantage.process_adv_shaping.implementation=auto", "actor.advantage.process_adv_shaping.kwargs.x=1"],
-         "'auto' accepts no kwargs"),
+        (
+            [
+                "actor.advantage.process_adv_shaping.implementation=auto",
+                "actor.advantage.process_adv_shaping.kwargs.x=1",
+            ],
+            "'auto' accepts no kwargs",
+        ),
         (["actor.advantage.compute.kwargs.x=1"], "default compute takes no kwargs"),
-        (["actor.advantage.compute.implementation=pkg.full", "actor.advantage.estimator.implementation=turn_gae"],
-         "cannot be combined with stage config"),
-        (["actor.advantage.process_adv_shaping.implementation=gvpo", "actor.token_rewards_as_adv=false"],
-         "requires actor.token_rewards_as_adv=true"),
-        (["actor.advantage.process_adv_shaping.implementation=process_weighted", "actor.mask_no_eos_with_zero=true"],
-         "requires actor.mask_no_eos_with_zero=false"),
-        (["actor.advantage.process_adv_shaping.implementation=gvpo", "actor.advantage.process_adv_shaping.kwargs.bogus=1"],
-         "unknown gvpo parameters"),
-        (["actor.advantage.process_adv_shaping.implementation=gvpo", "actor.advantage.process_adv_shaping.kwargs.zero_penalty=-1"],
-         "zero_penalty"),
+        (
+            ["actor.advantage.compute.implementation=pkg.full", "actor.advantage.estimator.implementation=turn_gae"],
+            "cannot be combined with stage config",
+        ),
+        (
+            ["actor.advantage.process_adv_shaping.implementation=gvpo", "actor.token_rewards_as_adv=false"],
+            "requires actor.token_rewards_as_adv=true",
+        ),
+        (
+            ["actor.advantage.process_adv_shaping.implementation=process_weighted", "actor.mask_no_eos_with_zero=true"],
+            "requires actor.mask_no_eos_with_zero=false",
+        ),
+        (
+            [
+                "actor.advantage.process_adv_shaping.implementation=gvpo",
+                "actor.advantage.process_adv_shaping.kwargs.bogus=1",
+            ],
+            "unknown gvpo parameters",
+        ),
+        (
+            [
+                "actor.advantage.process_adv_shaping.implementation=gvpo",
+                "actor.advantage.process_adv_shaping.kwargs.zero_penalty=-1",
+            ],
+            "zero_penalty",
+        ),
         (["actor.advantage.estimator.implementation=gae"], "expected one of ['auto', 'token_gae', 'turn_gae'"),
-        (["actor.advantage.outcome_reward_shaping.implementation=identity", "actor.advantage.outcome_reward_shaping.kwargs.a=1"],
-         "takes no kwargs"),
+        (
+            [
+                "actor.advantage.outcome_reward_shaping.implementation=identity",
+                "actor.advantage.outcome_reward_shaping.kwargs.a=1",
+            ],
+            "takes no kwargs",
+        ),
         (["actor.advantage.estimator.foo=1"], "actor.advantage.estimator.foo"),
     ],
 )
@@ -166,8 +201,10 @@ def test_resolution_errors_name_stage_path_and_cause(path, kwargs, needle):
 
 
 def test_a_serialised_config_resolves_in_a_fresh_process(tmp_path):
-    cfg = PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level="group"),
-                         advantage=AdvantageConfig(outcome_reward_shaping=StageSpec("plugin_fixtures.shift", {"offset": 0.25})))
+    cfg = PPOActorConfig(
+        reward_norm=NormConfig(mean_level="group", std_level="group"),
+        advantage=AdvantageConfig(outcome_reward_shaping=StageSpec("plugin_fixtures.shift", {"offset": 0.25})),
+    )
     (tmp_path / "cfg.json").write_text(json.dumps(config_to_dict(cfg)))
     script = textwrap.dedent(
         f"""
@@ -176,10 +213,10 @@ def test_a_serialised_config_resolves_in_a_fresh_process(tmp_path):
         from areal.api.cli_args import actor_config_from_dict
         from areal.trainer.ppo.actor import PPOActor
         from batch_factory import make_batch
-        cfg = actor_config_from_dict(json.load(open({str(tmp_path / 'cfg.json')!r})))
+        cfg = actor_config_from_dict(json.load(open({str(tmp_path / "cfg.json")!r})))
         actor = PPOActor(cfg)
         batch, meta = make_batch(4)
-        torch.save(actor.compute_advantages(batch, meta)["advantages"], {str(tmp_path / 'adv.pt')!r})
+        torch.save(actor.compute_advantages(batch, meta)["advantages"], {str(tmp_path / "adv.pt")!r})
         print(actor.resolved.outcome.implementation)
         """
     )
@@ -197,8 +234,12 @@ def test_a_serialised_config_resolves_in_a_fresh_process(tmp_path):
 
 def test_seed_scale_outcome_plugin_halves_rewards():
     batch, meta = make_batch(2)
-    custom = actor_with(outcome_reward_shaping={"implementation": "examples.custom_advantage.plugins.scale_outcome",
-                                                "kwargs": {"factor": 0.5}})
+    custom = actor_with(
+        outcome_reward_shaping={
+            "implementation": "examples.custom_advantage.plugins.scale_outcome",
+            "kwargs": {"factor": 0.5},
+        }
+    )
     out = custom.compute_advantages(batch, meta)
     halved = dict(batch, rewards=batch["rewards"] * 0.5)
     ref = PPOActor(PPOActorConfig()).compute_advantages(halved, meta)
@@ -239,14 +280,19 @@ GROUP_NORM = NormConfig(mean_level="group", std_level="group")
 
 def test_custom_outcome_with_explicit_references_must_return_them():
     batch, meta = make_batch(6, split=True, explicit_refs=True)
-    cfg = PPOActorConfig(reward_norm=GROUP_NORM, advantage=AdvantageConfig(outcome_reward_shaping=StageSpec("plugin_fixtures.halve")))
+    cfg = PPOActorConfig(
+        reward_norm=GROUP_NORM, advantage=AdvantageConfig(outcome_reward_shaping=StageSpec("plugin_fixtures.halve"))
+    )
     with pytest.raises(StageContractError, match="must return OutcomeResult.normalization_rewards"):
         PPOActor(cfg).compute_advantages(batch, meta)
 
 
 def test_shaped_references_one_per_logical_rollout():
     batch, meta = make_batch(6, split=True, explicit_refs=True)
-    cfg = PPOActorConfig(reward_norm=GROUP_NORM, advantage=AdvantageConfig(outcome_reward_shaping=StageSpec("plugin_fixtures.refs_wrong_count")))
+    cfg = PPOActorConfig(
+        reward_norm=GROUP_NORM,
+        advantage=AdvantageConfig(outcome_reward_shaping=StageSpec("plugin_fixtures.refs_wrong_count")),
+    )
     with pytest.raises(StageContractError, match=r"normalization_rewards: returned shape"):
         PPOActor(cfg).compute_advantages(batch, meta)
 
@@ -257,18 +303,25 @@ def test_shaped_references_drive_normalisation():
 
     batch, meta = make_batch(8, split=True, explicit_refs=True)
     plugin = "examples.custom_advantage.plugins.scale_outcome_with_references"
-    cfg = PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level=None),
-                         advantage=AdvantageConfig(outcome_reward_shaping=StageSpec(plugin, {"factor": 3.0})))
+    cfg = PPOActorConfig(
+        reward_norm=NormConfig(mean_level="group", std_level=None),
+        advantage=AdvantageConfig(outcome_reward_shaping=StageSpec(plugin, {"factor": 3.0})),
+    )
     out = PPOActor(cfg).compute_advantages(batch, meta)
     groups = tuple(RolloutGroup(g.row_counts, g.rewards * 3.0) for g in meta.rollout_groups)
     meta3 = TrajBatchMeta(meta.n_trajs, meta.traj_group_sizes, meta.traj_seqlens, groups)
-    ref = PPOActor(PPOActorConfig(reward_norm=cfg.reward_norm)).compute_advantages(dict(batch, rewards=batch["rewards"] * 3.0), meta3)
+    ref = PPOActor(PPOActorConfig(reward_norm=cfg.reward_norm)).compute_advantages(
+        dict(batch, rewards=batch["rewards"] * 3.0), meta3
+    )
     assert_same(out, ref)
 
 
 def test_unequal_rows_without_references_are_rejected():
     batch, meta = make_batch(9, split=True)
-    cfg = PPOActorConfig(reward_norm=GROUP_NORM, advantage=AdvantageConfig(outcome_reward_shaping=StageSpec("plugin_fixtures.per_row_noise")))
+    cfg = PPOActorConfig(
+        reward_norm=GROUP_NORM,
+        advantage=AdvantageConfig(outcome_reward_shaping=StageSpec("plugin_fixtures.per_row_noise")),
+    )
     if all(c == 1 for g in meta.rollout_groups for c in g.row_counts):
         pytest.skip("seed produced no split rollout")
     with pytest.raises(ValueError, match="have different rewards"):
@@ -277,13 +330,22 @@ def test_unequal_rows_without_references_are_rejected():
 
 def test_shaped_references_need_concat_batch_metadata():
     batch, _ = make_batch(6)
-    cfg = PPOActorConfig(reward_norm=NormConfig(), advantage=AdvantageConfig(
-        outcome_reward_shaping=StageSpec("examples.custom_advantage.plugins.scale_outcome_with_references", {"factor": 1.0})))
+    cfg = PPOActorConfig(
+        reward_norm=NormConfig(),
+        advantage=AdvantageConfig(
+            outcome_reward_shaping=StageSpec(
+                "examples.custom_advantage.plugins.scale_outcome_with_references", {"factor": 1.0}
+            )
+        ),
+    )
     # Without rollout groups the plugin returns no references; force them with a wrapper.
-    from areal.trainer.ppo.advantage import OutcomeResult
     import plugin_fixtures
 
-    plugin_fixtures.with_refs = lambda inputs: OutcomeResult(inputs.data["rewards"].float(), inputs.data["rewards"].float())
+    from areal.trainer.ppo.advantage import OutcomeResult
+
+    plugin_fixtures.with_refs = lambda inputs: OutcomeResult(
+        inputs.data["rewards"].float(), inputs.data["rewards"].float()
+    )
     cfg.advantage.outcome_reward_shaping = StageSpec("plugin_fixtures.with_refs")
     with pytest.raises(StageContractError, match="complete concat_batch metadata"):
         PPOActor(cfg).compute_advantages(batch)  # no meta: synthesised, incomplete
@@ -296,15 +358,22 @@ def test_explicit_estimator_overrides_timestep_unit_and_lambda_sees_its_unit():
     import plugin_fixtures
 
     batch, meta = make_batch(12)
-    cfg = PPOActorConfig(gae_timestep_unit="token", gae_lambda="plugin_fixtures.record_lambda", gae_lambda_kwargs={"value": 0.8},
-                         advantage=AdvantageConfig(estimator=StageSpec("turn_gae")))
+    cfg = PPOActorConfig(
+        gae_timestep_unit="token",
+        gae_lambda="plugin_fixtures.record_lambda",
+        gae_lambda_kwargs={"value": 0.8},
+        advantage=AdvantageConfig(estimator=StageSpec("turn_gae")),
+    )
     out = PPOActor(cfg).compute_advantages(batch, meta)
     assert plugin_fixtures.SEEN["timestep_unit"] == "turn"
     assert torch.equal(plugin_fixtures.SEEN["timestep_lengths"], plugin_fixtures.SEEN["turn_counts"])
     turn_cfg = PPOActorConfig(gae_timestep_unit="turn", gae_lambda=0.8)
     assert_same(out, PPOActor(turn_cfg).compute_advantages(batch, meta))
-    cfg2 = PPOActorConfig(gae_timestep_unit="turn", gae_lambda="plugin_fixtures.record_lambda",
-                          advantage=AdvantageConfig(estimator=StageSpec("token_gae")))
+    cfg2 = PPOActorConfig(
+        gae_timestep_unit="turn",
+        gae_lambda="plugin_fixtures.record_lambda",
+        advantage=AdvantageConfig(estimator=StageSpec("token_gae")),
+    )
     PPOActor(cfg2).compute_advantages(batch, meta)
     assert plugin_fixtures.SEEN["timestep_unit"] == "token"
     assert torch.equal(plugin_fixtures.SEEN["timestep_lengths"], plugin_fixtures.SEEN["effective_token_lengths"])
@@ -318,7 +387,9 @@ def test_turn_gae_needs_turn_ids():
 
 def test_turn_kl_reaches_advantages_not_returns():
     batch, meta = make_batch(13)
-    outs = [PPOActor(PPOActorConfig(gae_timestep_unit="turn", kl_ctl=k)).compute_advantages(batch, meta) for k in (0.0, 0.5)]
+    outs = [
+        PPOActor(PPOActorConfig(gae_timestep_unit="turn", kl_ctl=k)).compute_advantages(batch, meta) for k in (0.0, 0.5)
+    ]
     torch.testing.assert_close(outs[0]["returns"], outs[1]["returns"], rtol=0, atol=0)
     assert not torch.allclose(outs[0]["advantages"], outs[1]["advantages"])
     token = [PPOActor(PPOActorConfig(kl_ctl=k)).compute_advantages(batch, meta) for k in (0.0, 0.5)]
@@ -374,29 +445,42 @@ def test_explicit_gvpo_kwargs_override_legacy_and_keep_the_rest():
     batch, meta = make_batch(17)
     batch["token_rewards"] = batch["token_rewards"] - 0.5
     explicit = actor_with(process_adv_shaping={"implementation": "gvpo", "kwargs": {"negative_scale": 0.7}})
-    out = explicit.compute_advantages(batch, meta, advantage_shaping_mode="gvpo", gvpo_negative_scale=0.1, gvpo_zero_penalty=0.9)
-    ref = PPOActor(PPOActorConfig()).compute_advantages(batch, meta, advantage_shaping_mode="gvpo",
-                                                          gvpo_negative_scale=0.7, gvpo_zero_penalty=0.9)
+    out = explicit.compute_advantages(
+        batch, meta, advantage_shaping_mode="gvpo", gvpo_negative_scale=0.1, gvpo_zero_penalty=0.9
+    )
+    ref = PPOActor(PPOActorConfig()).compute_advantages(
+        batch, meta, advantage_shaping_mode="gvpo", gvpo_negative_scale=0.7, gvpo_zero_penalty=0.9
+    )
     assert_same(out, ref)
 
 
 def test_custom_process_stage_and_contract():
     batch, meta = make_batch(18)
     base = PPOActor(PPOActorConfig()).compute_advantages(batch, meta, advantage_shaping_mode="additive")
-    doubled = actor_with(process_adv_shaping={"implementation": "plugin_fixtures.process_double"}).compute_advantages(batch, meta)
-    no_prm = PPOActor(PPOActorConfig()).compute_advantages({k: v for k, v in batch.items() if k != "token_rewards"}, meta)
+    doubled = actor_with(process_adv_shaping={"implementation": "plugin_fixtures.process_double"}).compute_advantages(
+        batch, meta
+    )
+    no_prm = PPOActor(PPOActorConfig()).compute_advantages(
+        {k: v for k, v in batch.items() if k != "token_rewards"}, meta
+    )
     torch.testing.assert_close(doubled["advantages"], no_prm["advantages"] * 2)
     torch.testing.assert_close(doubled["returns"], base["returns"])
     with pytest.raises(StageContractError, match="advantages: returned shape"):
-        actor_with(process_adv_shaping={"implementation": "plugin_fixtures.process_bad"}).compute_advantages(batch, meta)
+        actor_with(process_adv_shaping={"implementation": "plugin_fixtures.process_bad"}).compute_advantages(
+            batch, meta
+        )
 
 
 def test_call_time_mode_requirements():
     batch, meta = make_batch(19)
     with pytest.raises(ValueError, match="token_rewards_as_adv=true"):
-        PPOActor(PPOActorConfig(token_rewards_as_adv=False)).compute_advantages(batch, meta, advantage_shaping_mode="gvpo")
+        PPOActor(PPOActorConfig(token_rewards_as_adv=False)).compute_advantages(
+            batch, meta, advantage_shaping_mode="gvpo"
+        )
     with pytest.raises(ValueError, match="mask_no_eos_with_zero=false"):
-        PPOActor(PPOActorConfig(mask_no_eos_with_zero=True)).compute_advantages(batch, meta, advantage_shaping_mode="process_weighted")
+        PPOActor(PPOActorConfig(mask_no_eos_with_zero=True)).compute_advantages(
+            batch, meta, advantage_shaping_mode="process_weighted"
+        )
     with pytest.raises(ValueError, match="advantage_shaping_mode"):
         PPOActor(PPOActorConfig()).compute_advantages(batch, meta, advantage_shaping_mode="bogus")
 
@@ -410,8 +494,11 @@ def test_default_replica_full_replacement_equals_default(seed, split, unit):
     batch, meta = make_batch(seed, split=split)
     kw = dict(reward_norm=GROUP_NORM, adv_norm=NormConfig(), gae_timestep_unit=unit, kl_ctl=0.1)
     default = PPOActor(PPOActorConfig(**kw)).compute_advantages(batch, meta)
-    replica = PPOActor(PPOActorConfig(**kw, advantage=AdvantageConfig(
-        compute=StageSpec("examples.custom_advantage.plugins.default_replica")))).compute_advantages(batch, meta)
+    replica = PPOActor(
+        PPOActorConfig(
+            **kw, advantage=AdvantageConfig(compute=StageSpec("examples.custom_advantage.plugins.default_replica"))
+        )
+    ).compute_advantages(batch, meta)
     assert_same(replica, default)
 
 
@@ -419,20 +506,26 @@ def test_default_replica_full_replacement_equals_default(seed, split, unit):
 def test_full_replacement_extras_are_restricted(key):
     batch, meta = make_batch(20)
     with pytest.raises(StageContractError, match="extras may only hold"):
-        actor_with(compute={"implementation": "plugin_fixtures.replace_with_extra", "kwargs": {"key": key}}).compute_advantages(batch, meta)
+        actor_with(
+            compute={"implementation": "plugin_fixtures.replace_with_extra", "kwargs": {"key": key}}
+        ).compute_advantages(batch, meta)
 
 
 def test_full_replacement_mask_and_shapes_checked():
     batch, meta = make_batch(20)
     with pytest.raises(StageContractError, match="binary"):
-        actor_with(compute={"implementation": "plugin_fixtures.replace_non_binary_mask"}).compute_advantages(batch, meta)
+        actor_with(compute={"implementation": "plugin_fixtures.replace_non_binary_mask"}).compute_advantages(
+            batch, meta
+        )
     with pytest.raises(StageContractError, match="returns: returned shape"):
         actor_with(compute={"implementation": "plugin_fixtures.replace_wrong_shape"}).compute_advantages(batch, meta)
 
 
 def test_self_contained_replacement_owns_alignment():
     batch, meta = make_batch(22)
-    out = actor_with(compute={"implementation": "examples.custom_advantage.plugins.sequence_reinforce"}).compute_advantages(batch, meta)
+    out = actor_with(
+        compute={"implementation": "examples.custom_advantage.plugins.sequence_reinforce"}
+    ).compute_advantages(batch, meta)
     assert torch.equal(out["loss_mask"], torch.roll(batch["loss_mask"].float(), -1, -1))
     assert torch.equal(out["input_ids"], batch["input_ids"])
 
@@ -441,16 +534,25 @@ def test_self_contained_replacement_owns_alignment():
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), unit=st.sampled_from(["token", "turn"]), mode=st.sampled_from(["additive", "gvpo", "process_weighted"]))
+@given(
+    seed=st.integers(0, 10_000),
+    unit=st.sampled_from(["token", "turn"]),
+    mode=st.sampled_from(["additive", "gvpo", "process_weighted"]),
+)
 def test_null_auto_and_builtin_stage_configs_are_identical(seed, unit, mode):
     batch, meta = make_batch(seed)
     kw = dict(reward_norm=GROUP_NORM, adv_norm=NormConfig(), gae_timestep_unit=unit, kl_ctl=0.1)
     variants = [
         AdvantageConfig(),
-        AdvantageConfig(outcome_reward_shaping=StageSpec("auto"), estimator=StageSpec("auto"), process_adv_shaping=StageSpec("auto")),
+        AdvantageConfig(
+            outcome_reward_shaping=StageSpec("auto"), estimator=StageSpec("auto"), process_adv_shaping=StageSpec("auto")
+        ),
         AdvantageConfig(outcome_reward_shaping=StageSpec("identity"), estimator=StageSpec(f"{unit}_gae")),
     ]
-    outs = [PPOActor(PPOActorConfig(**kw, advantage=a)).compute_advantages(batch, meta, advantage_shaping_mode=mode) for a in variants]
+    outs = [
+        PPOActor(PPOActorConfig(**kw, advantage=a)).compute_advantages(batch, meta, advantage_shaping_mode=mode)
+        for a in variants
+    ]
     for other in outs[1:]:
         for key in ("advantages", "returns", "tot_rewards", "kl_rewards", "loss_mask", "logprobs"):
             assert torch.equal(outs[0][key], other[key]), key

@@ -26,9 +26,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from dist_launch import rank_envs, run_bounded  # noqa: E402
 
-CAUSE = ("PPOActor.compute_advantages: rank 1 failed in advantage stage 'outcome_reward_shaping': "
-         "StageContractError: advantage stage 'outcome_reward_shaping' (dist_agreement_worker.fail_first_call_on_rank1)"
-         ": raised ValueError: simulated stage failure on rank 1")
+CAUSE = (
+    "PPOActor.compute_advantages: rank 1 failed in advantage stage 'outcome_reward_shaping': "
+    "StageContractError: advantage stage 'outcome_reward_shaping' (dist_agreement_worker.fail_first_call_on_rank1)"
+    ": raised ValueError: simulated stage failure on rank 1"
+)
 #: "at once": well inside the workers' 30 s process-group timeout (what a rank without the agreement waits for),
 #: with room for a loaded machine's skew between the ranks' start
 WITHIN_S = 15.0
@@ -65,7 +67,8 @@ def test_one_process_runs_no_collective(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(call_agreement, "_exchange", lambda *a: calls.append(a))
     batch, meta = make_batch(3, drop=("token_rewards",))
     out = PPOActor(PPOActorConfig(reward_norm=NormConfig(mean_level="batch", std_level="batch"))).compute_advantages(
-        batch, meta)
+        batch, meta
+    )
     assert calls == [] and torch.isfinite(out["advantages"]).all()
 
 

@@ -3,17 +3,26 @@
 
 from __future__ import annotations
 
+import plugin_fixtures
 import pytest
 import torch
 from batch_factory import make_batch
 from test_advantage_default import assert_same
 
-import plugin_fixtures
 from areal.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec
 from areal.trainer.ppo.actor import PPOActor
 
-EMITTED = ("advantages", "returns", "loss_mask", "logprobs", "kl_rewards", "tot_rewards", "prox_logp",
-           "is_truncated", "rewards")
+EMITTED = (
+    "advantages",
+    "returns",
+    "loss_mask",
+    "logprobs",
+    "kl_rewards",
+    "tot_rewards",
+    "prox_logp",
+    "is_truncated",
+    "rewards",
+)
 
 
 def storages(batch):
@@ -23,13 +32,19 @@ def storages(batch):
 SELF_CONTAINED = "examples.custom_advantage.plugins.sequence_reinforce"
 
 
-@pytest.mark.parametrize("cfg", [
-    PPOActorConfig(),
-    PPOActorConfig(use_decoupled_loss=True),
-    PPOActorConfig(recompute_logprob=True),
-    PPOActorConfig(advantage=AdvantageConfig(compute=StageSpec(SELF_CONTAINED))),
-    PPOActorConfig(advantage=AdvantageConfig(compute=StageSpec("examples.custom_advantage.plugins.default_replica"))),
-], ids=["default", "decoupled", "recompute", "self-contained-replacement", "default-replica"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        PPOActorConfig(),
+        PPOActorConfig(use_decoupled_loss=True),
+        PPOActorConfig(recompute_logprob=True),
+        PPOActorConfig(advantage=AdvantageConfig(compute=StageSpec(SELF_CONTAINED))),
+        PPOActorConfig(
+            advantage=AdvantageConfig(compute=StageSpec("examples.custom_advantage.plugins.default_replica"))
+        ),
+    ],
+    ids=["default", "decoupled", "recompute", "self-contained-replacement", "default-replica"],
+)
 def test_emitted_fields_never_share_memory_with_the_caller(cfg):
     batch, meta = make_batch(40, integer_rewards=True)
     batch["prox_logp"] = -torch.rand_like(batch["logprobs"])
@@ -38,7 +53,9 @@ def test_emitted_fields_never_share_memory_with_the_caller(cfg):
     before = {k: v.clone() for k, v in batch.items()}
     out = PPOActor(cfg).compute_advantages(batch, meta)
     # that replacement returns no is_truncated extra, so the caller's flags pass through unchanged
-    emitted = [k for k in EMITTED if not (k == "is_truncated" and cfg.advantage.compute.implementation == SELF_CONTAINED)]
+    emitted = [
+        k for k in EMITTED if not (k == "is_truncated" and cfg.advantage.compute.implementation == SELF_CONTAINED)
+    ]
     for key in emitted:
         if key in out:
             assert out[key].untyped_storage().data_ptr() not in caller, key
@@ -61,8 +78,11 @@ def test_default_replica_accepts_integer_task_rewards_and_equals_default():
     batch, meta = make_batch(42, integer_rewards=True)
     cfg = dict(reward_norm=NormConfig(mean_level="group", std_level="group"), adv_norm=NormConfig())
     default = PPOActor(PPOActorConfig(**cfg)).compute_advantages(batch, meta)
-    replica = PPOActor(PPOActorConfig(**cfg, advantage=AdvantageConfig(
-        compute=StageSpec("examples.custom_advantage.plugins.default_replica")))).compute_advantages(batch, meta)
+    replica = PPOActor(
+        PPOActorConfig(
+            **cfg, advantage=AdvantageConfig(compute=StageSpec("examples.custom_advantage.plugins.default_replica"))
+        )
+    ).compute_advantages(batch, meta)
     assert_same(replica, default)
     assert replica["rewards"].dtype == default["rewards"].dtype == torch.long
 
@@ -70,8 +90,11 @@ def test_default_replica_accepts_integer_task_rewards_and_equals_default():
 def test_list_kwargs_are_fresh_on_every_call():
     """A plugin that mutates its kwargs cannot carry state into later calls or other workers."""
     plugin_fixtures.KWARGS_SEEN.clear()
-    cfg = PPOActorConfig(advantage=AdvantageConfig(
-        outcome_reward_shaping=StageSpec("plugin_fixtures.appends_to_kwargs", {"history": []})))
+    cfg = PPOActorConfig(
+        advantage=AdvantageConfig(
+            outcome_reward_shaping=StageSpec("plugin_fixtures.appends_to_kwargs", {"history": []})
+        )
+    )
     actor = PPOActor(cfg)
     batch, meta = make_batch(43)
     for _ in range(3):
@@ -95,8 +118,12 @@ def test_a_plugin_editing_its_config_copy_changes_nothing_else():
     """The edit is reported, and the actor's own config is untouched by it."""
     from areal.trainer.ppo.checks.contracts import StageContractError
 
-    actor = PPOActor(PPOActorConfig(advantage=AdvantageConfig(
-        outcome_reward_shaping=StageSpec("plugin_fixtures.outcome_edits_config")), kl_ctl=0.1))
+    actor = PPOActor(
+        PPOActorConfig(
+            advantage=AdvantageConfig(outcome_reward_shaping=StageSpec("plugin_fixtures.outcome_edits_config")),
+            kl_ctl=0.1,
+        )
+    )
     batch, meta = make_batch(45)
     with pytest.raises(StageContractError, match=r"config\.kl_ctl"):
         actor.compute_advantages(batch, meta)

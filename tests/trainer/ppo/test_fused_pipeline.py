@@ -95,8 +95,12 @@ def snapshot(batch):
 
 
 @SETTINGS
-@given(cfg=configs(), seed=st.integers(0, 10_000), integer=st.booleans(),
-       drop=st.sampled_from([(), ("values",), ("ref_logp", "is_truncated"), ("turn_ids",), ("values", "ref_logp")]))
+@given(
+    cfg=configs(),
+    seed=st.integers(0, 10_000),
+    integer=st.booleans(),
+    drop=st.sampled_from([(), ("values",), ("ref_logp", "is_truncated"), ("turn_ids",), ("values", "ref_logp")]),
+)
 def test_fused_equals_tensor_path_and_reference(cfg, seed, integer, drop):
     if "turn_ids" in drop:
         cfg.gae_timestep_unit = "token"
@@ -151,10 +155,22 @@ WHOLE_FIELDS = [(None, None), (-3e38, 3e38), (3e38, -3e38), (-3e38, None), (None
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cfg=configs(), seed=st.integers(0, 10_000), kl_estimator=st.sampled_from(["k1", "k2", "k3"]),
-       kl_ctl=st.sampled_from([0.0, 0.1, 3.0, 1e37]), whole=st.sampled_from(WHOLE_FIELDS),
-       pokes=st.lists(st.tuples(st.sampled_from(["logprobs", "ref_logp", "values", "prox_logp"]), st.floats(0, 1),
-                                st.floats(0, 1), st.sampled_from(EXTREMES)), max_size=6))
+@given(
+    cfg=configs(),
+    seed=st.integers(0, 10_000),
+    kl_estimator=st.sampled_from(["k1", "k2", "k3"]),
+    kl_ctl=st.sampled_from([0.0, 0.1, 3.0, 1e37]),
+    whole=st.sampled_from(WHOLE_FIELDS),
+    pokes=st.lists(
+        st.tuples(
+            st.sampled_from(["logprobs", "ref_logp", "values", "prox_logp"]),
+            st.floats(0, 1),
+            st.floats(0, 1),
+            st.sampled_from(EXTREMES),
+        ),
+        max_size=6,
+    ),
+)
 @example(cfg=PPOActorConfig(), seed=3, kl_estimator="k3", kl_ctl=0.1, whole=(-3e38, 3e38), pokes=[])  # issue 21
 def test_fused_equals_tensor_on_extreme_finite_inputs(cfg, seed, kl_estimator, kl_ctl, whole, pokes):
     """Every finite input, every KL estimator: the same bits, or the same NonFiniteOutputError (issue 21)."""
@@ -201,8 +217,17 @@ def test_kernel_k3_is_the_tensor_paths_bits_on_a_dense_float32_grid():
     ones = torch.ones(n_rows, n_pos, dtype=torch.long)
     ones[:, 0] = 0  # no generated token at position 0
     logprobs = torch.roll(ratios, 1, dims=1)  # raw token t+1 lands on aligned position t
-    inputs = fused_cpu.FusedInputs(torch.ones_like(ones), ones, logprobs, None, None, None, None,
-                                   torch.zeros(n_rows), torch.ones(n_rows, dtype=torch.bool))
+    inputs = fused_cpu.FusedInputs(
+        torch.ones_like(ones),
+        ones,
+        logprobs,
+        None,
+        None,
+        None,
+        None,
+        torch.zeros(n_rows),
+        torch.ones(n_rows, dtype=torch.bool),
+    )
     options = fused_cpu.FusedOptions("token", False, False, "k3", 1.0, 1.0, torch.ones(n_rows), False)
     kernel = -fused_cpu.run_fused(inputs, options).kl_rewards[:, :-1]
     for k3 in (KLEstimator("k3"), lambda r, _: kl_module.k3_bounded_torch(r).clamp_(-10, 10)):
@@ -224,8 +249,13 @@ def test_a_non_finite_result_raises_on_the_fused_path_too(unit):
 @pytest.mark.parametrize("decoupled,recompute", [(False, False), (False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("unit", ["token", "turn"])
 def test_fused_logprob_modes_and_mopd(decoupled, recompute, unit):
-    cfg = PPOActorConfig(use_decoupled_loss=decoupled, recompute_logprob=recompute, kl_ctl=0.2,
-                         gae_timestep_unit=unit, adv_norm=NormConfig())
+    cfg = PPOActorConfig(
+        use_decoupled_loss=decoupled,
+        recompute_logprob=recompute,
+        kl_ctl=0.2,
+        gae_timestep_unit=unit,
+        adv_norm=NormConfig(),
+    )
     batch, meta = make_batch(11, drop=("token_rewards",))
     batch["prox_logp"] = -torch.rand_like(batch["logprobs"])
     batch["mopd_teacher_logp_sum"] = torch.zeros(batch["rewards"].shape[0])
@@ -247,8 +277,9 @@ def test_fused_logprob_modes_and_mopd(decoupled, recompute, unit):
 def test_fused_tiny_and_odd_batches(unit, n_rows):
     """Rows are processed in pairs for token GAE: an odd batch's last row runs twice."""
     batch, meta = make_batch(5, n_groups=n_rows, max_group=1, drop=("token_rewards",), T=3)
-    cfg = PPOActorConfig(gae_timestep_unit=unit, discount=0.9, gae_lambda=0.8,
-                         adv_norm=NormConfig(mean_level="group", std_level="batch"))
+    cfg = PPOActorConfig(
+        gae_timestep_unit=unit, discount=0.9, gae_lambda=0.8, adv_norm=NormConfig(mean_level="group", std_level="batch")
+    )
     fast, plain = both_paths(cfg, batch, meta)
     assert_identical(fast, plain, exact=True)
 
@@ -258,8 +289,13 @@ def test_fused_parallel_kernels_on_a_large_batch(unit):
     """A batch above PARALLEL_MIN_ELEMENTS runs the parallel kernels (the others run the serial ones)."""
     batch, meta = make_batch(3, n_groups=80, max_group=3, max_turns=4, T=3400, drop=("token_rewards",))
     assert batch["input_ids"].numel() >= PARALLEL_MIN_ELEMENTS
-    cfg = PPOActorConfig(gae_timestep_unit=unit, reward_norm=NormConfig(mean_level="group", std_level="group"),
-                         adv_norm=NormConfig(), discount=0.99, gae_lambda=0.95)
+    cfg = PPOActorConfig(
+        gae_timestep_unit=unit,
+        reward_norm=NormConfig(mean_level="group", std_level="group"),
+        adv_norm=NormConfig(),
+        discount=0.99,
+        gae_lambda=0.95,
+    )
     fast, plain = both_paths(cfg, batch, meta)
     assert_identical(fast, plain, exact=True)
 
@@ -274,8 +310,13 @@ def test_one_numba_thread_takes_the_serial_drivers_with_the_same_bits(monkeypatc
 
     batch, meta = make_batch(3, n_groups=80, max_group=3, max_turns=4, T=3400, drop=("token_rewards",))
     n_rows, n_pos = batch["attention_mask"].shape
-    cfg = PPOActorConfig(gae_timestep_unit="turn", reward_norm=NormConfig(mean_level="group", std_level="group"),
-                         adv_norm=NormConfig(), discount=0.99, gae_lambda=0.95)
+    cfg = PPOActorConfig(
+        gae_timestep_unit="turn",
+        reward_norm=NormConfig(mean_level="group", std_level="group"),
+        adv_norm=NormConfig(),
+        discount=0.99,
+        gae_lambda=0.95,
+    )
     old = numba.get_num_threads()  # an in-process trainer run earlier in the session may have set 1 thread
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     try:
@@ -298,8 +339,9 @@ def test_one_numba_thread_takes_the_serial_drivers_with_the_same_bits(monkeypatc
 
 def test_fused_with_peer_outcome_and_custom_process_stage():
     """Stages around the estimator keep running; only steps 4-6 are fused."""
-    advantage = AdvantageConfig(outcome_reward_shaping=StageSpec("gpg"),
-                                process_adv_shaping=StageSpec("plugin_fixtures.process_double"))
+    advantage = AdvantageConfig(
+        outcome_reward_shaping=StageSpec("gpg"), process_adv_shaping=StageSpec("plugin_fixtures.process_double")
+    )
     cfg = PPOActorConfig(advantage=advantage, adv_norm=NormConfig())
     batch, meta = make_batch(8, drop=("token_rewards",))
     fast, plain = both_paths(cfg, batch, meta)
@@ -310,11 +352,18 @@ def test_fused_with_peer_outcome_and_custom_process_stage():
 # Bad batches: the same error as the tensor path, and the batch untouched
 # ---------------------------------------------------------------------------
 
-_PROCESS = ("token-rewards-nan", "gvpo-without-token-adv", "process-weighted-with-no-eos-mask",
-            "process-rewards-out-of-range", "folded-process-not-constant")
+_PROCESS = (
+    "token-rewards-nan",
+    "gvpo-without-token-adv",
+    "process-weighted-with-no-eos-mask",
+    "process-rewards-out-of-range",
+    "folded-process-not-constant",
+)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in _PROCESS], ids=[c[0] for c in CASES if c[0] not in _PROCESS])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c[0] not in _PROCESS], ids=[c[0] for c in CASES if c[0] not in _PROCESS]
+)
 def test_fused_bad_batch_raises_the_tensor_path_error(case):
     name, edit, cfg_kwargs, call_kwargs, exc, needle = case
     batch, meta = make_batch(31, n_groups=3, drop=("token_rewards",))
@@ -339,14 +388,17 @@ def _poke(batch, key, row, col, value):
 
 
 @pytest.mark.parametrize("unit", ["token", "turn"])
-@pytest.mark.parametrize("field, value, needle", [
-    ("logprobs", float("nan"), "logprobs: expected finite"),
-    ("ref_logp", float("-inf"), "ref_logp: expected finite"),
-    ("values", float("inf"), "values: expected finite"),
-    ("prox_logp", float("nan"), "prox_logp: expected finite"),
-    ("attention_mask", 2, "attention_mask: expected a binary"),
-    ("loss_mask", -1, "loss_mask: expected a binary"),
-])
+@pytest.mark.parametrize(
+    "field, value, needle",
+    [
+        ("logprobs", float("nan"), "logprobs: expected finite"),
+        ("ref_logp", float("-inf"), "ref_logp: expected finite"),
+        ("values", float("inf"), "values: expected finite"),
+        ("prox_logp", float("nan"), "prox_logp: expected finite"),
+        ("attention_mask", 2, "attention_mask: expected a binary"),
+        ("loss_mask", -1, "loss_mask: expected a binary"),
+    ],
+)
 def test_fused_catches_a_bad_value_anywhere(unit, field, value, needle):
     """The kernels check every position, the last one (raw token 0 after the roll) included."""
     for col in (0, 5, -1):
@@ -379,23 +431,35 @@ def _turn_id_of_width(batch, row):
     _poke(batch, "turn_ids", row, last, batch["turn_ids"].shape[1])
 
 
-@pytest.mark.parametrize("bit, edit", [
-    (fused_cpu.ROW_ATTENTION_NOT_BINARY, lambda b: _poke(b, "attention_mask", 0, 0, 3)),
-    (fused_cpu.ROW_ATTENTION_NOT_RIGHT_PADDED, lambda b: _poke(b, "attention_mask", 0, 0, 0)),
-    (fused_cpu.ROW_EMPTY, lambda b: _empty_row(b, 0)),
-    (fused_cpu.ROW_LOSS_MASK_NOT_BINARY, lambda b: _poke(b, "loss_mask", 0, 3, 2)),
-    (fused_cpu.ROW_LOSS_MASK_ON_PADDING, lambda b: _poke(b, "loss_mask", 0, -1, 1)),
-    (fused_cpu.ROW_NOT_FINITE, lambda b: _poke(b, "logprobs", 0, 0, float("nan"))),
-    (fused_cpu.ROW_TURN_IDS_INVALID, lambda b: _poke(b, "turn_ids", 0, 0, 0)),
-    (fused_cpu.ROW_TURN_IDS_INVALID, lambda b: _turn_id_of_width(b, 0)),
-])
+@pytest.mark.parametrize(
+    "bit, edit",
+    [
+        (fused_cpu.ROW_ATTENTION_NOT_BINARY, lambda b: _poke(b, "attention_mask", 0, 0, 3)),
+        (fused_cpu.ROW_ATTENTION_NOT_RIGHT_PADDED, lambda b: _poke(b, "attention_mask", 0, 0, 0)),
+        (fused_cpu.ROW_EMPTY, lambda b: _empty_row(b, 0)),
+        (fused_cpu.ROW_LOSS_MASK_NOT_BINARY, lambda b: _poke(b, "loss_mask", 0, 3, 2)),
+        (fused_cpu.ROW_LOSS_MASK_ON_PADDING, lambda b: _poke(b, "loss_mask", 0, -1, 1)),
+        (fused_cpu.ROW_NOT_FINITE, lambda b: _poke(b, "logprobs", 0, 0, float("nan"))),
+        (fused_cpu.ROW_TURN_IDS_INVALID, lambda b: _poke(b, "turn_ids", 0, 0, 0)),
+        (fused_cpu.ROW_TURN_IDS_INVALID, lambda b: _turn_id_of_width(b, 0)),
+    ],
+)
 @pytest.mark.parametrize("unit", ["token", "turn"])
 def test_kernel_reports_each_check_as_its_bit(bit, edit, unit):
     batch, _ = make_batch(6, drop=("token_rewards",))
     edit(batch)
     n_rows = batch["rewards"].shape[0]
-    inputs = fused_cpu.FusedInputs(batch["attention_mask"], batch["loss_mask"], batch["logprobs"], batch["ref_logp"],
-                                   batch["values"], None, batch["turn_ids"], torch.zeros(n_rows), None)
+    inputs = fused_cpu.FusedInputs(
+        batch["attention_mask"],
+        batch["loss_mask"],
+        batch["logprobs"],
+        batch["ref_logp"],
+        batch["values"],
+        None,
+        batch["turn_ids"],
+        torch.zeros(n_rows),
+        None,
+    )
     options = fused_cpu.FusedOptions(unit, False, False, "k1", 0.1, 1.0, torch.ones(n_rows), True)
     errors = fused_cpu.run_fused(inputs, options).errors
     assert int(errors[0]) & bit, (int(errors[0]), fused_cpu.ROW_ERRORS)
@@ -410,8 +474,17 @@ def test_kernel_returns_each_rows_largest_abs_value(unit, n_groups):
     n_rows = batch["rewards"].shape[0]
     values = batch["values"].clone()
     values[0, -1] = -1e30  # the last position (raw token 0's aligned slot) and a negative sign count too
-    inputs = fused_cpu.FusedInputs(batch["attention_mask"], batch["loss_mask"], batch["logprobs"], batch["ref_logp"],
-                                   values, None, batch["turn_ids"], torch.zeros(n_rows), None)
+    inputs = fused_cpu.FusedInputs(
+        batch["attention_mask"],
+        batch["loss_mask"],
+        batch["logprobs"],
+        batch["ref_logp"],
+        values,
+        None,
+        batch["turn_ids"],
+        torch.zeros(n_rows),
+        None,
+    )
     options = fused_cpu.FusedOptions(unit, False, False, "k1", 0.1, 1.0, torch.ones(n_rows), False)
     out = fused_cpu.run_fused(inputs, options)
     assert torch.equal(out.values_max_abs, values.abs().amax(dim=1))
@@ -428,8 +501,9 @@ def test_output_guard_gets_the_same_batch_stats_on_both_paths(monkeypatch, drop)
     guard = advantage.guard_outputs
     batch, meta = make_batch(9, drop=drop)
     for mode in ("on", "off"):
-        monkeypatch.setattr(advantage, "guard_outputs", lambda fields, ctx, _m=mode: (seen.update({_m: ctx.stats}),
-                                                                                      guard(fields, ctx)))
+        monkeypatch.setattr(
+            advantage, "guard_outputs", lambda fields, ctx, _m=mode: (seen.update({_m: ctx.stats}), guard(fields, ctx))
+        )
         with fused_mode(mode):
             PPOActor(PPOActorConfig()).compute_advantages(batch, meta)
     assert seen["on"] == seen["off"]
@@ -450,13 +524,16 @@ def test_kernel_flag_without_a_batch_error_is_never_silent(monkeypatch):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("change, needle", [
-    (lambda b: None, None),
-    (lambda b: b.__setitem__("token_rewards", torch.zeros_like(b["logprobs"])), "process rewards"),
-    (lambda b: b.__setitem__("logprobs", b["logprobs"].double()), "logprobs is torch.float64"),
-    (lambda b: b.__setitem__("loss_mask", b["loss_mask"].bool()), "loss_mask is torch.bool"),
-    (lambda b: b.__setitem__("turn_ids", b["turn_ids"].int()), "turn_ids is torch.int32"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda b: None, None),
+        (lambda b: b.__setitem__("token_rewards", torch.zeros_like(b["logprobs"])), "process rewards"),
+        (lambda b: b.__setitem__("logprobs", b["logprobs"].double()), "logprobs is torch.float64"),
+        (lambda b: b.__setitem__("loss_mask", b["loss_mask"].bool()), "loss_mask is torch.bool"),
+        (lambda b: b.__setitem__("turn_ids", b["turn_ids"].int()), "turn_ids is torch.int32"),
+    ],
+)
 def test_blockers_name_the_reason(change, needle):
     batch, _ = make_batch(9, drop=("token_rewards",))
     change(batch)
@@ -468,11 +545,19 @@ def test_blockers_name_the_reason(change, needle):
         assert any(needle in b for b in blockers), blockers
 
 
-@pytest.mark.parametrize("cfg, needle", [
-    (PPOActorConfig(gae_lambda="vapo"), "gae_lambda is a function"),
-    (PPOActorConfig(advantage=AdvantageConfig(estimator=StageSpec("reinforce_return"))), "reinforce_return"),
-    (PPOActorConfig(advantage=AdvantageConfig(estimator=StageSpec("areal.trainer.ppo.advantage_algorithms.token_gae"))), "advantage_algorithms.token_gae"),
-])
+@pytest.mark.parametrize(
+    "cfg, needle",
+    [
+        (PPOActorConfig(gae_lambda="vapo"), "gae_lambda is a function"),
+        (PPOActorConfig(advantage=AdvantageConfig(estimator=StageSpec("reinforce_return"))), "reinforce_return"),
+        (
+            PPOActorConfig(
+                advantage=AdvantageConfig(estimator=StageSpec("areal.trainer.ppo.advantage_algorithms.token_gae"))
+            ),
+            "advantage_algorithms.token_gae",
+        ),
+    ],
+)
 def test_config_blockers_and_on_mode_error(cfg, needle):
     batch, meta = make_batch(10, drop=("token_rewards",))
     actor = PPOActor(cfg)
@@ -513,9 +598,16 @@ def test_fused_rows_of_one_and_two_positions(n_pos, unit):
     ones = torch.ones(3, n_pos, dtype=torch.long)
     loss = ones.clone()
     loss[:, 0] = 0
-    batch = {"input_ids": ones, "attention_mask": ones, "loss_mask": loss, "turn_ids": torch.where(loss.bool(), 0, -1),
-             "logprobs": -torch.rand(3, n_pos), "ref_logp": -torch.rand(3, n_pos), "values": torch.randn(3, n_pos),
-             "rewards": torch.tensor([1.0, 0.0, 2.0])}
+    batch = {
+        "input_ids": ones,
+        "attention_mask": ones,
+        "loss_mask": loss,
+        "turn_ids": torch.where(loss.bool(), 0, -1),
+        "logprobs": -torch.rand(3, n_pos),
+        "ref_logp": -torch.rand(3, n_pos),
+        "values": torch.randn(3, n_pos),
+        "rewards": torch.tensor([1.0, 0.0, 2.0]),
+    }
     cfg = PPOActorConfig(gae_timestep_unit=unit, adv_norm=NormConfig(), discount=0.9)
     fast, plain = both_paths(cfg, batch, None)
     assert_identical(fast, plain, exact=True)

@@ -144,9 +144,7 @@ def test_token_gae_hand_computed(backend):
     Row 2 (lambda 0): A1 = 1+0-1 = 0, A0 = 0+0.5-1 = -0.5; padding stays 0."""
     c = {k: torch.tensor(v, dtype=torch.float32) for k, v in TOKEN_CASE.items()}
     with use_backend(backend):
-        adv, ret = token_gae(
-            c["rewards"], c["values"], c["mask"], discount=0.5, lam=c["lam"], bootstrap=c["bootstrap"]
-        )
+        adv, ret = token_gae(c["rewards"], c["values"], c["mask"], discount=0.5, lam=c["lam"], bootstrap=c["bootstrap"])
     assert adv.dtype == torch.float32 and ret.dtype == torch.float32
     torch.testing.assert_close(adv, c["advantages"], rtol=0, atol=0)
     torch.testing.assert_close(ret, c["returns"], rtol=0, atol=0)
@@ -201,8 +199,13 @@ def test_turn_gae_hand_computed(backend, id_dtype):
     mask = (ids >= 0).float()
     with use_backend(backend):
         adv, ret = turn_gae(
-            c["rewards"].float(), c["values"].float(), mask, ids,
-            discount=0.5, lam=c["lam"].float(), bootstrap=c["bootstrap"].float(),
+            c["rewards"].float(),
+            c["values"].float(),
+            mask,
+            ids,
+            discount=0.5,
+            lam=c["lam"].float(),
+            bootstrap=c["bootstrap"].float(),
         )
     torch.testing.assert_close(adv, c["advantages"].float(), rtol=0, atol=0)
     torch.testing.assert_close(ret, c["returns"].float(), rtol=0, atol=0)
@@ -217,21 +220,46 @@ def test_turn_gae_hand_computed(backend, id_dtype):
 def test_edge_shapes(backend):
     with use_backend(backend):
         # T = 1: no step at all.
-        adv, ret = token_gae(torch.ones(2, 1), torch.full((2, 1), 3.0), torch.ones(2, 1),
-                             discount=1.0, lam=torch.ones(2), bootstrap=torch.ones(2))
+        adv, ret = token_gae(
+            torch.ones(2, 1),
+            torch.full((2, 1), 3.0),
+            torch.ones(2, 1),
+            discount=1.0,
+            lam=torch.ones(2),
+            bootstrap=torch.ones(2),
+        )
         assert adv.tolist() == [[0.0], [0.0]] and ret.tolist() == [[3.0], [3.0]]
         # B = 0.
-        adv, ret = token_gae(torch.zeros(0, 4), torch.zeros(0, 4), torch.zeros(0, 4),
-                             discount=1.0, lam=torch.zeros(0), bootstrap=torch.zeros(0))
+        adv, ret = token_gae(
+            torch.zeros(0, 4),
+            torch.zeros(0, 4),
+            torch.zeros(0, 4),
+            discount=1.0,
+            lam=torch.zeros(0),
+            bootstrap=torch.zeros(0),
+        )
         assert adv.shape == (0, 4) and ret.shape == (0, 4)
-        adv, ret = turn_gae(torch.zeros(0, 4), torch.zeros(0, 4), torch.zeros(0, 4),
-                            torch.zeros(0, 4, dtype=torch.long), discount=1.0, lam=torch.zeros(0),
-                            bootstrap=torch.zeros(0))
+        adv, ret = turn_gae(
+            torch.zeros(0, 4),
+            torch.zeros(0, 4),
+            torch.zeros(0, 4),
+            torch.zeros(0, 4, dtype=torch.long),
+            discount=1.0,
+            lam=torch.zeros(0),
+            bootstrap=torch.zeros(0),
+        )
         assert adv.shape == (0, 4)
         # No turns anywhere.
         v = torch.randn(3, 6)
-        adv, ret = turn_gae(torch.randn(3, 6), v, torch.zeros(3, 6), torch.full((3, 6), -1),
-                            discount=0.9, lam=torch.ones(3), bootstrap=torch.ones(3))
+        adv, ret = turn_gae(
+            torch.randn(3, 6),
+            v,
+            torch.zeros(3, 6),
+            torch.full((3, 6), -1),
+            discount=0.9,
+            lam=torch.ones(3),
+            bootstrap=torch.ones(3),
+        )
         assert torch.equal(adv, torch.zeros(3, 6)) and torch.equal(ret, v)
 
 
@@ -240,8 +268,14 @@ def test_non_float_inputs_are_accepted():
     c = {k: torch.tensor(v, dtype=torch.float32) for k, v in TOKEN_CASE.items()}
     for backend in CPU_BACKENDS:
         with use_backend(backend):
-            adv, _ = token_gae(c["rewards"].long(), c["values"].double(), c["mask"].bool(),
-                               discount=0.5, lam=c["lam"], bootstrap=c["bootstrap"])
+            adv, _ = token_gae(
+                c["rewards"].long(),
+                c["values"].double(),
+                c["mask"].bool(),
+                discount=0.5,
+                lam=c["lam"],
+                bootstrap=c["bootstrap"],
+            )
         assert adv.dtype == torch.float32
         torch.testing.assert_close(adv, c["advantages"], rtol=0, atol=0)
 
@@ -282,8 +316,12 @@ def test_token_gae_matches_reference(backend, batch):
     inputs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     with use_backend(backend):
         adv, ret = token_gae(
-            inputs["rewards"], inputs["values"], inputs["mask"],
-            discount=inputs["discount"], lam=inputs["lam"], bootstrap=inputs["bootstrap"],
+            inputs["rewards"],
+            inputs["values"],
+            inputs["mask"],
+            discount=inputs["discount"],
+            lam=inputs["lam"],
+            bootstrap=inputs["bootstrap"],
         )
     ref_adv, ref_ret = ref_token_gae(
         batch["rewards"], batch["values"], batch["mask"], batch["discount"], batch["lam"], batch["bootstrap"]
@@ -343,8 +381,13 @@ def test_turn_gae_matches_reference(backend, batch):
     mask_in = mask.clone()
     with use_backend(backend):
         adv, ret = turn_gae(
-            inputs["rewards"], inputs["values"], mask_in, inputs["turn_ids"],
-            discount=inputs["discount"], lam=inputs["lam"], bootstrap=inputs["bootstrap"],
+            inputs["rewards"],
+            inputs["values"],
+            mask_in,
+            inputs["turn_ids"],
+            discount=inputs["discount"],
+            lam=inputs["lam"],
+            bootstrap=inputs["bootstrap"],
         )
     ref_adv, ref_ret = ref_turn_gae(
         batch["rewards"], batch["values"], batch["turn_ids"], batch["discount"], batch["lam"], batch["bootstrap"]
@@ -369,8 +412,17 @@ def test_turn_backends_agree(batch):
     outs = []
     for backend in CPU_BACKENDS:
         with use_backend(backend):
-            outs.append(turn_gae(batch["rewards"], batch["values"], mask, batch["turn_ids"],
-                                 discount=batch["discount"], lam=batch["lam"], bootstrap=batch["bootstrap"]))
+            outs.append(
+                turn_gae(
+                    batch["rewards"],
+                    batch["values"],
+                    mask,
+                    batch["turn_ids"],
+                    discount=batch["discount"],
+                    lam=batch["lam"],
+                    bootstrap=batch["bootstrap"],
+                )
+            )
     for adv, ret in outs[1:]:
         torch.testing.assert_close(adv, outs[0][0], rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(ret, outs[0][1], rtol=1e-6, atol=1e-6)
@@ -430,8 +482,7 @@ def test_cuda_backends_match_reference(backend):
         lam, boot = torch.rand(n_rows, generator=gen), torch.randn(n_rows, generator=gen)
         ref_adv, ref_ret = ref_token_gae(r, v, mask, 0.97, lam, boot)
         with use_backend(backend):
-            adv, ret = token_gae(r.cuda(), v.cuda(), mask.cuda(), discount=0.97, lam=lam.cuda(),
-                                 bootstrap=boot.cuda())
+            adv, ret = token_gae(r.cuda(), v.cuda(), mask.cuda(), discount=0.97, lam=lam.cuda(), bootstrap=boot.cuda())
         assert adv.device.type == "cuda"
         torch.testing.assert_close(adv.cpu(), ref_adv, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(ret.cpu(), ref_ret, rtol=1e-4, atol=1e-4)
@@ -442,8 +493,15 @@ def test_cuda_backends_match_reference(backend):
         ids[:, -1] = -1
         t_ref = ref_turn_gae(r, v, ids, 0.97, lam, boot) if n_pos <= 513 else None
         with use_backend(backend):
-            t_adv, t_ret = turn_gae(r.cuda(), v.cuda(), (ids >= 0).float().cuda(), ids.cuda(),
-                                    discount=0.97, lam=lam.cuda(), bootstrap=boot.cuda())
+            t_adv, t_ret = turn_gae(
+                r.cuda(),
+                v.cuda(),
+                (ids >= 0).float().cuda(),
+                ids.cuda(),
+                discount=0.97,
+                lam=lam.cuda(),
+                bootstrap=boot.cuda(),
+            )
         if t_ref is not None:
             torch.testing.assert_close(t_adv.cpu(), t_ref[0], rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(t_ret.cpu(), t_ref[1], rtol=1e-4, atol=1e-4)
@@ -581,8 +639,9 @@ def test_compute_gae_lambda_builds_the_context(unit, expected):
         seen["ctx"] = ctx
         return torch.full(ctx.timestep_lengths.shape, 0.5 * scale, dtype=torch.float64)
 
-    lam = compute_gae_lambda(fn, loss_mask=ALIGNED_MASK, turn_ids=ALIGNED_IDS, timestep_unit=unit,
-                             gae_lambda_kwargs={"scale": 0.5})
+    lam = compute_gae_lambda(
+        fn, loss_mask=ALIGNED_MASK, turn_ids=ALIGNED_IDS, timestep_unit=unit, gae_lambda_kwargs={"scale": 0.5}
+    )
     ctx = seen["ctx"]
     assert ctx.effective_token_lengths.tolist() == [5, 3, 0]
     assert ctx.turn_counts.tolist() == [2, 1, 0]
@@ -605,8 +664,14 @@ def test_compute_gae_lambda_without_turn_ids_counts_one_turn_per_nonempty_row():
 
 def _lambda_error(gae_lambda, *, unit="token", turn_ids=None, kwargs=None) -> str:
     with pytest.raises(ValueError) as err:
-        compute_gae_lambda(gae_lambda, loss_mask=ALIGNED_MASK, turn_ids=turn_ids, timestep_unit=unit,
-                           gae_lambda_kwargs=kwargs, source="my.pkg.lam_fn")
+        compute_gae_lambda(
+            gae_lambda,
+            loss_mask=ALIGNED_MASK,
+            turn_ids=turn_ids,
+            timestep_unit=unit,
+            gae_lambda_kwargs=kwargs,
+            source="my.pkg.lam_fn",
+        )
     return str(err.value)
 
 
@@ -670,6 +735,13 @@ def test_compute_gae_lambda_does_not_modify_inputs():
 
 
 def test_public_api_lists_the_contract():
-    for name in ("token_gae", "turn_gae", "validate_turn_ids", "count_turns", "compute_gae_lambda",
-                 "GAELambdaContext", "GAELambdaInputs"):
+    for name in (
+        "token_gae",
+        "turn_gae",
+        "validate_turn_ids",
+        "count_turns",
+        "compute_gae_lambda",
+        "GAELambdaContext",
+        "GAELambdaInputs",
+    ):
         assert name in gae.__all__

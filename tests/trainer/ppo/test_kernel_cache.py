@@ -46,8 +46,7 @@ print(json.dumps(stats))
 def _run(cache: Path) -> dict[str, list[int]]:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "AREAL_GAE_BACKEND": "numba"}
     code = _RUN.format(factory=str(Path(__file__).parent))
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -19,8 +19,17 @@ from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.output_guard import GUARDED_FIELDS, NonFiniteOutputError, guard_outputs, output_bounds
 from areal.utils.kl import KLEstimator
 
-FLOAT_OUTPUTS = ("advantages", "returns", "loss_mask", "logprobs", "kl_rewards", "tot_rewards", "rewards",
-                 "prox_logp", "mopd_behavior_logprobs")
+FLOAT_OUTPUTS = (
+    "advantages",
+    "returns",
+    "loss_mask",
+    "logprobs",
+    "kl_rewards",
+    "tot_rewards",
+    "rewards",
+    "prox_logp",
+    "mopd_behavior_logprobs",
+)
 
 
 def deep_snapshot(batch, meta):
@@ -59,8 +68,12 @@ def divergent_logprobs(batch):
     "cfg, edit, field, cause",
     [
         (dict(reward_clip=float("inf"), reward_scaling=1e38), huge_rewards, "tot_rewards", "actor.reward_scaling"),
-        (dict(reward_clip=float("inf"), reward_scaling=1e38, kl_ctl=0.0, adv_norm=NormConfig()), huge_rewards,
-         "tot_rewards", "finite actor.reward_clip"),
+        (
+            dict(reward_clip=float("inf"), reward_scaling=1e38, kl_ctl=0.0, adv_norm=NormConfig()),
+            huge_rewards,
+            "tot_rewards",
+            "finite actor.reward_clip",
+        ),
         (dict(kl_ctl=1e38), divergent_logprobs, "kl_rewards", "actor.kl_ctl=1e+38"),
         (dict(), extreme_values, "returns", "values reach 3e+38"),
         (dict(gae_timestep_unit="turn"), extreme_values, "returns", "values reach"),
@@ -124,8 +137,11 @@ def test_the_default_config_reads_no_output_tensor_again(monkeypatch):
     real = output_guard.all_finite
     monkeypatch.setattr(output_guard, "all_finite", lambda t: scanned.append(tuple(t.shape)) or real(t))
     batch, meta = make_batch(6)
-    for cfg in (PPOActorConfig(), PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig(), gae_timestep_unit="turn"),
-                PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level="group"), kl_ctl=0.0)):
+    for cfg in (
+        PPOActorConfig(),
+        PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig(), gae_timestep_unit="turn"),
+        PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level="group"), kl_ctl=0.0),
+    ):
         scanned.clear()
         PPOActor(cfg).compute_advantages(batch, meta)
         assert scanned == [(batch["input_ids"].shape[0],)], cfg
@@ -137,8 +153,10 @@ def test_unbounded_fields_are_scanned(monkeypatch):
     real = output_guard.all_finite
     monkeypatch.setattr(output_guard, "all_finite", lambda t: scanned.append(tuple(t.shape)) or real(t))
     batch, meta = make_batch(7)
-    cfg = PPOActorConfig(adv_norm=NormConfig(), advantage=AdvantageConfig(
-        estimator=StageSpec("examples.custom_advantage.plugins.token_gae_turn_lambda")))
+    cfg = PPOActorConfig(
+        adv_norm=NormConfig(),
+        advantage=AdvantageConfig(estimator=StageSpec("examples.custom_advantage.plugins.token_gae_turn_lambda")),
+    )
     PPOActor(cfg).compute_advantages(batch, meta)
     assert tuple(batch["input_ids"].shape) in scanned
 
@@ -149,9 +167,14 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 @SETTINGS
-@given(cfg=configs(), seed=st.integers(0, 10_000), scale=st.sampled_from([1.0, 1e3, 1e6]),
-       split=st.booleans(), estimator=st.sampled_from([None, "reinforce_return"]),
-       mode=st.sampled_from(["additive", "gvpo"]))
+@given(
+    cfg=configs(),
+    seed=st.integers(0, 10_000),
+    scale=st.sampled_from([1.0, 1e3, 1e6]),
+    split=st.booleans(),
+    estimator=st.sampled_from([None, "reinforce_return"]),
+    mode=st.sampled_from(["additive", "gvpo"]),
+)
 def test_random_valid_configs_and_batches_give_finite_outputs(cfg, seed, scale, split, estimator, mode):
     batch, meta = make_batch(seed, split=split)
     for key in ("values", "token_rewards"):
@@ -182,9 +205,13 @@ extreme_configs = st.builds(
 
 
 @SETTINGS
-@given(cfg=extreme_configs, seed=st.integers(0, 10_000),
-       values=st.sampled_from([1.0, 1e18, 1e30, 3e38]), process=st.sampled_from([1.0, 1e36]),
-       logp=st.sampled_from([1.0, 1e10, 3e38]))
+@given(
+    cfg=extreme_configs,
+    seed=st.integers(0, 10_000),
+    values=st.sampled_from([1.0, 1e18, 1e30, 3e38]),
+    process=st.sampled_from([1.0, 1e36]),
+    logp=st.sampled_from([1.0, 1e10, 3e38]),
+)
 def test_extreme_inputs_never_return_non_finite_outputs(cfg, seed, values, process, logp):
     """Either every output is finite, or NonFiniteOutputError names a field and a cause.
 
@@ -203,8 +230,13 @@ def test_extreme_inputs_never_return_non_finite_outputs(cfg, seed, values, proce
     for name in GUARDED_FIELDS:
         if bounds[name].safe:
             assert bool(torch.isfinite(fields[name]).all()), (name, bounds[name])
-    non_finite = [k for k in FLOAT_OUTPUTS if torch.is_tensor(fields.get(k)) and fields[k].is_floating_point()
-                  and not bool(torch.isfinite(fields[k]).all())]
+    non_finite = [
+        k
+        for k in FLOAT_OUTPUTS
+        if torch.is_tensor(fields.get(k))
+        and fields[k].is_floating_point()
+        and not bool(torch.isfinite(fields[k]).all())
+    ]
     event(f"non-finite fields: {bool(non_finite)}; scanned: {sorted(n for n in GUARDED_FIELDS if not bounds[n].safe)}")
     if not non_finite:
         guard_outputs(fields, ctx)  # must not raise
@@ -227,7 +259,11 @@ def test_a_rank_does_not_return_non_finite_outputs_from_another_ranks_overflow()
     logs = [out + err for _, out, err in results]
     assert all(code == 0 for code, _, _ in results), logs
     # both ranks' guards fire; the call-time agreement raises one CallFailure naming both on each rank
-    agreed = "raised CallFailure: PPOActor.compute_advantages: rank 0 failed in the output guard: NonFiniteOutputError: "
+    agreed = (
+        "raised CallFailure: PPOActor.compute_advantages: rank 0 failed in the output guard: NonFiniteOutputError: "
+    )
     assert f"rank 0: {agreed}advantages:" in logs[0], logs[0]
     assert "values reach 3e+38 in magnitude (on some data-parallel rank" in logs[0], logs[0]
-    assert f"rank 1: {agreed}" in logs[1] and "rank 1 failed in the output guard: NonFiniteOutputError:" in logs[1], logs[1]
+    assert f"rank 1: {agreed}" in logs[1] and "rank 1 failed in the output guard: NonFiniteOutputError:" in logs[1], (
+        logs[1]
+    )

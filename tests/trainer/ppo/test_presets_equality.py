@@ -46,8 +46,19 @@ from areal.trainer.ppo.actor import PPOActor
 from areal.utils.data import concat_batch
 
 PRESETS = Path(__file__).resolve().parents[3] / "examples" / "presets"
-PRESET_NAMES = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo",
-                "gpg", "grpo_passk", "maxrl", "ppo")
+PRESET_NAMES = (
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "remax",
+    "opo",
+    "gpg",
+    "grpo_passk",
+    "maxrl",
+    "ppo",
+)
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SETTINGS_40 = settings(SETTINGS, max_examples=40)
 
@@ -56,7 +67,7 @@ seeds = st.integers(0, 100_000)
 kinds = st.sampled_from(["k1", "k2", "k3"])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def actor(name: str, *overrides: str) -> PPOActor:
     return PPOActor(load_config(PRESETS / f"{name}.yaml", list(overrides)).actor)
 
@@ -224,16 +235,28 @@ def test_remax_equals_verl(sizes, seed, binary, kl, kind):
 
 
 @SETTINGS
-@given(sizes=sizes_st, seed=seeds, binary=st.booleans(), kl=st.sampled_from([0.0, 0.01, 0.1]), kind=kinds,
-       gamma=st.sampled_from([1.0, 0.9]))
+@given(
+    sizes=sizes_st,
+    seed=seeds,
+    binary=st.booleans(),
+    kl=st.sampled_from([0.0, 0.01, 0.1]),
+    kind=kinds,
+    gamma=st.sampled_from([1.0, 0.9]),
+)
 def test_reinforce_plus_plus_equals_openrlhf(sizes, seed, binary, kl, kind, gamma):
     batch, meta = ref.make_peer_batch(seed, sizes, binary=binary, max_turns=3 if gamma == 1.0 else 1)
     resp = ref.responses(batch, meta, kind)
     returns = ref.cumulative_returns(ref.token_rewards(resp, resp.scores, kl), gamma)
     assume_whitenable(returns)
     expected = ref.whiten(returns, unbiased=False)
-    out = advantages("reinforce_plus_plus", batch, meta, f"actor.kl_ctl={kl}", f"actor.kl_estimator={kind}",
-                     f"actor.discount={gamma}")
+    out = advantages(
+        "reinforce_plus_plus",
+        batch,
+        meta,
+        f"actor.kl_ctl={kl}",
+        f"actor.kl_estimator={kind}",
+        f"actor.discount={gamma}",
+    )
     assert_tokens(out, resp, expected)
 
 
@@ -275,8 +298,14 @@ def test_reinforce_plus_plus_baseline_unbiased_equals_verl(sizes, seed, binary):
 
 
 @SETTINGS
-@given(sizes=sizes_st, seed=seeds, binary=st.booleans(), kl=st.sampled_from([0.0, 0.001, 0.05]),
-       gamma=st.sampled_from([1.0, 0.95]), lam=st.sampled_from([1.0, 0.95, 0.0]))
+@given(
+    sizes=sizes_st,
+    seed=seeds,
+    binary=st.booleans(),
+    kl=st.sampled_from([0.0, 0.001, 0.05]),
+    gamma=st.sampled_from([1.0, 0.95]),
+    lam=st.sampled_from([1.0, 0.95, 0.0]),
+)
 def test_ppo_gae_equals_verl(sizes, seed, binary, kl, gamma, lam):
     # Rows end with a generated token: token GAE reads the outcome score there (see module doc).
     batch, meta = ref.make_peer_batch(seed, sizes, binary=binary, trailing_env=False)
@@ -308,8 +337,12 @@ def _per_rollout(name: str, roll: ref.Rollouts) -> list[float]:
 
 
 @SETTINGS
-@given(sizes=sizes_st, seed=seeds, binary=st.booleans(),
-       name=st.sampled_from(["grpo", "dr_grpo", "rloo", "opo", "gpg", "grpo_passk", "maxrl"]))
+@given(
+    sizes=sizes_st,
+    seed=seeds,
+    binary=st.booleans(),
+    name=st.sampled_from(["grpo", "dr_grpo", "rloo", "opo", "gpg", "grpo_passk", "maxrl"]),
+)
 def test_split_rollouts_use_logical_group_statistics(sizes, seed, binary, name):
     batch, meta = ref.make_peer_batch(seed, sizes, binary=binary, split=True)
     assert meta.rollout_groups is not None
@@ -337,8 +370,9 @@ def test_whitening_eps_gap_is_bounded(spread, unbiased):
     resp = ref.responses(batch, meta)
     returns = ref.cumulative_returns(ref.token_rewards(resp, resp.scores, 0.0), 1.0)
     expected = ref.whiten(returns, unbiased=unbiased)
-    out = advantages("reinforce_plus_plus", batch, meta, "actor.kl_ctl=0.0",
-                     f"actor.adv_norm.std_unbiased={str(unbiased).lower()}")
+    out = advantages(
+        "reinforce_plus_plus", batch, meta, "actor.kl_ctl=0.0", f"actor.adv_norm.std_unbiased={str(unbiased).lower()}"
+    )
     var = ref.token_variance(returns)
     n = sum(len(a) for a in resp.actions)
     var = var * n / (n - 1) if unbiased else var
@@ -357,7 +391,10 @@ def test_singleton_group_is_its_own_baseline(name):
     out = advantages(name, batch, meta)
     lone = resp.actions[0]
     assert torch.all(out[0, lone] == 0)
-    verl = {"grpo": ref.grpo(resp.scores, resp.index), "rloo": ref.rloo(resp.scores, resp.index),
-            "opo": ref.opo(resp.scores, [float(len(a)) for a in resp.actions], resp.index)}
+    verl = {
+        "grpo": ref.grpo(resp.scores, resp.index),
+        "rloo": ref.rloo(resp.scores, resp.index),
+        "opo": ref.opo(resp.scores, [float(len(a)) for a in resp.actions], resp.index),
+    }
     if name in verl:
         assert verl[name][0] == pytest.approx(resp.scores[0] / (1 + 1e-6) if name == "grpo" else resp.scores[0])

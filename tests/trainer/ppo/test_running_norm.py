@@ -29,8 +29,13 @@ MAX_DIFF = {"reward": 0.0, "advantage": 0.0}
 
 
 def config(**fields) -> PPOActorConfig:
-    base = dict(kl_ctl=0.0, reward_clip=1e9, reward_norm=None, adv_norm=None,
-                advantage={"estimator": {"implementation": "reinforce_return"}})
+    base = dict(
+        kl_ctl=0.0,
+        reward_clip=1e9,
+        reward_norm=None,
+        adv_norm=None,
+        advantage={"estimator": {"implementation": "reinforce_return"}},
+    )
     return PPOActorConfig(**{**base, **fields})
 
 
@@ -42,8 +47,9 @@ def row_scores(out: dict) -> torch.Tensor:
 
 
 def batches_st():
-    return st.lists(st.tuples(st.lists(st.integers(1, 5), min_size=1, max_size=4), st.integers(0, 10_000)),
-                    min_size=1, max_size=5)
+    return st.lists(
+        st.tuples(st.lists(st.integers(1, 5), min_size=1, max_size=4), st.integers(0, 10_000)), min_size=1, max_size=5
+    )
 
 
 @SETTINGS
@@ -56,11 +62,14 @@ def test_running_reward_norm_equals_rolls_running_moments(steps, centre, scale):
     actor, reference = PPOActor(config(reward_norm=norm)), sref.RollRunningMoments()
     for sizes, seed in steps:
         batch, meta = concat_batch(ref.make_peer_groups(seed, sizes, binary=False, trailing_env=False))
-        expected = torch.tensor(reference.normalise(batch["rewards"].double().tolist(), centre=centre, scale=scale),
-                                dtype=torch.float64)
+        expected = torch.tensor(
+            reference.normalise(batch["rewards"].double().tolist(), centre=centre, scale=scale), dtype=torch.float64
+        )
         if reference.count <= 1 and scale:
-            expected = torch.tensor([x - (reference.mean if centre else 0.0) for x in batch["rewards"].double().tolist()],
-                                    dtype=torch.float64) / (1.0 + 1e-6)  # one sample so far: ROLL divides by zero, we use std 1
+            expected = torch.tensor(
+                [x - (reference.mean if centre else 0.0) for x in batch["rewards"].double().tolist()],
+                dtype=torch.float64,
+            ) / (1.0 + 1e-6)  # one sample so far: ROLL divides by zero, we use std 1
         got = row_scores(actor.compute_advantages(batch, meta))
         MAX_DIFF["reward"] = max(MAX_DIFF["reward"], float((got - expected).abs().max()))
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
@@ -131,8 +140,7 @@ def test_the_preset_equals_rolls_loop_step_after_step():
     preset = Path(__file__).resolve().parents[3] / "examples" / "presets" / "running_norm.yaml"
     actor, reference = PPOActor(load_config(preset).actor), sref.RollRunningMoments()
     for seed in range(30):
-        batch, meta = concat_batch(ref.make_peer_groups(seed, [4, 3, 4, 2], binary=seed % 2 == 0,
-                                                        trailing_env=False))
+        batch, meta = concat_batch(ref.make_peer_groups(seed, [4, 3, 4, 2], binary=seed % 2 == 0, trailing_env=False))
         expected = torch.tensor(reference.normalise(batch["rewards"].double().tolist()), dtype=torch.float64)
         got = row_scores(actor.compute_advantages(batch, meta))
         MAX_DIFF["reward"] = max(MAX_DIFF["reward"], float((got - expected).abs().max()))

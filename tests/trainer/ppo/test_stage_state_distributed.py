@@ -35,8 +35,16 @@ MAX_ABS_DIFF: dict[str, float] = {}
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("stage_state")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER),
-           str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(WORKER),
+        str(out),
+    ]
     [(code, stdout, stderr)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{(stdout + stderr)[-4000:]}"
     return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]

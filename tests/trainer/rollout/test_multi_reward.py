@@ -24,18 +24,30 @@ from areal.api.cli_args import load_config
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.run.loop import Trainer
 from areal.trainer.run.metrics import read_metrics
+
 ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT / "tests" / "trainer" / "ppo") not in sys.path:  # the plain-loop references
     sys.path.insert(0, str(ROOT / "tests" / "trainer" / "ppo"))
 from estimators_reference import gdpo_verl  # noqa: E402
 
 PRESETS = ROOT / "examples" / "presets"
-TINY = ["rollout.batch_size=3", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "actor.max_new_tokens=4", "eval.every=null"]
+TINY = [
+    "rollout.batch_size=3",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "actor.max_new_tokens=4",
+    "eval.every=null",
+]
 # Two reward functions on top of the arithmetic task's own score: three named components.
-TWO_FUNCTIONS = ("reward=[{implementation: plugins.graded_rewards.char_length, weight: 0.5},"
-                 " {implementation: plugins.graded_rewards.digit_share, weight: 2.0}]")
+TWO_FUNCTIONS = (
+    "reward=[{implementation: plugins.graded_rewards.char_length, weight: 0.5},"
+    " {implementation: plugins.graded_rewards.digit_share, weight: 2.0}]"
+)
 
 
 def _recording_trainer(cfg) -> tuple[Trainer, dict]:
@@ -106,10 +118,24 @@ def test_gdpo_preset_with_two_reward_functions_trains_and_equals_verls_definitio
 
 
 def test_gdpo_with_two_reward_functions_on_two_ranks(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-           "areal.trainer.main", "--config", str(PRESETS / "gdpo.yaml"), *TINY, "rollout.batch_size=4",
-           "train.steps=2", "train.dist_timeout_s=60", "train.debug_param_checksum=true", TWO_FUNCTIONS,
-           f"output.dir={tmp_path}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "areal.trainer.main",
+        "--config",
+        str(PRESETS / "gdpo.yaml"),
+        *TINY,
+        "rollout.batch_size=4",
+        "train.steps=2",
+        "train.dist_timeout_s=60",
+        "train.debug_param_checksum=true",
+        TWO_FUNCTIONS,
+        f"output.dir={tmp_path}",
+    ]
     [(code, out, err)] = run_bounded([cmd], [clean_env()], 150)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     rows = read_metrics(tmp_path / "preset_gdpo" / "trial0" / "metrics.jsonl")

@@ -18,8 +18,14 @@ ROWS = [{"prompt": f"{a} + {b} =", "answer": str(a + b), "id": 10 * a + b} for a
 
 def _write_all_formats(folder: Path) -> dict[str, Path]:
     ds = datasets.Dataset.from_list(ROWS)
-    paths = {"jsonl": folder / "p.jsonl", "json": folder / "p.json", "parquet": folder / "p.parquet",
-             "csv": folder / "p.csv", "disk": folder / "saved", "dict": folder / "saved_dict"}
+    paths = {
+        "jsonl": folder / "p.jsonl",
+        "json": folder / "p.json",
+        "parquet": folder / "p.parquet",
+        "csv": folder / "p.csv",
+        "disk": folder / "saved",
+        "dict": folder / "saved_dict",
+    }
     paths["jsonl"].write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     paths["json"].write_text(json.dumps(ROWS))
     ds.to_parquet(str(paths["parquet"]))
@@ -82,10 +88,20 @@ def test_epochs_are_seeded_permutations_and_the_state_resumes(files: dict[str, P
 
 
 def _dataset_overrides(tmp_path: Path, train: Path, *extra: str) -> list[str]:
-    return ["task.implementation=dataset", f"data.train={train}", "actor.max_new_tokens=3",
-            "reward=[{implementation: examples.custom_task.rewards.exact_answer}]", "rollout.batch_size=4",
-            "rollout.n_samples=2", "model.hidden_size=32", "model.num_heads=2", "output.progress_bar=false",
-            "output.plot=false", f"output.dir={tmp_path}", *extra]
+    return [
+        "task.implementation=dataset",
+        f"data.train={train}",
+        "actor.max_new_tokens=3",
+        "reward=[{implementation: examples.custom_task.rewards.exact_answer}]",
+        "rollout.batch_size=4",
+        "rollout.n_samples=2",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "output.progress_bar=false",
+        "output.plot=false",
+        f"output.dir={tmp_path}",
+        *extra,
+    ]
 
 
 def test_training_on_a_dataset_draws_its_rows_and_passes_columns(tmp_path: Path, files: dict[str, Path]) -> None:

@@ -14,15 +14,14 @@ from areal.trainer.rollout.tasks import make_task
 from areal.trainer.run.loop import Trainer
 from areal.trainer.run.metrics import read_metrics
 
-
 RG = {"dataset": "basic_arithmetic", "size": 50, "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 
 
 def test_prompt_and_scoring_follow_reasoning_gym() -> None:
     task = make_task(TaskConfig(implementation="reasoning_gym", kwargs=RG), seed=3)
-    ref = reasoning_gym.create_dataset("basic_arithmetic", seed=3, size=50, min_terms=2, max_terms=2,
-                                       min_digits=1, max_digits=1)
-
+    ref = reasoning_gym.create_dataset(
+        "basic_arithmetic", seed=3, size=50, min_terms=2, max_terms=2, min_digits=1, max_digits=1
+    )
 
     row = task.sample(random.Random(0), "train")
     entry = ref[row["index"]]
@@ -47,12 +46,28 @@ def test_unknown_dataset_and_bad_options_name_the_field() -> None:
 
 def test_reasoning_gym_task_trains_three_steps_with_eval(tmp_path: Path) -> None:
     kwargs = ", ".join(f"{k}: {v}" for k, v in RG.items())
-    cfg = load_config(None, [
-        "task.implementation=reasoning_gym", f"task.kwargs={{{kwargs}}}", "task.kwargs.chat=false",
-        "task.kwargs.system_prompt=null", "task.kwargs.answer_tag=null", "actor.max_new_tokens=4",
-        "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.max_position_embeddings=256", "train.steps=3", "eval.every=2", "eval.n_prompts=4",
-        "output.progress_bar=false", "output.plot=false", f"output.dir={tmp_path}"])
+    cfg = load_config(
+        None,
+        [
+            "task.implementation=reasoning_gym",
+            f"task.kwargs={{{kwargs}}}",
+            "task.kwargs.chat=false",
+            "task.kwargs.system_prompt=null",
+            "task.kwargs.answer_tag=null",
+            "actor.max_new_tokens=4",
+            "rollout.batch_size=2",
+            "rollout.n_samples=4",
+            "model.hidden_size=32",
+            "model.num_heads=2",
+            "model.max_position_embeddings=256",
+            "train.steps=3",
+            "eval.every=2",
+            "eval.n_prompts=4",
+            "output.progress_bar=false",
+            "output.plot=false",
+            f"output.dir={tmp_path}",
+        ],
+    )
     trainer = Trainer(cfg)
     result = trainer.run()
     assert result.steps_done == 3

@@ -14,12 +14,18 @@ from typing import Any
 
 import pytest
 import torch
+from runtime_helpers import make_runtime
 
 from areal.trainer.rollout.episodes import EpisodeRecord, export_episodes
-from areal.trainer.rollout.reward_functions import FLOAT32_MAX, RewardFunction, RewardFunctionError, RewardSet, check_values
+from areal.trainer.rollout.reward_functions import (
+    FLOAT32_MAX,
+    RewardFunction,
+    RewardFunctionError,
+    RewardSet,
+    check_values,
+)
 from areal.trainer.rollout.tasks.base import StepResult
 from areal.trainer.rollout.tasks.runtime import Episode, TaskError
-from runtime_helpers import make_runtime
 
 PROMPTS = ["1 + 1 =", "2 + 2 =", "3 + 3 ="]
 ROWS = [{"a": 1, "answer": "2"}, {"a": 2, "answer": "4"}, {"a": 3, "answer": "6"}]
@@ -28,6 +34,7 @@ ROWS = [{"a": 1, "answer": "2"}, {"a": 2, "answer": "4"}, {"a": 3, "answer": "6"
 def constant(*values: float):
     def fn(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
         return list(values)
+
     return fn
 
 
@@ -44,7 +51,9 @@ def score(reward_set: RewardSet, task_scores: list[float] | None = None):
 @pytest.mark.parametrize("value", [1e39, -3.5e38, 1e300])
 def test_a_reward_function_value_beyond_float32_names_the_function_and_row(value: float) -> None:
     reward_set = RewardSet([function("huge", constant(0.0, value, 1.0))], None)
-    with pytest.raises(RewardFunctionError, match=r"reward\[0\] \(huge\) .*row 1 \(prompt '2 \+ 2 =', completion '4'\).*float32 range"):
+    with pytest.raises(
+        RewardFunctionError, match=r"reward\[0\] \(huge\) .*row 1 \(prompt '2 \+ 2 =', completion '4'\).*float32 range"
+    ):
         score(reward_set)
 
 
@@ -54,14 +63,19 @@ def test_the_largest_float32_value_is_accepted_and_stays_finite_in_the_batch() -
     assert torch.isfinite(out.total.to(torch.float32)).all()
 
 
-@pytest.mark.parametrize("values,weights,needle", [
-    ((3e38, 3e38), (1.0, 1.0), "a=3e+38 x 1.0, b=3e+38 x 1.0"),  # each fits, the sum does not
-    ((1e30, 0.0), (1e10, 1.0), "a=1e+30 x 10000000000.0"),       # a weight lifts a fitting value past the range
-    ((3e38, 0.0), (1e300, 1.0), "is inf"),                        # float64 itself overflows
-])
+@pytest.mark.parametrize(
+    "values,weights,needle",
+    [
+        ((3e38, 3e38), (1.0, 1.0), "a=3e+38 x 1.0, b=3e+38 x 1.0"),  # each fits, the sum does not
+        ((1e30, 0.0), (1e10, 1.0), "a=1e+30 x 10000000000.0"),  # a weight lifts a fitting value past the range
+        ((3e38, 0.0), (1e300, 1.0), "is inf"),  # float64 itself overflows
+    ],
+)
 def test_a_weighted_sum_beyond_float32_names_every_component(values, weights, needle) -> None:
     fns = [function(name, constant(v, 0.0, 0.0), w) for name, v, w in zip("ab", values, weights)]
-    with pytest.raises(RewardFunctionError, match=r"reward: row 0 \(prompt '1 \+ 1 =', completion '2'\): the weighted sum") as info:
+    with pytest.raises(
+        RewardFunctionError, match=r"reward: row 0 \(prompt '1 \+ 1 =', completion '2'\): the weighted sum"
+    ) as info:
         score(RewardSet(fns, None))
     assert needle in str(info.value)
 
@@ -102,12 +116,20 @@ def guess_runtime():
     return runtime
 
 
-@pytest.mark.parametrize("result,needle", [
-    (StepResult(reward=1e39, done=True), "returned reward 1e+39, expected a finite number within the float32 range"),
-    (StepResult(reward=1.0, done=True, process_score=-1e39),
-     "returned process_score -1e+39, expected null or a finite number within the float32 range"),
-    (StepResult(reward=1.0, done=True, process_score=float("inf")), "returned process_score inf"),
-])
+@pytest.mark.parametrize(
+    "result,needle",
+    [
+        (
+            StepResult(reward=1e39, done=True),
+            "returned reward 1e+39, expected a finite number within the float32 range",
+        ),
+        (
+            StepResult(reward=1.0, done=True, process_score=-1e39),
+            "returned process_score -1e+39, expected null or a finite number within the float32 range",
+        ),
+        (StepResult(reward=1.0, done=True, process_score=float("inf")), "returned process_score inf"),
+    ],
+)
 def test_a_step_result_beyond_float32_names_the_task_method(guess_runtime, result: StepResult, needle: str) -> None:
     episode = Episode(_Env(result), {"hidden": 1}, 0, "guess", [1])
     with pytest.raises(TaskError, match=r"environment\.step\(action\), row 0") as info:

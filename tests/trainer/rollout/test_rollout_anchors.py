@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from runtime_helpers import make_runtime, run
 
 from areal.api.cli_args import load_config
 from areal.trainer.rollout.episodes import export_episodes, export_turn_rows
@@ -25,7 +26,6 @@ from areal.trainer.rollout.stage_fields import anchor_key
 from areal.trainer.rollout.tasks.guess import GuessEnvironment
 from areal.trainer.rollout.tasks.runtime import TaskError
 from areal.trainer.run.loop import Trainer
-from runtime_helpers import make_runtime, run
 
 ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT / "tests" / "trainer" / "ppo") not in sys.path:  # the plain-loop references
@@ -36,7 +36,7 @@ GUESS = {"num_range": 8, "max_turns": 4, "max_turn_tokens": 2}
 
 
 def _turn_anchor(rec, span: tuple[int, int]) -> int:
-    values = set(rec.anchor_ids[span[0]:span[1]])
+    values = set(rec.anchor_ids[span[0] : span[1]])
     assert len(values) == 1, "one key per turn"
     return values.pop()
 
@@ -52,9 +52,9 @@ def test_guess_anchors_are_the_environment_state_before_each_turn() -> None:
         on_turns = [0] * len(rec.tokens)
         for k, (span, text) in enumerate(zip(rec.turn_spans, rec.turn_texts)):
             key = _turn_anchor(rec, span)
-            assert key == anchor_key(env, rec.tokens[:span[0]])
+            assert key == anchor_key(env, rec.tokens[: span[0]])
             assert states.setdefault(key, env.state_key()) == env.state_key()  # no two states share a key
-            on_turns[span[0]:span[1]] = [key] * (span[1] - span[0])
+            on_turns[span[0] : span[1]] = [key] * (span[1] - span[0])
             if k == 0:
                 first.add(key)
             env.step(text)
@@ -69,9 +69,9 @@ def test_without_state_key_the_turn_context_is_the_anchor() -> None:
     per_group = []
     for records in groups:
         keys = {_turn_anchor(rec, rec.turn_spans[0]) for rec in records}
-        assert keys == {anchor_key(object(), records[0].tokens[:records[0].turn_spans[0][0]])}
+        assert keys == {anchor_key(object(), records[0].tokens[: records[0].turn_spans[0][0]])}
         per_group.append(keys.pop())
-    prompts = [tuple(g[0].tokens[:g[0].turn_spans[0][0]]) for g in groups]
+    prompts = [tuple(g[0].tokens[: g[0].turn_spans[0][0]]) for g in groups]
     assert len(set(per_group)) == len(set(prompts))
 
 
@@ -102,16 +102,34 @@ def test_split_rows_and_episode_rows_carry_the_same_anchors() -> None:
 
 
 def test_gigpo_guess_step_equals_the_plain_loop_reference(tmp_path) -> None:
-    cfg = load_config(ROOT / "examples" / "guess_gigpo.yaml",
-                      ["rollout.batch_size=3", "rollout.n_samples=6", "model.hidden_size=32", "model.num_heads=2",
-                       "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false",
-                       "train.num_threads=1", f"output.dir={tmp_path}"])
+    cfg = load_config(
+        ROOT / "examples" / "guess_gigpo.yaml",
+        [
+            "rollout.batch_size=3",
+            "rollout.n_samples=6",
+            "model.hidden_size=32",
+            "model.num_heads=2",
+            "model.intermediate_size=64",
+            "output.progress_bar=false",
+            "output.plot=false",
+            "train.num_threads=1",
+            f"output.dir={tmp_path}",
+        ],
+    )
     trainer = Trainer(cfg)
     out = trainer.step(0)
     n = cfg.rollout.n_samples
-    groups = [out.records[i:i + n] for i in range(0, len(out.records), n)]
-    episodes = [[{"rewards": [0.0] * (len(r.turn_spans) - 1) + [r.reward],
-                  "anchors": [_turn_anchor(r, s) for s in r.turn_spans]} for r in g] for g in groups]
+    groups = [out.records[i : i + n] for i in range(0, len(out.records), n)]
+    episodes = [
+        [
+            {
+                "rewards": [0.0] * (len(r.turn_spans) - 1) + [r.reward],
+                "anchors": [_turn_anchor(r, s) for s in r.turn_spans],
+            }
+            for r in g
+        ]
+        for g in groups
+    ]
     n_steps = sum(len(ep["anchors"]) for g in episodes for ep in g)
     n_states = len({(i, a) for i, g in enumerate(episodes) for ep in g for a in ep["anchors"]})
     assert n_states < n_steps  # states recur inside groups: the step-level advantage is not trivially 0
@@ -120,5 +138,5 @@ def test_gigpo_guess_step_equals_the_plain_loop_reference(tmp_path) -> None:
     flat = [t for g in want_turns for ep in g for t in [ep]]
     for b, (rec, turns) in enumerate(zip(out.records, flat)):
         for (start, end), value in zip(rec.turn_spans, turns):
-            want[b, start - 1:end - 1] = value  # aligned: the logits at t predict token t + 1
+            want[b, start - 1 : end - 1] = value  # aligned: the logits at t predict token t + 1
     torch.testing.assert_close(out.data["advantages"].double(), want, rtol=1e-5, atol=1e-5)

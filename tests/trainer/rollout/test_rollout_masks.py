@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from runtime_helpers import make_runtime, run, sample_rows
 
 from areal.trainer.lm.sampling import left_pad, sample_continuations
 from areal.trainer.parallel.engine import PolicyEngine
 from areal.trainer.rollout.episodes import export_episodes, export_turn_rows
 from areal.utils.data import RolloutGroup, concat_batch
-from runtime_helpers import make_runtime, run, sample_rows
 
 torch.set_num_threads(2)
 
@@ -23,8 +23,15 @@ def test_left_pad_positions_start_at_zero_per_row() -> None:
 
 def test_sampling_respects_per_row_limits_and_stop_tokens() -> None:
     task, model = make_runtime("guess", {"max_turn_tokens": 3})
-    outs = sample_continuations(model, [[2, 5], [2, 5, 6, 7], [2]], [3, 1, 2], task.stop_token_ids,
-                                temperature=1.0, pad_id=0, generator=torch.Generator().manual_seed(0))
+    outs = sample_continuations(
+        model,
+        [[2, 5], [2, 5, 6, 7], [2]],
+        [3, 1, 2],
+        task.stop_token_ids,
+        temperature=1.0,
+        pad_id=0,
+        generator=torch.Generator().manual_seed(0),
+    )
     for out, cap in zip(outs, [3, 1, 2]):
         assert 1 <= len(out.token_ids) <= cap and len(out.logprobs) == len(out.token_ids)
         stops = [t in task.stop_token_ids for t in out.token_ids]

@@ -32,9 +32,17 @@ from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 PRESETS = ROOT / "examples" / "presets"
-TINY = ["rollout.batch_size=3", "rollout.n_samples=3", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "actor.max_new_tokens=4"]
+TINY = [
+    "rollout.batch_size=3",
+    "rollout.n_samples=3",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "actor.max_new_tokens=4",
+]
 
 
 @dataclass(frozen=True)
@@ -47,12 +55,15 @@ def test_prompt_keys_are_stable_and_distinguish_prompts():
     keys = {prompt_key(Problem(a, b)) for a in range(5) for b in range(5)}
     assert len(keys) == 25
     assert prompt_key({"question": "1+1", "answer": 2}) == prompt_key({"answer": 2, "question": "1+1"})
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from areal.trainer.rollout.stage_fields import prompt_key;"
-            "print(prompt_key({'question': 'x', 'n': [1, 2]}))")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from areal.trainer.rollout.stage_fields import prompt_key;"
+        "print(prompt_key({'question': 'x', 'n': [1, 2]}))"
+    )
     other = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, check=True)
     assert int(other.stdout) == prompt_key({"question": "x", "n": [1, 2]})  # not Python's salted hash
-    groups = add_prompt_keys([{"input_ids": torch.zeros(3, 4)}, {"input_ids": torch.zeros(2, 4)}],
-                             [Problem(1, 2), Problem(2, 1)])
+    groups = add_prompt_keys(
+        [{"input_ids": torch.zeros(3, 4)}, {"input_ids": torch.zeros(2, 4)}], [Problem(1, 2), Problem(2, 1)]
+    )
     assert groups[0]["prompt_keys"].tolist() == [prompt_key(Problem(1, 2))] * 3
     assert groups[1]["prompt_keys"].dtype == torch.long and groups[1]["prompt_keys"].shape == (2,)
 

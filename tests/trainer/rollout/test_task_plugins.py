@@ -18,8 +18,15 @@ from areal.utils.dynamic_import import PluginResolutionError
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "custom_task"
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+]
 BAD = "plugins.bad_plugins"  # tests/trainer is on sys.path (tests/trainer/conftest.py)
 
 
@@ -28,9 +35,13 @@ def _trainer(tmp_path: Path, config: Path | None, *extra: str) -> Trainer:
 
 
 def test_single_turn_task_plugin_with_reward_plugin_trains_three_steps(tmp_path: Path) -> None:
-    trainer = _trainer(tmp_path, EXAMPLES / "single_turn.yaml", "train.steps=3", "eval.every=null",
-                       "reward=[{implementation: examples.custom_task.rewards.brevity, weight: 0.5, "
-                       "kwargs: {max_chars: 1}}]")
+    trainer = _trainer(
+        tmp_path,
+        EXAMPLES / "single_turn.yaml",
+        "train.steps=3",
+        "eval.every=null",
+        "reward=[{implementation: examples.custom_task.rewards.brevity, weight: 0.5, kwargs: {max_chars: 1}}]",
+    )
     result = trainer.run()
     rows = read_metrics(result.metrics_path)
     assert [r["step"] for r in rows] == [0, 1, 2]
@@ -49,8 +60,9 @@ def test_single_turn_task_plugin_with_reward_plugin_trains_three_steps(tmp_path:
 
 
 def test_multi_turn_environment_plugin_trains_three_steps(tmp_path: Path) -> None:
-    trainer = _trainer(tmp_path, EXAMPLES / "multi_turn.yaml", "train.steps=3", "eval.every=null",
-                       "rollout.prm.enabled=true")
+    trainer = _trainer(
+        tmp_path, EXAMPLES / "multi_turn.yaml", "train.steps=3", "eval.every=null", "rollout.prm.enabled=true"
+    )
     trainer.run()
     out = trainer.step(3)
     assert max(len(r.turn_spans) for r in out.records) >= 2
@@ -63,13 +75,16 @@ def test_multi_turn_environment_plugin_trains_three_steps(tmp_path: Path) -> Non
     assert "token_rewards" in out.batch
 
 
-@pytest.mark.parametrize("path,message", [
-    ("examples.custom_task.tasks.no_such_factory", r"task\.implementation: cannot use .*has no attribute"),
-    ("no_such_package.tasks.make", r"task\.implementation: cannot use 'no_such_package\.tasks\.make'"),
-    (f"{BAD}.NOT_CALLABLE", r"task\.implementation: .*not callable"),
-    (f"{BAD}.make_task_raises", r"task\.implementation: .*make_task_raises.*raised RuntimeError: factory failed"),
-    (f"{BAD}.make_multi_turn_without_environment", r"is multi_turn but has no environment"),
-])
+@pytest.mark.parametrize(
+    "path,message",
+    [
+        ("examples.custom_task.tasks.no_such_factory", r"task\.implementation: cannot use .*has no attribute"),
+        ("no_such_package.tasks.make", r"task\.implementation: cannot use 'no_such_package\.tasks\.make'"),
+        (f"{BAD}.NOT_CALLABLE", r"task\.implementation: .*not callable"),
+        (f"{BAD}.make_task_raises", r"task\.implementation: .*make_task_raises.*raised RuntimeError: factory failed"),
+        (f"{BAD}.make_multi_turn_without_environment", r"is multi_turn but has no environment"),
+    ],
+)
 def test_bad_task_plugins_fail_at_start_up_naming_the_path(tmp_path: Path, path: str, message: str) -> None:
     with pytest.raises((PluginResolutionError, TypeError), match=message):
         _trainer(tmp_path, None, f"task.implementation={path}")
@@ -87,11 +102,14 @@ def test_task_plugin_path_is_only_shape_checked_at_load_time() -> None:
         load_config(None, ["task.implementation=chess"])
 
 
-@pytest.mark.parametrize("factory,message", [
-    ("make_nan_score_task", r"task '.*make_nan_score_task' score\(row, completion\), row 0 .*finite number"),
-    ("make_bad_step_task", r"environment\.step\(action\), row 0 .*expected a StepResult"),
-    ("make_int_prompt_task", r"prompt\(row\), row 0 .*expected a string or a list"),
-])
+@pytest.mark.parametrize(
+    "factory,message",
+    [
+        ("make_nan_score_task", r"task '.*make_nan_score_task' score\(row, completion\), row 0 .*finite number"),
+        ("make_bad_step_task", r"environment\.step\(action\), row 0 .*expected a StepResult"),
+        ("make_int_prompt_task", r"prompt\(row\), row 0 .*expected a string or a list"),
+    ],
+)
 def test_bad_task_results_name_the_task_method_and_row(tmp_path: Path, factory: str, message: str) -> None:
     """At the first step, or (a prompt, encoded by the context check before launch) at start-up."""
     with pytest.raises(TaskError, match=message):
@@ -104,11 +122,14 @@ def test_task_without_generator_needs_data(tmp_path: Path) -> None:
         _trainer(tmp_path, None, f"task.implementation={BAD}.make_no_prompt_source")
 
 
-@pytest.mark.parametrize("reward,message", [
-    ("no_such_module.fn", r"reward\[0\] \(fn\): cannot use 'no_such_module\.fn'"),
-    (f"{BAD}.reward_without_prompts", r"reward\[0\] \(reward_without_prompts\): .*prompts"),
-    (f"{BAD}.NOT_CALLABLE", r"reward\[0\] \(NOT_CALLABLE\): .*not callable"),
-])
+@pytest.mark.parametrize(
+    "reward,message",
+    [
+        ("no_such_module.fn", r"reward\[0\] \(fn\): cannot use 'no_such_module\.fn'"),
+        (f"{BAD}.reward_without_prompts", r"reward\[0\] \(reward_without_prompts\): .*prompts"),
+        (f"{BAD}.NOT_CALLABLE", r"reward\[0\] \(NOT_CALLABLE\): .*not callable"),
+    ],
+)
 def test_bad_reward_plugins_fail_at_start_up(tmp_path: Path, reward: str, message: str) -> None:
     with pytest.raises(PluginResolutionError, match=message):
         _trainer(tmp_path, None, f"reward=[{{implementation: {reward}}}]")
@@ -117,18 +138,22 @@ def test_bad_reward_plugins_fail_at_start_up(tmp_path: Path, reward: str, messag
 def test_reward_kwargs_are_checked_against_the_signature(tmp_path: Path) -> None:
     with pytest.raises(PluginResolutionError, match=r"reward\[0\] \(reward_with_scale\).*kwargs \['factor'\]"):
         _trainer(tmp_path, None, f"reward=[{{implementation: {BAD}.reward_with_scale, kwargs: {{factor: 2}}}}]")
-    trainer = _trainer(tmp_path, None,
-                       f"reward=[{{implementation: {BAD}.reward_with_scale, kwargs: {{scale: 2.5}}, weight: 2}}]")
+    trainer = _trainer(
+        tmp_path, None, f"reward=[{{implementation: {BAD}.reward_with_scale, kwargs: {{scale: 2.5}}, weight: 2}}]"
+    )
     out = trainer.step(0)
     assert all(r.rewards["reward_with_scale"] == 2.5 for r in out.records)
     assert all(r.reward == pytest.approx(r.rewards["arith"] + 5.0) for r in out.records)
 
 
-@pytest.mark.parametrize("reward,message", [
-    ("reward_wrong_length", r"reward\[0\] \(reward_wrong_length\) .*returned 7 values for 8 completions"),
-    ("reward_nan_on_row_two", r"reward\[0\] \(reward_nan_on_row_two\) .*row 2 \(prompt '.*'\): got nan"),
-    ("reward_raises", r"reward\[0\] \(reward_raises\) .*raised ZeroDivisionError: boom"),
-])
+@pytest.mark.parametrize(
+    "reward,message",
+    [
+        ("reward_wrong_length", r"reward\[0\] \(reward_wrong_length\) .*returned 7 values for 8 completions"),
+        ("reward_nan_on_row_two", r"reward\[0\] \(reward_nan_on_row_two\) .*row 2 \(prompt '.*'\): got nan"),
+        ("reward_raises", r"reward\[0\] \(reward_raises\) .*raised ZeroDivisionError: boom"),
+    ],
+)
 def test_misbehaving_reward_functions_name_the_function_and_row(tmp_path: Path, reward: str, message: str) -> None:
     trainer = _trainer(tmp_path, None, f"reward=[{{implementation: {BAD}.{reward}}}]")
     with pytest.raises(RewardFunctionError, match=message):
@@ -150,8 +175,9 @@ def test_reward_names_must_be_unique() -> None:
 
 
 def test_samples_jsonl_rows_every_step(tmp_path: Path) -> None:
-    trainer = _trainer(tmp_path, EXAMPLES / "multi_turn.yaml", "train.steps=2", "eval.every=null",
-                       "eval.samples_per_step=3")
+    trainer = _trainer(
+        tmp_path, EXAMPLES / "multi_turn.yaml", "train.steps=2", "eval.every=null", "eval.samples_per_step=3"
+    )
     trainer.run()
     rows = [json.loads(line) for line in (trainer.run_dir / "samples.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 0, 0, 1, 1, 1]

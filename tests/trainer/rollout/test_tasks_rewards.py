@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from runtime_helpers import make_runtime
 
 from areal.api.config_checks import ConfigError
 from areal.api.task_specs import build_task_spec
@@ -12,7 +13,6 @@ from areal.api.train_args import TaskConfig
 from areal.trainer.rollout.tasks import make_task
 from areal.trainer.rollout.tasks.arith import arith_answer, arith_reward
 from areal.trainer.rollout.tasks.guess import feedback_word, is_consistent, parse_guess
-from runtime_helpers import make_runtime
 
 
 def task(name: str, **kwargs):
@@ -20,6 +20,7 @@ def task(name: str, **kwargs):
 
 
 # -- arith ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("a,b,op,expected", [(3, 4, "add", 7), (2, 9, "sub_abs", 7), (7, 8, "mod10", 5)])
 def test_arith_answer(a: int, b: int, op: str, expected: int) -> None:
@@ -73,6 +74,7 @@ def test_arith_problems_are_seeded_and_in_range() -> None:
 
 # -- guess ------------------------------------------------------------------------------------
 
+
 def test_guess_parsing_and_feedback() -> None:
     assert parse_guess("3", 8) == 3
     assert parse_guess("3 5", 8) == 3  # the first word is the guess
@@ -122,6 +124,7 @@ def test_guess_end_of_turn_word_is_a_stop_token_and_skipped_in_text() -> None:
 
 
 # -- specs ------------------------------------------------------------------------------------
+
 
 def test_unknown_task_name_names_the_field() -> None:
     with pytest.raises(ConfigError, match=r"task\.implementation: got 'chess'"):

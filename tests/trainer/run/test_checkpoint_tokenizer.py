@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from checkpoint_factory import build_checkpoint
 
 from areal.api.cli_args import load_config
 from areal.api.config_checks import ConfigError
 from areal.trainer.lm.codec import ChatCodec
 from areal.trainer.run.loop import Trainer
-from checkpoint_factory import build_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "examples" / "custom_task" / "data"
@@ -24,17 +24,35 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
 
 
 def _overrides(tmp_path: Path, ckpt: Path, *extra: str) -> list[str]:
-    return ["task.implementation=dataset", f"data.train={DATA / 'train.jsonl'}", f"model.path={ckpt}",
-            "reward=[{implementation: examples.custom_task.rewards.exact_answer}]", "rollout.batch_size=2",
-            "rollout.n_samples=4", "actor.max_new_tokens=6", "output.progress_bar=false", "output.plot=false",
-            f"output.dir={tmp_path}", *extra]
+    return [
+        "task.implementation=dataset",
+        f"data.train={DATA / 'train.jsonl'}",
+        f"model.path={ckpt}",
+        "reward=[{implementation: examples.custom_task.rewards.exact_answer}]",
+        "rollout.batch_size=2",
+        "rollout.n_samples=4",
+        "actor.max_new_tokens=6",
+        "output.progress_bar=false",
+        "output.plot=false",
+        f"output.dir={tmp_path}",
+        *extra,
+    ]
 
 
 def test_checkpoint_trains_three_steps_with_its_own_tokenizer_and_chat_template(tmp_path: Path, checkpoint) -> None:
     ckpt, tok = checkpoint
-    trainer = Trainer(load_config(None, _overrides(tmp_path, ckpt, "task.kwargs.chat=true",
-                                                   "task.kwargs.system_prompt=answer with a number",
-                                                   "train.steps=3")))
+    trainer = Trainer(
+        load_config(
+            None,
+            _overrides(
+                tmp_path,
+                ckpt,
+                "task.kwargs.chat=true",
+                "task.kwargs.system_prompt=answer with a number",
+                "train.steps=3",
+            ),
+        )
+    )
     assert len(trainer.tokenizer) == len(tok) and trainer.tokenizer.get_vocab() == tok.get_vocab()
     result = trainer.run()
     assert result.steps_done == 3
@@ -57,7 +75,7 @@ def test_plain_text_prompts_use_the_tokenizers_special_tokens(tmp_path: Path, ch
     trainer = Trainer(load_config(None, _overrides(tmp_path, ckpt)))
     rec = trainer.step(0).records[0]
     assert isinstance(rec.prompt, str)
-    assert rec.tokens[:rec.turn_spans[0][0]] == tok.encode(rec.prompt, add_special_tokens=True)
+    assert rec.tokens[: rec.turn_spans[0][0]] == tok.encode(rec.prompt, add_special_tokens=True)
     assert tok.eos_token_id in trainer.task.stop_token_ids
 
 
@@ -90,13 +108,25 @@ def test_checkpoint_without_tokenizer_is_an_error(tmp_path: Path) -> None:
 
 
 def test_chat_prompts_on_the_random_init_model_use_the_byte_tokenizers_chatml(tmp_path: Path) -> None:
-    cfg = load_config(None, ["task.implementation=dataset", f"data.train={DATA / 'train.jsonl'}",
-                             "task.kwargs.chat=true", "reward=[{implementation: examples.custom_task.rewards.exact_answer}]",
-                             "model.hidden_size=32", "model.num_heads=2", "rollout.batch_size=2", "rollout.n_samples=2",
-                             "actor.max_new_tokens=4", f"output.dir={tmp_path}", "output.progress_bar=false"])
+    cfg = load_config(
+        None,
+        [
+            "task.implementation=dataset",
+            f"data.train={DATA / 'train.jsonl'}",
+            "task.kwargs.chat=true",
+            "reward=[{implementation: examples.custom_task.rewards.exact_answer}]",
+            "model.hidden_size=32",
+            "model.num_heads=2",
+            "rollout.batch_size=2",
+            "rollout.n_samples=2",
+            "actor.max_new_tokens=4",
+            f"output.dir={tmp_path}",
+            "output.progress_bar=false",
+        ],
+    )
     trainer = Trainer(cfg)  # random init, no vocabulary: the byte-level tokenizer with its ChatML template
     rec = trainer.step(0).records[0]
-    assert trainer.tokenizer.decode(rec.tokens[:rec.turn_spans[0][0]]).startswith("<|im_start|>user\n")
+    assert trainer.tokenizer.decode(rec.tokens[: rec.turn_spans[0][0]]).startswith("<|im_start|>user\n")
     assert trainer.tokenizer.convert_tokens_to_ids("<|im_end|>") in trainer.task.stop_token_ids  # ends a turn
 
 

@@ -17,18 +17,43 @@ from areal.api.cli_args import load_config  # noqa: E402
 from areal.trainer.run.loop import Trainer  # noqa: E402
 
 CONFIG = ROOT / "examples" / "custom_task" / "single_turn.yaml"
-TINY = ["train.steps=2", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "train.dist_timeout_s=60", "eval.every=1", "eval.n_prompts=7",
-        "reward=[{implementation: examples.custom_task.rewards.brevity, weight: 0.5}]"]
+TINY = [
+    "train.steps=2",
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "train.dist_timeout_s=60",
+    "eval.every=1",
+    "eval.n_prompts=7",
+    "reward=[{implementation: examples.custom_task.rewards.brevity, weight: 0.5}]",
+]
 
 
 def test_eval_and_reward_components_on_two_ranks_equal_one_process(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-           "areal.trainer.main", "--config", str(CONFIG), *TINY, f"output.dir={tmp_path / 'dp'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "areal.trainer.main",
+        "--config",
+        str(CONFIG),
+        *TINY,
+        f"output.dir={tmp_path / 'dp'}",
+    ]
     [(code, out, err)] = run_bounded([cmd], [clean_env()], 150)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
-    rows = [json.loads(line) for line in (tmp_path / "dp" / "custom_max" / "trial0" / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (tmp_path / "dp" / "custom_max" / "trial0" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [r["eval/updates"] for r in rows] == [0.0, 2.0]
     assert all("reward/brevity" in r and "reward/make_max_task" in r for r in rows)
     single = Trainer(load_config(CONFIG, [*TINY, f"output.dir={tmp_path / 'one'}"]))
@@ -42,8 +67,16 @@ def test_eval_and_reward_components_on_two_ranks_equal_one_process(tmp_path: Pat
 
 
 def test_task_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "areal.trainer.main", "--config", str(CONFIG), *TINY, f"output.dir={tmp_path}",
-           "task.implementation=plugins.rank_task.make_max_task"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal.trainer.main",
+        "--config",
+        str(CONFIG),
+        *TINY,
+        f"output.dir={tmp_path}",
+        "task.implementation=plugins.rank_task.make_max_task",
+    ]
     results = run_bounded([cmd, cmd], rank_envs(2), timeout=120)
     for rank, (code, out, err) in enumerate(results):
         assert code == 1, f"rank {rank} exited {code}:\n{out}\n{err}"

@@ -18,8 +18,16 @@ from areal.trainer.rollout.reward_functions import RewardFunction, RewardFunctio
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.steps=2"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.steps=2",
+]
 BAD = "plugins.bad_plugins"  # tests/trainer is on sys.path (tests/trainer/conftest.py)
 
 
@@ -39,10 +47,12 @@ def test_a_raising_reward_function_ends_with_one_line_naming_it_and_the_row(tmp_
     assert code == 1
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"error in step 0 > rollout: RewardFunctionError: reward[0] (reward_raises) "
-                           f"'{BAD}.reward_raises': raised ZeroDivisionError: boom (on 8 completions; columns "
-                           "passed: ['a', 'answer', 'b', 'completion_ids']); no single row reproduces it: every row "
-                           "also fails alone, e.g. row 0 (prompt '"), last
+    assert last.startswith(
+        f"error in step 0 > rollout: RewardFunctionError: reward[0] (reward_raises) "
+        f"'{BAD}.reward_raises': raised ZeroDivisionError: boom (on 8 completions; columns "
+        "passed: ['a', 'answer', 'b', 'completion_ids']); no single row reproduces it: every row "
+        "also fails alone, e.g. row 0 (prompt '"
+    ), last
     log = run_dir / "error.log"
     assert last.endswith(f"(traceback in {log}; AREAL_TRACEBACK=1 or --debug prints it)")
     text = log.read_text()
@@ -63,13 +73,20 @@ def test_the_traceback_is_printed_on_request_with_the_line_still_last(tmp_path, 
     assert last.endswith(f"(traceback in {run_dir / 'error.log'})")
 
 
-@pytest.mark.parametrize("override, start", [
-    (f"actor.advantage.outcome_reward_shaping.implementation={BAD}.outcome_raises",
-     "error in step 0 > advantages: StageContractError: advantage stage 'outcome_reward_shaping' "
-     f"({BAD}.outcome_raises): raised RuntimeError: stage boom"),
-    (f"task.name={BAD}.make_raising_score_task",
-     f"error in step 0 > rollout: TaskError: task '{BAD}.make_raising_score_task' score(row, completion), row 0 "),
-])
+@pytest.mark.parametrize(
+    "override, start",
+    [
+        (
+            f"actor.advantage.outcome_reward_shaping.implementation={BAD}.outcome_raises",
+            "error in step 0 > advantages: StageContractError: advantage stage 'outcome_reward_shaping' "
+            f"({BAD}.outcome_raises): raised RuntimeError: stage boom",
+        ),
+        (
+            f"task.name={BAD}.make_raising_score_task",
+            f"error in step 0 > rollout: TaskError: task '{BAD}.make_raising_score_task' score(row, completion), row 0 ",
+        ),
+    ],
+)
 def test_stage_and_task_errors_are_one_line_too(tmp_path, capsys, override, start) -> None:
     code, err, run_dir = _train(tmp_path, capsys, override)
     assert code == 1 and "Traceback" not in err, err
@@ -89,8 +106,9 @@ def test_an_error_of_ours_keeps_its_traceback_on_the_terminal(tmp_path, capsys, 
     code, err, run_dir = _train(tmp_path, capsys)
     assert code == 1
     assert "Traceback (most recent call last)" in err and "in broken" in err
-    assert err.strip().splitlines()[-1] == (f"error in step 0: RuntimeError: an internal bug (traceback in "
-                                            f"{run_dir / 'error.log'})")
+    assert err.strip().splitlines()[-1] == (
+        f"error in step 0: RuntimeError: an internal bug (traceback in {run_dir / 'error.log'})"
+    )
 
 
 def _function(fn) -> RewardFunction:
@@ -99,8 +117,13 @@ def _function(fn) -> RewardFunction:
 
 def _score(fn, completions: list[str]) -> None:
     prompts = [f"p{i}" for i in range(len(completions))]
-    call_reward_function(_function(fn), prompts, completions, {"answer": ["1"] * len(completions)},
-                         [[i] for i in range(len(completions))])
+    call_reward_function(
+        _function(fn),
+        prompts,
+        completions,
+        {"answer": ["1"] * len(completions)},
+        [[i] for i in range(len(completions))],
+    )
 
 
 def test_the_failing_rows_are_found_one_row_at_a_time() -> None:
@@ -113,9 +136,11 @@ def test_the_failing_rows_are_found_one_row_at_a_time() -> None:
 
     with pytest.raises(RewardFunctionError) as info:
         _score(fails_on_b, ["a", "a", "b", "a", "b"])
-    assert str(info.value) == ("reward[0] (fn) 'pkg.fn': raised KeyError: 'b' (on 5 completions; columns passed: "
-                               "['answer', 'completion_ids']); first failing row: 2 (prompt 'p2', completion 'b') "
-                               "(2 rows fail alone: [2, 4])")
+    assert str(info.value) == (
+        "reward[0] (fn) 'pkg.fn': raised KeyError: 'b' (on 5 completions; columns passed: "
+        "['answer', 'completion_ids']); first failing row: 2 (prompt 'p2', completion 'b') "
+        "(2 rows fail alone: [2, 4])"
+    )
     # the batch, each row alone, then the batch without the rows that failed alone (it scores: they are the cause)
     assert calls == [["a", "a", "b", "a", "b"], ["a"], ["a"], ["b"], ["a"], ["b"], ["a", "a", "a"]]
     assert isinstance(info.value.__cause__, KeyError)  # error.log shows the row's own traceback
@@ -127,9 +152,12 @@ def test_a_row_failing_differently_alone_and_a_batch_only_failure_say_so() -> No
             raise ValueError("needs one row")
         return [0.0]
 
-    with pytest.raises(RewardFunctionError, match=r"raised ValueError: needs one row \(on 3 completions; .*\); "
-                                                  r"no single row reproduces it: called again one row at a time, "
-                                                  r"every row scored$"):
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"raised ValueError: needs one row \(on 3 completions; .*\); "
+        r"no single row reproduces it: called again one row at a time, "
+        r"every row scored$",
+    ):
         _score(batch_only, ["a", "b", "c"])
 
     def differs(prompts, completions, **columns):
@@ -139,13 +167,17 @@ def test_a_row_failing_differently_alone_and_a_batch_only_failure_say_so() -> No
             raise TypeError("row a")
         return [0.0] * len(prompts)
 
-    with pytest.raises(RewardFunctionError, match=r"first failing row: 0 \(prompt 'p0', completion 'a'\): "
-                                                  r"TypeError: row a$"):
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"first failing row: 0 \(prompt 'p0', completion 'a'\): "
+        r"TypeError: row a$",
+    ):
         _score(differs, ["a", "b"])
 
 
 def test_a_failure_of_the_whole_batch_is_not_blamed_on_a_row() -> None:
     """A function reading the next row's answer fails on any batch, and on each row alone: no row is the cause."""
+
     def next_answer(prompts, completions, answer, **columns):
         return [float(c == answer[i + 1]) for i, c in enumerate(completions)]
 
@@ -153,8 +185,10 @@ def test_a_failure_of_the_whole_batch_is_not_blamed_on_a_row() -> None:
         _score(next_answer, ["0", "1", "2"])
     message = str(info.value)
     assert "first failing row" not in message
-    assert message.endswith("no single row reproduces it: every row also fails alone, e.g. row 0 (prompt 'p0', "
-                            "completion '0'): IndexError: list index out of range"), message
+    assert message.endswith(
+        "no single row reproduces it: every row also fails alone, e.g. row 0 (prompt 'p0', "
+        "completion '0'): IndexError: list index out of range"
+    ), message
 
     def every_other_row(prompts, completions, answer, **columns):  # fails when rows 0 and 1 meet, not alone
         if len(completions) > 1 and completions[0] == "0" and completions[1] == "1":
@@ -163,16 +197,23 @@ def test_a_failure_of_the_whole_batch_is_not_blamed_on_a_row() -> None:
             raise RuntimeError("row 2 alone")
         return [0.0] * len(completions)
 
-    with pytest.raises(RewardFunctionError, match=r"no single row reproduces it: rows \[2\] fail alone, and the "
-                                                  r"batch without them fails too, e.g. row 2 \(prompt 'p2', "
-                                                  r"completion '2'\): RuntimeError: row 2 alone$"):
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"no single row reproduces it: rows \[2\] fail alone, and the "
+        r"batch without them fails too, e.g. row 2 \(prompt 'p2', "
+        r"completion '2'\): RuntimeError: row 2 alone$",
+    ):
         _score(every_other_row, ["0", "1", "2"])
 
 
-@pytest.mark.parametrize("fn, needle", [
-    (lambda prompts, completions, **kw: [float("nan")] * len(completions), "got nan, expected a finite number"),
-    (lambda prompts, completions, **kw: ["1"] * len(completions), "got '1', expected a finite number"),
-], ids=["nan", "wrong-type"])
+@pytest.mark.parametrize(
+    "fn, needle",
+    [
+        (lambda prompts, completions, **kw: [float("nan")] * len(completions), "got nan, expected a finite number"),
+        (lambda prompts, completions, **kw: ["1"] * len(completions), "got '1', expected a finite number"),
+    ],
+    ids=["nan", "wrong-type"],
+)
 def test_every_per_row_reward_error_shows_the_completion(fn, needle) -> None:
     with pytest.raises(RewardFunctionError, match=rf"row 0 \(prompt 'p0', completion 'x'\): {needle}"):
         _score(fn, ["x", "y"])

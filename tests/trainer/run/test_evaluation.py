@@ -15,8 +15,15 @@ from areal.trainer.run.loop import Trainer
 from areal.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+]
 
 
 def test_schedule_before_every_nth_update_and_after_the_last() -> None:
@@ -28,8 +35,10 @@ def test_schedule_before_every_nth_update_and_after_the_last() -> None:
 
 
 def test_eval_metrics_are_greedy_accuracy_on_fixed_held_out_rows(tmp_path: Path) -> None:
-    cfg = load_config(ROOT / "examples" / "grpo_arith.yaml",
-                      [*TINY, "train.steps=3", "eval.every=2", "eval.n_prompts=12", f"output.dir={tmp_path}"])
+    cfg = load_config(
+        ROOT / "examples" / "grpo_arith.yaml",
+        [*TINY, "train.steps=3", "eval.every=2", "eval.n_prompts=12", f"output.dir={tmp_path}"],
+    )
     trainer = Trainer(cfg)
     rows = trainer.evaluator.rows
     assert rows == eval_rows_from_task(trainer.task.task, cfg.seed, 12)
@@ -63,8 +72,10 @@ def test_eval_metrics_are_greedy_accuracy_on_fixed_held_out_rows(tmp_path: Path)
 
 
 def test_eval_on_a_held_out_file_takes_its_first_rows(tmp_path: Path) -> None:
-    cfg = load_config(ROOT / "examples" / "custom_task" / "dataset.yaml",
-                      [*TINY, "train.steps=1", "eval.every=1", "eval.n_prompts=5", f"output.dir={tmp_path}"])
+    cfg = load_config(
+        ROOT / "examples" / "custom_task" / "dataset.yaml",
+        [*TINY, "train.steps=1", "eval.every=1", "eval.n_prompts=5", f"output.dir={tmp_path}"],
+    )
     trainer = Trainer(cfg)
     lines = (ROOT / "examples" / "custom_task" / "data" / "eval.jsonl").read_text().splitlines()[:5]
     assert trainer.evaluator.rows == [json.loads(line) for line in lines]

@@ -12,9 +12,19 @@ from areal.trainer.run.loop import Trainer
 ROOT = Path(__file__).resolve().parents[3]
 ALL = sorted((ROOT / "examples").rglob("*.yaml"))
 SNIPPETS = sorted((ROOT / "examples" / "custom_advantage").glob("*.yaml"))
-TINY = ["train.steps=1", "rollout.batch_size=2", "rollout.n_samples=3", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "output.loggers=[jsonl]",
-        "train.num_threads=1", "train.save_every=0"]
+TINY = [
+    "train.steps=1",
+    "rollout.batch_size=2",
+    "rollout.n_samples=3",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "output.loggers=[jsonl]",
+    "train.num_threads=1",
+    "train.save_every=0",
+]
 
 
 def test_every_example_and_preset_has_its_own_experiment_name() -> None:

@@ -6,20 +6,31 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_factory import CHAT_TEMPLATE, build_checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from areal.cli import main
 from areal.trainer.lm.model import build_policy, special_ids
 from areal.trainer.run.export import export_run
 from areal.trainer.run.trainer_state import load_module
-from checkpoint_factory import CHAT_TEMPLATE, build_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "examples" / "custom_task" / "data"
-TINY = ["task.implementation=dataset", f"data.train={DATA / 'train.jsonl'}", "task.kwargs.chat=true",
-        "reward=[{implementation: plugins.graded_rewards.char_length}]", "rollout.batch_size=2",  # graded: learns
-        "rollout.n_samples=4", "actor.max_new_tokens=4", "output.progress_bar=false", "output.plot=false",
-        "train.steps=2", "train.save_every=1", "train.num_threads=1", "train.lr=1e-2"]
+TINY = [
+    "task.implementation=dataset",
+    f"data.train={DATA / 'train.jsonl'}",
+    "task.kwargs.chat=true",
+    "reward=[{implementation: plugins.graded_rewards.char_length}]",
+    "rollout.batch_size=2",  # graded: learns
+    "rollout.n_samples=4",
+    "actor.max_new_tokens=4",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.steps=2",
+    "train.save_every=1",
+    "train.num_threads=1",
+    "train.lr=1e-2",
+]
 LORA = "model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj]}"
 pytestmark = pytest.mark.xdist_group("export")
 
@@ -32,8 +43,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("runs")
     dirs = {}
     for name, extra in (("full", []), ("lora", [LORA])):
-        assert main(["train", *TINY, f"model.path={base}", f"output.dir={out}", f"experiment_name={name}",
-                     *extra]) == 0
+        assert main(["train", *TINY, f"model.path={base}", f"output.dir={out}", f"experiment_name={name}", *extra]) == 0
         dirs[name] = out / name / "trial0"
     return {**dirs, "base": base}
 
@@ -43,16 +53,18 @@ def _answer(folder: Path) -> str:
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     assert tok.chat_template == CHAT_TEMPLATE
-    ids = tok.apply_chat_template([{"role": "user", "content": "7 + 8 ="}], add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "7 + 8 ="}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     out = model.generate(**ids, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
     assert out.shape[1] > ids["input_ids"].shape[1]
-    return tok.decode(out[0, ids["input_ids"].shape[1]:])
+    return tok.decode(out[0, ids["input_ids"].shape[1] :])
 
 
 @pytest.mark.parametrize("kind", ["full", "lora"])
-def test_export_loads_in_plain_transformers_and_generates(runs: dict[str, Path], kind: str, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture) -> None:
+def test_export_loads_in_plain_transformers_and_generates(
+    runs: dict[str, Path], kind: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     out = tmp_path / "model"
     assert main(["export", str(runs[kind]), str(out)]) == 0
     assert f"exported {runs[kind] / 'checkpoints' / 'step_2'} to {out}" in capsys.readouterr().out
@@ -72,9 +84,11 @@ def test_merged_lora_weights_give_the_adapter_model_logits(runs: dict[str, Path]
     tok = AutoTokenizer.from_pretrained(exported.out_dir, local_files_only=True)
     from areal.api.train_args import LoraConfig, ModelConfig
 
-    adapter = build_policy(ModelConfig(path=str(runs["base"]), lora=LoraConfig(r=4, alpha=8,
-                                                                               target_modules=["q_proj", "v_proj"])),
-                           len(tok), special_ids(tok))
+    adapter = build_policy(
+        ModelConfig(path=str(runs["base"]), lora=LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj"])),
+        len(tok),
+        special_ids(tok),
+    )
     load_module(adapter, exported.checkpoint / "policy")
     ids = torch.tensor([[2, 40, 41, 42, 43, 44, 45]])
     with torch.no_grad():

@@ -37,7 +37,7 @@ def dapo_kept(rewards: list[float], sizes: list[int]) -> list[bool]:
     """verl's DAPO `filter_groups` on the sequence reward: keep a prompt whose rewards have std > 0 (or one sample)."""
     kept, start = [], 0
     for n in sizes:
-        group = rewards[start:start + n]
+        group = rewards[start : start + n]
         start += n
         kept.append(len(group) == 1 or statistics.pstdev(group) > 0)
     return kept
@@ -68,6 +68,7 @@ def test_the_loss_averages_over_the_kept_groups_tokens():
     data = actor.compute_advantages(batch, meta)
     kept = filter_zero_advantage_groups(data, meta.traj_group_sizes)
     assert kept.filtered == 1
+
     def loss(d):
         logp = d["logprobs"] * 0.9  # a policy that moved: ratios differ token by token, the same on both batches
         return ppo_policy_loss(logp, d["logprobs"], d["logprobs"], d["advantages"], d["loss_mask"], eps_clip=0.2)[0]
@@ -79,11 +80,22 @@ def test_the_loss_averages_over_the_kept_groups_tokens():
 
 
 def test_the_trainer_logs_the_filtered_groups(tmp_path: Path) -> None:
-    tiny = ["train.steps=2", "rollout.batch_size=4", "rollout.n_samples=3", "model.hidden_size=32", "model.num_heads=2",
-            "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-            "train.save_every=0", f"output.dir={tmp_path}",
-            # the guess task with a small range: some groups all win or all lose, others are mixed
-            "task={implementation: guess, kwargs: {num_range: 3, max_turns: 1}}", "actor.max_new_tokens=2"]
+    tiny = [
+        "train.steps=2",
+        "rollout.batch_size=4",
+        "rollout.n_samples=3",
+        "model.hidden_size=32",
+        "model.num_heads=2",
+        "model.intermediate_size=64",
+        "output.progress_bar=false",
+        "output.plot=false",
+        "train.num_threads=1",
+        "train.save_every=0",
+        f"output.dir={tmp_path}",
+        # the guess task with a small range: some groups all win or all lose, others are mixed
+        "task={implementation: guess, kwargs: {num_range: 3, max_turns: 1}}",
+        "actor.max_new_tokens=2",
+    ]
     trainer = Trainer(load_config(PRESET, tiny))
     rows = read_metrics(trainer.run().metrics_path)
     assert all("filtered_groups" in r and 0 <= r["filtered_groups"] <= 4 for r in rows)
@@ -91,7 +103,7 @@ def test_the_trainer_logs_the_filtered_groups(tmp_path: Path) -> None:
     for step in range(2, 8):  # the guess task: some steps drop some groups and train on the rest
         out = trainer.step(step)
         rewards = [rec.reward for rec in out.records]
-        expected = sum(len(set(rewards[i:i + 3])) == 1 for i in range(0, len(rewards), 3))
+        expected = sum(len(set(rewards[i : i + 3])) == 1 for i in range(0, len(rewards), 3))
         assert out.metrics["filtered_groups"] == expected
         assert out.metrics["filtered_group_frac"] == pytest.approx(expected / 4)
         if expected == 4:  # nothing to train on: the update was skipped

@@ -15,9 +15,17 @@ from areal.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "train.save_every=2"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "train.save_every=2",
+]
 
 
 def _events(folder: Path):
@@ -67,10 +75,14 @@ def test_non_finite_values_are_logged_as_missing(tmp_path: Path) -> None:
 @pytest.fixture
 def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     pytest.importorskip("wandb")
-    for name, value in (("WANDB_MODE", "offline"), ("WANDB_SILENT", "true"), ("WANDB_DISABLE_GIT", "true"),
-                        ("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config")),
-                        ("WANDB_CACHE_DIR", str(tmp_path / "wandb_cache")),
-                        ("WANDB_DATA_DIR", str(tmp_path / "wandb_data"))):
+    for name, value in (
+        ("WANDB_MODE", "offline"),
+        ("WANDB_SILENT", "true"),
+        ("WANDB_DISABLE_GIT", "true"),
+        ("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config")),
+        ("WANDB_CACHE_DIR", str(tmp_path / "wandb_cache")),
+        ("WANDB_DATA_DIR", str(tmp_path / "wandb_data")),
+    ):
         monkeypatch.setenv(name, value)
     yield
     import wandb

@@ -22,11 +22,23 @@ from areal.utils.checkpoint_folders import CheckpointError
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "grpo_arith.yaml"
 STEPS = 4
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}", "actor.kl_ctl=0.05",
-        "actor.ppo_micro_batch_size=3", "model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj, o_proj]}",
-        "train.lr=1e-2"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "train.save_every=2",
+    "train.keep_last=null",
+    f"train.steps={STEPS}",
+    "actor.kl_ctl=0.05",
+    "actor.ppo_micro_batch_size=3",
+    "model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj, o_proj]}",
+    "train.lr=1e-2",
+]
 pytestmark = pytest.mark.xdist_group("lora")
 
 
@@ -51,8 +63,9 @@ def test_only_the_adapters_train_and_the_base_is_the_reference(lora_run) -> None
     assert trainable and all("lora_" in n for n in trainable)
     after = trainer.policy.state_dict()
     assert all(torch.equal(after[k], v) for k, v in base.items())  # the base weights never moved
-    assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in trainer.policy.named_parameters()
-               if "lora_B" in n)  # B starts at zero: the adapters did train
+    assert any(
+        not torch.equal(p, torch.zeros_like(p)) for n, p in trainer.policy.named_parameters() if "lora_B" in n
+    )  # B starts at zero: the adapters did train
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # adapters start as the identity: policy == reference
     assert any(abs(r["kl"]) > 1e-6 for r in rows[1:])
@@ -87,19 +100,31 @@ def test_a_checkpoint_holds_the_adapters_and_resumes_bit_for_bit(lora_run, tmp_p
 def test_resuming_an_adapter_checkpoint_without_lora_names_the_field(lora_run, tmp_path: Path) -> None:
     _, reference, _ = lora_run
     plain = [o for o in TINY if not o.startswith("model.lora")] + ["actor.kl_ctl=0.0"]  # past the reference check
-    trainer = Trainer(load_config(CONFIG, [*plain, f"output.dir={tmp_path}", "experiment_name=ref",
-                                           f"train.resume={reference / 'checkpoints' / 'step_2'}"]))
+    trainer = Trainer(
+        load_config(
+            CONFIG,
+            [
+                *plain,
+                f"output.dir={tmp_path}",
+                "experiment_name=ref",
+                f"train.resume={reference / 'checkpoints' / 'step_2'}",
+            ],
+        )
+    )
     with pytest.raises(CheckpointError, match="holds LoRA adapters only, but this run has no model.lora"):
         trainer.run()
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("model.lora.r=0", "model.lora.r: got 0, expected an integer >= 1"),
-    ("model.lora.dropout=1.5", "model.lora.dropout: got 1.5"),
-    ("model.lora={target_modules: q_proj}", r"model.lora.target_modules .*: got 'q_proj' \(str\), expected a list"),
-    ("model.lora.target_modules=['']", r"model.lora.target_modules: got \[''\], expected null or a list of module"),
-    ("model.mixed_precision=fp16", r"model.mixed_precision: got 'fp16', expected one of \[None, 'bf16'\]"),
-])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.lora.r=0", "model.lora.r: got 0, expected an integer >= 1"),
+        ("model.lora.dropout=1.5", "model.lora.dropout: got 1.5"),
+        ("model.lora={target_modules: q_proj}", r"model.lora.target_modules .*: got 'q_proj' \(str\), expected a list"),
+        ("model.lora.target_modules=['']", r"model.lora.target_modules: got \[''\], expected null or a list of module"),
+        ("model.mixed_precision=fp16", r"model.mixed_precision: got 'fp16', expected one of \[None, 'bf16'\]"),
+    ],
+)
 def test_bad_lora_and_precision_settings_name_the_field(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(CONFIG, [override])

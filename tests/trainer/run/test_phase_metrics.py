@@ -25,17 +25,33 @@ from areal.trainer.run.progress import Progress, progress_line
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1"]
-KEYS = [f"time/{p}" for p in PHASES] + ["time/step", "throughput/sample_tokens_per_s",
-                                        "throughput/train_tokens_per_s", "memory/peak_rss_gib"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+]
+KEYS = [f"time/{p}" for p in PHASES] + [
+    "time/step",
+    "throughput/sample_tokens_per_s",
+    "throughput/train_tokens_per_s",
+    "memory/peak_rss_gib",
+]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[list[dict], list]:
     out = tmp_path_factory.mktemp("phases")
-    trainer = Trainer(load_config(DEFAULT, [*TINY, "train.steps=4", "train.save_every=2", "eval.every=2",
-                                            "eval.n_prompts=4", f"output.dir={out}"]))
+    trainer = Trainer(
+        load_config(
+            DEFAULT,
+            [*TINY, "train.steps=4", "train.save_every=2", "eval.every=2", "eval.n_prompts=4", f"output.dir={out}"],
+        )
+    )
     outputs = []
     real_step = trainer.step
     trainer.step = lambda i: outputs.append(real_step(i)) or outputs[-1]

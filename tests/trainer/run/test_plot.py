@@ -41,10 +41,18 @@ def _records(n: int, *, critic: bool) -> list[dict]:
     rng = np.random.default_rng(0)
     rows = []
     for step in range(n):
-        row = {"step": step, "reward_mean": step / n + 0.1 * rng.standard_normal(), "success_rate": step / n,
-               "adv_mean": 0.01 * rng.standard_normal(), "adv_std": 1.0, "kl": 1e-3 * step, "entropy": 2.0 - step / n,
-               "policy_loss": 0.1 * rng.standard_normal(), "value_loss": 0.5 / (1 + step) if critic else None,
-               "response_tokens": 3.0 + step % 2}
+        row = {
+            "step": step,
+            "reward_mean": step / n + 0.1 * rng.standard_normal(),
+            "success_rate": step / n,
+            "adv_mean": 0.01 * rng.standard_normal(),
+            "adv_std": 1.0,
+            "kl": 1e-3 * step,
+            "entropy": 2.0 - step / n,
+            "policy_loss": 0.1 * rng.standard_normal(),
+            "value_loss": 0.5 / (1 + step) if critic else None,
+            "response_tokens": 3.0 + step % 2,
+        }
         rows.append(row)
     return rows
 

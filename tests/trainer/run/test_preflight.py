@@ -16,12 +16,19 @@ from areal.trainer.run.task_setup import make_eval_rows, resolve_task_parts
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _user_run(tmp_path: Path, *overrides: str, chat: bool = True, extra_column: str | None = None,
-              eval_rows: list[dict] | None = None):
+def _user_run(
+    tmp_path: Path,
+    *overrides: str,
+    chat: bool = True,
+    extra_column: str | None = None,
+    eval_rows: list[dict] | None = None,
+):
     """A checkpoint (max_position_embeddings=256, a chat template), prompts in JSONL, the dataset task."""
     build_checkpoint(tmp_path / "ckpt")
-    rows = [{"prompt": [{"role": "user", "content": f"{a} + 1 ="}] if chat else f"{a} + 1 =", "answer": str(a + 1)}
-            for a in range(6)]
+    rows = [
+        {"prompt": [{"role": "user", "content": f"{a} + 1 ="}] if chat else f"{a} + 1 =", "answer": str(a + 1)}
+        for a in range(6)
+    ]
     if extra_column:
         rows = [{**r, extra_column: "x"} for r in rows]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -29,8 +36,12 @@ def _user_run(tmp_path: Path, *overrides: str, chat: bool = True, extra_column: 
     if eval_rows is not None:
         (tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in eval_rows))
         data["eval"] = str(tmp_path / "eval.jsonl")
-    source = {"model": {"path": str(tmp_path / "ckpt")}, "task": {"implementation": "dataset", "kwargs": {"chat": chat}},
-              "data": data, "reward": [{"implementation": "examples.custom_task.rewards.exact_answer"}]}
+    source = {
+        "model": {"path": str(tmp_path / "ckpt")},
+        "task": {"implementation": "dataset", "kwargs": {"chat": chat}},
+        "data": data,
+        "reward": [{"implementation": "examples.custom_task.rewards.exact_answer"}],
+    }
     cfg = load_config(source, list(overrides))
     parts = resolve_task_parts(cfg)
     return cfg, parts, preflight_runtime(cfg, parts)
@@ -43,10 +54,12 @@ def test_the_context_comes_from_the_checkpoint_and_the_prompts_from_its_chat_tem
         check_before_launch(cfg, parts, runtime, make_eval_rows(cfg, parts))
     prompt_ids = runtime.codec.encode_prompt([{"role": "user", "content": "0 + 1 ="}])
     n = len(prompt_ids)
-    assert str(err.value).startswith(f"actor.max_new_tokens: data.train row 0 (prompt \"[{{'role': 'user', 'content': "
-                                     f"'0 + 1 ='}}]\"): a context of {n} tokens plus 1024 to generate exceeds the "
-                                     f"model's max_position_embeddings=256; lower actor.max_new_tokens to at most "
-                                     f"{256 - n} or shorten the prompts")
+    assert str(err.value).startswith(
+        f"actor.max_new_tokens: data.train row 0 (prompt \"[{{'role': 'user', 'content': "
+        f"'0 + 1 ='}}]\"): a context of {n} tokens plus 1024 to generate exceeds the "
+        f"model's max_position_embeddings=256; lower actor.max_new_tokens to at most "
+        f"{256 - n} or shorten the prompts"
+    )
     assert "model.max_position_embeddings" not in str(err.value)  # a checkpoint's architecture is its own
     report = check_before_launch(*_user_run(tmp_path / "b", f"actor.max_new_tokens={256 - n}"), [])
     assert report.fit.longest == n and report.fit.cap == 256 - n and report.fit.limit == 256
@@ -76,17 +89,27 @@ def test_the_random_init_context_is_the_configured_architecture():
 def test_required_reward_columns_are_checked_against_train_and_eval_rows(tmp_path):
     """`solution` is a column of the training file only: the eval rows, scored when eval.every is set, lack it."""
     spec = "reward=[{implementation: dry_run_plugins.reward_needs_solution}]"
-    cfg, parts, runtime = _user_run(tmp_path / "a", "actor.max_new_tokens=8", spec, chat=False,
-                                    extra_column="solution")
+    cfg, parts, runtime = _user_run(tmp_path / "a", "actor.max_new_tokens=8", spec, chat=False, extra_column="solution")
     check_before_launch(cfg, parts, runtime, make_eval_rows(cfg, parts))
     eval_rows = [{"prompt": "1 + 1 =", "answer": "2"}]
-    cfg, parts, runtime = _user_run(tmp_path / "b", "actor.max_new_tokens=8", spec, chat=False,
-                                    extra_column="solution", eval_rows=eval_rows)
+    cfg, parts, runtime = _user_run(
+        tmp_path / "b", "actor.max_new_tokens=8", spec, chat=False, extra_column="solution", eval_rows=eval_rows
+    )
     check_before_launch(cfg, parts, runtime, make_eval_rows(cfg, parts))  # no evaluation: the eval rows are unused
-    cfg, parts, runtime = _user_run(tmp_path / "c", "actor.max_new_tokens=8", "eval.every=10", spec, chat=False,
-                                    extra_column="solution", eval_rows=eval_rows)
-    with pytest.raises(ConfigError, match=r"its parameter \['solution'\] is not a column of data.eval "
-                                          r"\(columns: \['answer'\]"):
+    cfg, parts, runtime = _user_run(
+        tmp_path / "c",
+        "actor.max_new_tokens=8",
+        "eval.every=10",
+        spec,
+        chat=False,
+        extra_column="solution",
+        eval_rows=eval_rows,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"its parameter \['solution'\] is not a column of data.eval "
+        r"\(columns: \['answer'\]",
+    ):
         check_before_launch(cfg, parts, runtime, make_eval_rows(cfg, parts))
 
 
@@ -94,7 +117,9 @@ def test_the_check_draws_no_problem_from_the_trainers_generator(tmp_path):
     """Generated problems come from a fresh RNG: the run's own sequence is untouched (resume stays exact)."""
     from areal.trainer.run.loop import Trainer
 
-    cfg = load_config(ROOT / "examples/grpo_arith.yaml", [f"output.dir={tmp_path}", "train.steps=1",
-                                                          "model.hidden_size=32", "model.num_heads=2"])
+    cfg = load_config(
+        ROOT / "examples/grpo_arith.yaml",
+        [f"output.dir={tmp_path}", "train.steps=1", "model.hidden_size=32", "model.num_heads=2"],
+    )
     trainer = Trainer(cfg)
     assert trainer.rng.getstate() == random.Random(cfg.seed).getstate()

@@ -17,12 +17,27 @@ import torch
 from areal.trainer.main import main
 
 PRESETS = Path(__file__).resolve().parents[3] / "examples" / "presets"
-TINY = ("train.steps=2", "rollout.batch_size=2", "rollout.n_samples=3", "actor.max_new_tokens=4",
-        "output.plot=false", "output.progress_bar=false", "train.num_threads=1")
+TINY = (
+    "train.steps=2",
+    "rollout.batch_size=2",
+    "rollout.n_samples=3",
+    "actor.max_new_tokens=4",
+    "output.plot=false",
+    "output.progress_bar=false",
+    "train.num_threads=1",
+)
+
+
 def train(tmp_path: Path, preset: str, *extra: str) -> list[dict]:
     name = f"{preset}-{len(extra)}"
-    argv = ["--config", str(PRESETS / f"{preset}.yaml"), *TINY, f"output.dir={tmp_path}",
-            f"experiment_name={name}", *extra]
+    argv = [
+        "--config",
+        str(PRESETS / f"{preset}.yaml"),
+        *TINY,
+        f"output.dir={tmp_path}",
+        f"experiment_name={name}",
+        *extra,
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in (tmp_path / name / "trial0" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]
@@ -71,14 +86,30 @@ def test_remax_trains_once_the_rollout_adds_baselines(tmp_path, monkeypatch):
     train(tmp_path, "remax")
 
 
-@pytest.mark.parametrize("preset,extra", [
-    # One row per turn (split rollouts): group statistics over episodes, turn-level returns.
-    ("gpg", ("task.name=guess", "rollout.export=per_turn",
-             "actor.advantage.estimator.implementation=turn_reinforce_return")),
-    # Per-turn process rewards folded at turn ends, discounted per turn.
-    ("opo", ("task.name=guess", "rollout.prm.enabled=true", "actor.token_rewards_as_adv=false",
-             "actor.advantage.estimator.implementation=turn_reinforce_return",
-             "actor.advantage.estimator.kwargs={turn_discount: 0.9}")),
-])
+@pytest.mark.parametrize(
+    "preset,extra",
+    [
+        # One row per turn (split rollouts): group statistics over episodes, turn-level returns.
+        (
+            "gpg",
+            (
+                "task.name=guess",
+                "rollout.export=per_turn",
+                "actor.advantage.estimator.implementation=turn_reinforce_return",
+            ),
+        ),
+        # Per-turn process rewards folded at turn ends, discounted per turn.
+        (
+            "opo",
+            (
+                "task.name=guess",
+                "rollout.prm.enabled=true",
+                "actor.token_rewards_as_adv=false",
+                "actor.advantage.estimator.implementation=turn_reinforce_return",
+                "actor.advantage.estimator.kwargs={turn_discount: 0.9}",
+            ),
+        ),
+    ],
+)
 def test_multi_turn_variants_train(tmp_path, preset, extra):
     train(tmp_path, preset, *extra)

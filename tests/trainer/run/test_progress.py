@@ -27,8 +27,9 @@ def test_not_a_terminal_one_line_every_n_steps_and_after_the_last() -> None:
     _feed(Progress(name="exp", total=25, start=0, every=10, enabled=True, interactive=False, out=out), 0, 25)
     lines = out.getvalue().splitlines()
     assert [re.search(r"step (\d+)/25", line).group(1) for line in lines] == ["10", "20", "25"]
-    assert lines[0].startswith("[areal] exp step 10/25 (40%) | reward 0.500 | success 0.250 | kl 0.0012 | "
-                               "entropy 1.500 | ")
+    assert lines[0].startswith(
+        "[areal] exp step 10/25 (40%) | reward 0.500 | success 0.250 | kl 0.0012 | entropy 1.500 | "
+    )
     assert re.search(r"\| [\d.]+ steps/s \| eta \d+s$", lines[0])
     assert "\r" not in out.getvalue()
 
@@ -55,7 +56,8 @@ def test_the_eta_counts_the_steps_after_the_first(monkeypatch: pytest.MonkeyPatc
     progress.update(2, ROW)
     if interactive:
         rate = progress.bar.format_dict["rate"] or (progress.bar.n - progress.bar.initial) / (
-            now["t"] - progress.bar.start_t)
+            now["t"] - progress.bar.start_t
+        )
         assert (progress.bar.total - progress.bar.n) / rate == pytest.approx(98, abs=2)
     else:
         first, second = out.getvalue().splitlines()
@@ -90,16 +92,30 @@ def test_missing_metrics_are_left_out_of_the_line() -> None:
 
 
 def test_a_run_with_redirected_output_prints_lines(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    cfg = load_config(ROOT / "examples" / "grpo_arith.yaml", [
-        "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "train.num_threads=1", "train.steps=3", "train.log_every=2",
-        "output.plot=false", "output.loggers=[jsonl]", f"output.dir={tmp_path}"])
+    cfg = load_config(
+        ROOT / "examples" / "grpo_arith.yaml",
+        [
+            "rollout.batch_size=2",
+            "rollout.n_samples=4",
+            "model.hidden_size=32",
+            "model.num_heads=2",
+            "model.intermediate_size=64",
+            "train.num_threads=1",
+            "train.steps=3",
+            "train.log_every=2",
+            "output.plot=false",
+            "output.loggers=[jsonl]",
+            f"output.dir={tmp_path}",
+        ],
+    )
     Trainer(cfg).run()  # pytest captures stdout and stderr: neither is a terminal
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     # the run opens with its "what runs" block (ending with the threads line), then one line per log_every steps
     end = next(i for i, line in enumerate(lines) if line.startswith("threads: "))
     assert lines[0] == "[areal] grpo_arith: what runs"
-    assert [line.split(" | ")[0] for line in lines[end + 1:]] == [
-        "[areal] grpo_arith step 2/3 (66%)", "[areal] grpo_arith step 3/3 (100%)"]
+    assert [line.split(" | ")[0] for line in lines[end + 1 :]] == [
+        "[areal] grpo_arith step 2/3 (66%)",
+        "[areal] grpo_arith step 3/3 (100%)",
+    ]
     assert "\r" not in captured.err

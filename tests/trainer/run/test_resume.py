@@ -31,11 +31,20 @@ from areal.utils.checkpoint_folders import latest_checkpoint
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "ppo_token_gae.yaml"
 STEPS = 6  # three checkpoints (every 2 steps): a resume from the first redoes two saves
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}",
-        "actor.advantage.outcome_reward_shaping={implementation: stateful_stage.running_baseline, "
-        "kwargs: {decay: 0.5}}"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "train.save_every=2",
+    "train.keep_last=null",
+    f"train.steps={STEPS}",
+    "actor.advantage.outcome_reward_shaping={implementation: stateful_stage.running_baseline, kwargs: {decay: 0.5}}",
+]
 JOB_TIMEOUT_S = 240
 #: one reference run (the `reference` fixture) for the module: its tests stay on one pytest-xdist worker (`--dist loadgroup`)
 pytestmark = pytest.mark.xdist_group("resume")
@@ -65,8 +74,10 @@ def assert_same_run(run_dir: Path, reference: Path) -> None:
     rows, expected = _rows(run_dir), _rows(reference)
     assert [r["step"] for r in rows] == list(range(STEPS))  # no duplicated, no missing step
     assert rows == expected
-    mine, theirs = _tensors(run_dir / "checkpoints" / f"step_{STEPS}"), _tensors(reference / "checkpoints" /
-                                                                                  f"step_{STEPS}")
+    mine, theirs = (
+        _tensors(run_dir / "checkpoints" / f"step_{STEPS}"),
+        _tensors(reference / "checkpoints" / f"step_{STEPS}"),
+    )
     assert mine.keys() == theirs.keys() and len(mine) > 10
     different = [k for k in mine if mine[k].dtype != theirs[k].dtype or not torch.equal(mine[k], theirs[k])]
     assert not different, f"not bitwise equal: {different[:5]}"
@@ -99,15 +110,15 @@ def _resume(out: Path, capsys: pytest.CaptureFixture) -> str:
 
     running_baseline.reset()
     capsys.readouterr()
-    assert main(["--config", str(CONFIG), *TINY, f"output.dir={out}", "experiment_name=run",
-                 "train.resume=auto"]) == 0
+    assert main(["--config", str(CONFIG), *TINY, f"output.dir={out}", "experiment_name=run", "train.resume=auto"]) == 0
     return capsys.readouterr().out
 
 
 def _kill_after_rows(cmd: list[str], metrics: Path, rows: int) -> None:
     """Start the run and SIGKILL it as soon as `rows` metrics rows exist (wherever it is then)."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + JOB_TIMEOUT_S
     try:
         while proc.poll() is None and time.monotonic() < deadline:
@@ -122,8 +133,9 @@ def _kill_after_rows(cmd: list[str], metrics: Path, rows: int) -> None:
     assert proc.returncode == -signal.SIGKILL, f"the run was not killed (exit {proc.returncode}):\n{err[-3000:]}"
 
 
-def test_sigkill_and_resume_gives_the_uninterrupted_run(tmp_path: Path, reference: Path,
-                                                      capsys: pytest.CaptureFixture) -> None:
+def test_sigkill_and_resume_gives_the_uninterrupted_run(
+    tmp_path: Path, reference: Path, capsys: pytest.CaptureFixture
+) -> None:
     run_dir = tmp_path / "run" / "trial0"
     _kill_after_rows(_main_cmd(tmp_path), run_dir / "metrics.jsonl", rows=3)  # 3 steps before the last save
     last = latest_checkpoint(run_dir / "checkpoints")
@@ -161,11 +173,18 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_a_kill_during_a_save_resumes_from_the_previous_checkpoint(tmp_path: Path, reference: Path,
-                                                                  capsys: pytest.CaptureFixture) -> None:
+def test_a_kill_during_a_save_resumes_from_the_previous_checkpoint(
+    tmp_path: Path, reference: Path, capsys: pytest.CaptureFixture
+) -> None:
     run_dir = tmp_path / "run" / "trial0"
-    proc = subprocess.run(_main_cmd(tmp_path, script=_KILL_IN_SAVE), cwd=ROOT, env=clean_env(), capture_output=True,
-                          text=True, timeout=JOB_TIMEOUT_S)
+    proc = subprocess.run(
+        _main_cmd(tmp_path, script=_KILL_IN_SAVE),
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     checkpoints = run_dir / "checkpoints"
     assert [p.name for p in checkpoints.iterdir() if p.name.startswith(".tmp-step_4-")]  # the torn save
@@ -176,8 +195,9 @@ def test_a_kill_during_a_save_resumes_from_the_previous_checkpoint(tmp_path: Pat
     assert_same_run(run_dir, reference)
 
 
-def test_resume_from_an_older_checkpoint_replaces_the_later_history(tmp_path: Path, reference: Path,
-                                                                   capsys: pytest.CaptureFixture) -> None:
+def test_resume_from_an_older_checkpoint_replaces_the_later_history(
+    tmp_path: Path, reference: Path, capsys: pytest.CaptureFixture
+) -> None:
     """In process: continue from step 2 of a run that got to 4; rows, checkpoints and events after 2 are redone."""
     from stateful_stage import running_baseline
 

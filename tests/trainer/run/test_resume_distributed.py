@@ -23,16 +23,39 @@ from areal.utils.checkpoint_folders import latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 STEPS = 6
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "train.dist_timeout_s=60", "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "train.dist_timeout_s=60",
+    "train.save_every=2",
+    "train.keep_last=null",
+    f"train.steps={STEPS}",
+]
 JOB_TIMEOUT_S = 360  # shared CPUs; FSDP jobs are slower; a hang still fails
 
 
 def _torchrun(out: Path, name: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-            "areal.trainer.main", "--config", str(ROOT / "examples" / "grpo_arith.yaml"), *TINY,
-            f"output.dir={out}", f"experiment_name={name}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "areal.trainer.main",
+        "--config",
+        str(ROOT / "examples" / "grpo_arith.yaml"),
+        *TINY,
+        f"output.dir={out}",
+        f"experiment_name={name}",
+        *extra,
+    ]
 
 
 def _run(cmd: list[str]) -> str:
@@ -43,8 +66,9 @@ def _run(cmd: list[str]) -> str:
 
 def _kill_job_after_rows(cmd: list[str], metrics: Path, rows: int) -> None:
     """SIGKILL torchrun and both ranks (one process group) once `rows` metrics rows exist."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + JOB_TIMEOUT_S
     try:
         while proc.poll() is None and time.monotonic() < deadline:

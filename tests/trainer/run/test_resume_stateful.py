@@ -24,10 +24,20 @@ from areal.trainer.run.metrics import is_wall_clock, read_metrics
 ROOT = Path(__file__).resolve().parents[3]
 PRESETS = ROOT / "examples" / "presets"
 STEPS = 6
-TINY = ["rollout.batch_size=3", "rollout.n_samples=3", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "train.save_every=2", "train.keep_last=null", f"train.steps={STEPS}",
-        "task.kwargs={min_operand: 0, max_operand: 1, op: add}"]  # 4 prompts: every step revisits some
+TINY = [
+    "rollout.batch_size=3",
+    "rollout.n_samples=3",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "train.save_every=2",
+    "train.keep_last=null",
+    f"train.steps={STEPS}",
+    "task.kwargs={min_operand: 0, max_operand: 1, op: add}",
+]  # 4 prompts: every step revisits some
 #: one KRPO reference (the `krpo_runs` fixture) for the module: its tests stay on one pytest-xdist worker
 pytestmark = pytest.mark.xdist_group("resume_stateful")
 
@@ -59,8 +69,12 @@ def _resume_copy(preset: str, first: Path, out: Path, tmp_path: Path) -> Trainer
     """A Trainer resuming a copy of the step-2 run `first` (made under `out`) from its step-2 checkpoint."""
     copy = tmp_path / first.relative_to(out)
     shutil.copytree(first, copy)
-    return Trainer(load_config(PRESETS / f"{preset}.yaml", [
-        *TINY, f"output.dir={tmp_path}", "experiment_name=run", f"train.resume={copy / 'checkpoints' / 'step_2'}"]))
+    return Trainer(
+        load_config(
+            PRESETS / f"{preset}.yaml",
+            [*TINY, f"output.dir={tmp_path}", "experiment_name=run", f"train.resume={copy / 'checkpoints' / 'step_2'}"],
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +103,9 @@ def test_resume_restores_the_stage_state(tmp_path: Path, preset: str, request: p
         assert torch.equal(saved["outcome_reward_shaping"]["values"][key], value), key
 
 
-def test_dropping_the_stage_state_changes_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 krpo_runs: tuple[Path, Path, Path]) -> None:
+def test_dropping_the_stage_state_changes_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, krpo_runs: tuple[Path, Path, Path]
+) -> None:
     """The control: the same resume with the KRPO state cleared after loading diverges from the reference."""
     out, reference, first = krpo_runs
     from areal.trainer.ppo.actor import PPOActor
@@ -107,24 +122,32 @@ def test_dropping_the_stage_state_changes_the_run(tmp_path: Path, monkeypatch: p
     assert _rows(resumed.run_dir) != _rows(reference)
 
 
-
-@pytest.mark.parametrize("config, stage", [
-    (PRESETS / "running_norm.yaml", "reward_norm"),  # ROLL's running moments
-    (ROOT / "examples" / "self_play" / "rae_nim.yaml", "outcome_reward_shaping"),  # RAE's (game, role) EMAs
-])
+@pytest.mark.parametrize(
+    "config, stage",
+    [
+        (PRESETS / "running_norm.yaml", "reward_norm"),  # ROLL's running moments
+        (ROOT / "examples" / "self_play" / "rae_nim.yaml", "outcome_reward_shaping"),  # RAE's (game, role) EMAs
+    ],
+)
 def test_resume_restores_running_moments_and_role_baselines(tmp_path: Path, config: Path, stage: str) -> None:
     common = [*TINY, f"output.dir={tmp_path}", "eval.every=null"]
     if "self_play" in str(config):  # its own task: drop the arith kwargs
         common = [o for o in common if not o.startswith("task.")]
     reference = Trainer(load_config(config, [*common, "experiment_name=ref"])).run()
     first = Trainer(load_config(config, [*common, "experiment_name=run", "train.steps=2"])).run()
-    resumed = Trainer(load_config(config, [
-        *common, "experiment_name=run", f"train.resume={first.run_dir / 'checkpoints' / 'step_2'}"])).run()
+    resumed = Trainer(
+        load_config(
+            config, [*common, "experiment_name=run", f"train.resume={first.run_dir / 'checkpoints' / 'step_2'}"]
+        )
+    ).run()
     assert resumed.steps_done == STEPS
     assert _rows(resumed.run_dir) == _rows(reference.run_dir)
     mine, theirs = _policy(resumed.run_dir), _policy(reference.run_dir)
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
-    saved, expected = _state(resumed.run_dir)["stages"][stage]["values"], _state(reference.run_dir)["stages"][stage]["values"]
+    saved, expected = (
+        _state(resumed.run_dir)["stages"][stage]["values"],
+        _state(reference.run_dir)["stages"][stage]["values"],
+    )
     assert saved.keys() == expected.keys() and len(expected) > 0
     for key, value in expected.items():
         assert torch.equal(saved[key], value) if torch.is_tensor(value) else saved[key] == value, key

@@ -13,9 +13,18 @@ from areal.trainer.run.run_dir import RunDirectoryError, plan_run, truncate_json
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "train.steps=1", "output.loggers=[jsonl]"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "train.steps=1",
+    "output.loggers=[jsonl]",
+]
 
 
 def _cfg(tmp_path: Path, *extra: str):
@@ -33,8 +42,10 @@ def test_a_new_run_over_an_old_one_is_refused_with_what_to_do(tmp_path: Path, ca
     with pytest.raises(RunDirectoryError) as info:
         Trainer(_cfg(tmp_path))
     message = str(info.value)
-    assert f"run directory {tmp_path / 'grpo_arith' / 'trial0'} already holds a run (metrics.jsonl, config.yaml, " \
-           "checkpoints)" in message
+    assert (
+        f"run directory {tmp_path / 'grpo_arith' / 'trial0'} already holds a run (metrics.jsonl, config.yaml, "
+        "checkpoints)" in message
+    )
     for advice in ("train.resume=auto", "output.overwrite=true", "trial_name=<new name>"):
         assert advice in message
     # on the command line: exit 1 before any model is built, the old run untouched
@@ -83,28 +94,43 @@ def test_resume_and_overwrite_together_are_refused(tmp_path: Path) -> None:
         plan_run(_cfg(tmp_path, "train.resume=auto", "output.overwrite=true"))
 
 
-@pytest.mark.parametrize("value,match", [
-    ("/no/such/folder", r"train\.resume: '/no/such/folder' is not a directory"),
-    ("{tmp}", r"train\.resume: '.*' has no areal_checkpoint\.json, so it is not a complete checkpoint"),
-])
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        ("/no/such/folder", r"train\.resume: '/no/such/folder' is not a directory"),
+        ("{tmp}", r"train\.resume: '.*' has no areal_checkpoint\.json, so it is not a complete checkpoint"),
+    ],
+)
 def test_a_bad_resume_folder_names_the_field(tmp_path: Path, value: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         _cfg(tmp_path, f"train.resume={value.format(tmp=tmp_path)}")
 
 
-@pytest.mark.parametrize("override,match", [
-    ("trial_name=a/b", r"trial_name: got 'a/b'"),
-    ("train.save_every=-1", r"train\.save_every: got -1"),
-    ("train.keep_last=0", r"train\.keep_last: got 0"),
-    ("output.loggers=[jsonl,csv]", r"output\.loggers\[1\]: got 'csv', expected one of \['jsonl', 'tensorboard', "
-                                   r"'wandb'\]"),
-    ("output.loggers=[jsonl,jsonl]", r"output\.loggers: got \['jsonl', 'jsonl'\], expected each logger at most once"),
-    ("output.wandb_mode=cloud", r"output\.wandb_mode: got 'cloud'"),
-    ("output.plot_smoothing=1.0", r"output\.plot_smoothing: got 1\.0, expected a number in \[0, 1\)"),
-    ("output.save_checkpoint=true", r"output\.save_checkpoint: retired; checkpoints are written every "
-                                    r"train\.save_every steps"),
-    ("train.num_threads=0", r"train\.num_threads: got 0"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("trial_name=a/b", r"trial_name: got 'a/b'"),
+        ("train.save_every=-1", r"train\.save_every: got -1"),
+        ("train.keep_last=0", r"train\.keep_last: got 0"),
+        (
+            "output.loggers=[jsonl,csv]",
+            r"output\.loggers\[1\]: got 'csv', expected one of \['jsonl', 'tensorboard', "
+            r"'wandb'\]",
+        ),
+        (
+            "output.loggers=[jsonl,jsonl]",
+            r"output\.loggers: got \['jsonl', 'jsonl'\], expected each logger at most once",
+        ),
+        ("output.wandb_mode=cloud", r"output\.wandb_mode: got 'cloud'"),
+        ("output.plot_smoothing=1.0", r"output\.plot_smoothing: got 1\.0, expected a number in \[0, 1\)"),
+        (
+            "output.save_checkpoint=true",
+            r"output\.save_checkpoint: retired; checkpoints are written every "
+            r"train\.save_every steps",
+        ),
+        ("train.num_threads=0", r"train\.num_threads: got 0"),
+    ],
+)
 def test_bad_run_settings_name_the_field(tmp_path: Path, override: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         _cfg(tmp_path, override)
@@ -117,8 +143,9 @@ def test_truncate_keeps_the_rows_before_the_step_and_drops_a_torn_line(tmp_path:
     assert path.read_text() == '{"step": 0}\n{"step": 1}\n'
 
 
-def test_a_run_that_died_before_its_first_step_does_not_block_the_next(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_a_run_that_died_before_its_first_step_does_not_block_the_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
+) -> None:
     run_dir = tmp_path / "grpo_arith" / "trial0"
     crash = "reward=[{implementation: plugins.bad_plugins.reward_raises}]"  # tests/trainer is on sys.path (conftest.py)
     assert main(["--config", str(DEFAULT), *TINY, f"output.dir={tmp_path}", crash]) == 1
@@ -131,12 +158,15 @@ def test_a_run_that_died_before_its_first_step_does_not_block_the_next(tmp_path:
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
 
 
-@pytest.mark.parametrize("files, reused", [
-    ({"metrics.jsonl": "", "config.yaml": "x"}, True),
-    ({"metrics.jsonl": '{"step": 0, "reward_mean"', "tensorboard/events": ""}, True),  # only a torn row
-    ({"metrics.jsonl": '{"step": 0}\n'}, False),  # a completed step
-    ({"tensorboard/events": "", "config.yaml": "x"}, False),  # no metrics.jsonl: nothing tells, so protected
-])
+@pytest.mark.parametrize(
+    "files, reused",
+    [
+        ({"metrics.jsonl": "", "config.yaml": "x"}, True),
+        ({"metrics.jsonl": '{"step": 0, "reward_mean"', "tensorboard/events": ""}, True),  # only a torn row
+        ({"metrics.jsonl": '{"step": 0}\n'}, False),  # a completed step
+        ({"tensorboard/events": "", "config.yaml": "x"}, False),  # no metrics.jsonl: nothing tells, so protected
+    ],
+)
 def test_only_a_directory_without_a_step_or_a_checkpoint_is_reused(tmp_path: Path, files: dict, reused: bool) -> None:
     run_dir = tmp_path / "grpo_arith" / "trial0"
     for name, text in files.items():

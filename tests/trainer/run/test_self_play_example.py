@@ -15,9 +15,18 @@ from examples.self_play.nim import NimEnvironment
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "self_play" / "rae_nim.yaml"
-TINY = ["rollout.batch_size=4", "rollout.n_samples=2", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "eval.every=null",
-        "train.num_threads=1", "train.save_every=0"]
+TINY = [
+    "rollout.batch_size=4",
+    "rollout.n_samples=2",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "eval.every=null",
+    "train.num_threads=1",
+    "train.save_every=0",
+]
 
 
 def test_rae_example_validates_with_a_dry_run(capsys):
@@ -32,19 +41,23 @@ def test_rae_example_trains_and_keeps_one_baseline_per_seat(tmp_path: Path) -> N
     out = trainer.step(2)
     seats = torch.tensor([rec.row["role_id"] for rec in out.records])
     assert torch.equal(out.batch["role_ids"], seats) and set(out.batch["game_ids"].tolist()) == {
-        int(out.batch["game_ids"][0])}
+        int(out.batch["game_ids"][0])
+    }
     state = trainer.actor.stage_states["outcome_reward_shaping"]
     assert set((state.get("keys") % 2**31).tolist()) <= {0, 1} and len(state.get("keys")) >= 1
     for rec in out.records:
         assert rec.reward in (-1.0, 1.0)
 
 
-@pytest.mark.parametrize("stones, seat, move, reward, done", [
-    (2, 0, "2", 1.0, True),     # takes the last stone: a win
-    (5, 0, "3", -1.0, True),    # not 1 or 2: an invalid move loses
-    (2, 0, "x", -1.0, True),
-    (1, 0, "2", -1.0, True),    # more than the pile
-])
+@pytest.mark.parametrize(
+    "stones, seat, move, reward, done",
+    [
+        (2, 0, "2", 1.0, True),  # takes the last stone: a win
+        (5, 0, "3", -1.0, True),  # not 1 or 2: an invalid move loses
+        (2, 0, "x", -1.0, True),
+        (1, 0, "2", -1.0, True),  # more than the pile
+    ],
+)
 def test_nim_rules(stones, seat, move, reward, done):
     env = NimEnvironment(stones, seat, seed=0)
     assert env.reset() == f"nim {stones} first"

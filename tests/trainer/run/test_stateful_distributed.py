@@ -19,17 +19,38 @@ from dist_launch import clean_env, run_bounded
 
 ROOT = Path(__file__).resolve().parents[3]
 JOB_TIMEOUT_S = 150
-TINY = ["train.steps=4", "train.save_every=2", "rollout.batch_size=4", "rollout.n_samples=2", "model.hidden_size=32",
-        "model.num_heads=2", "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false",
-        "train.num_threads=1", "train.dist_timeout_s=60", "train.debug_param_checksum=true",
-        "task.kwargs={min_operand: 0, max_operand: 1, op: add}"]
+TINY = [
+    "train.steps=4",
+    "train.save_every=2",
+    "rollout.batch_size=4",
+    "rollout.n_samples=2",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "train.dist_timeout_s=60",
+    "train.debug_param_checksum=true",
+    "task.kwargs={min_operand: 0, max_operand: 1, op: add}",
+]
 
 
 @pytest.mark.parametrize("preset", ["krpo"])
 def test_two_ranks_agree_on_the_stage_state(tmp_path: Path, preset: str) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-           "areal.trainer.main", "--config", str(ROOT / "examples" / "presets" / f"{preset}.yaml"), *TINY,
-           f"output.dir={tmp_path}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "areal.trainer.main",
+        "--config",
+        str(ROOT / "examples" / "presets" / f"{preset}.yaml"),
+        *TINY,
+        f"output.dir={tmp_path}",
+    ]
     [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     run_dir = tmp_path / f"preset_{preset}" / "trial0"
@@ -50,7 +71,6 @@ def test_a_checkpoint_refuses_ranks_whose_stage_states_differ(monkeypatch: pytes
     class Fake:
         actor, ctx = Actor(), None
 
-    monkeypatch.setattr(trainer_state, "all_gather_objects",
-                        lambda obj, ctx: [obj, {"outcome_reward_shaping": "b"}])
+    monkeypatch.setattr(trainer_state, "all_gather_objects", lambda obj, ctx: [obj, {"outcome_reward_shaping": "b"}])
     with pytest.raises(CheckpointError, match=r"state of stage\(s\) \['outcome_reward_shaping'\] differs"):
         trainer_state._check_stage_states_agree(Fake())

@@ -21,28 +21,32 @@ def test_default_example_loads_and_round_trips() -> None:
     assert cfg.actor.reward_norm is not None and cfg.actor.reward_norm.mean_level == "group"
 
 
-@pytest.mark.parametrize("override,field", [
-    ("task.name=chess", r"task\.name: got 'chess'"),
-    ("model.path=/nonexistent/checkpoint", r"model\.path: '/nonexistent/checkpoint' is not a local"),
-    ("train.stepz=3", r"train\.stepz"),
-    ("rollout.n_samples=0", r"rollout\.n_samples"),
-    ("task.kwargs.max_operand=-1", r"task\.kwargs\.max_operand"),
-    ("model.arch=gpt9", r"model\.arch"),
-    ("rollout.temperature=0.5", r"rollout\.temperature.*actor\.temperature"),
-    ("rollout.max_new_tokens=99", r"rollout\.max_new_tokens"),
-    ("rollout.prm.enabled=true", r"rollout\.prm\.enabled: task 'arith' has no process-reward scorer"),
-    ("rollout.prm.advantage_shaping.mode=bogus", r"rollout\.prm\.advantage_shaping\.mode"),
-    ("rollout.export=sideways", r"rollout\.export"),
-    ("critic.lr=0", r"critic\.lr"),
-    ("output.dir=", r"output\.dir"),
-])
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ("task.name=chess", r"task\.name: got 'chess'"),
+        ("model.path=/nonexistent/checkpoint", r"model\.path: '/nonexistent/checkpoint' is not a local"),
+        ("train.stepz=3", r"train\.stepz"),
+        ("rollout.n_samples=0", r"rollout\.n_samples"),
+        ("task.kwargs.max_operand=-1", r"task\.kwargs\.max_operand"),
+        ("model.arch=gpt9", r"model\.arch"),
+        ("rollout.temperature=0.5", r"rollout\.temperature.*actor\.temperature"),
+        ("rollout.max_new_tokens=99", r"rollout\.max_new_tokens"),
+        ("rollout.prm.enabled=true", r"rollout\.prm\.enabled: task 'arith' has no process-reward scorer"),
+        ("rollout.prm.advantage_shaping.mode=bogus", r"rollout\.prm\.advantage_shaping\.mode"),
+        ("rollout.export=sideways", r"rollout\.export"),
+        ("critic.lr=0", r"critic\.lr"),
+        ("output.dir=", r"output\.dir"),
+    ],
+)
 def test_bad_override_names_the_field(override: str, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         load_config(DEFAULT, [override])
 
 
-def test_process_shaping_without_process_rewards_loads_but_warns(tmp_path: Path,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
+def test_process_shaping_without_process_rewards_loads_but_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from areal.trainer.run.loop import Trainer
 
     cfg = load_config(ROOT / "examples" / "guess_gvpo.yaml", ["rollout.prm.enabled=false", f"output.dir={tmp_path}"])

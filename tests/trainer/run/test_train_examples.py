@@ -15,15 +15,26 @@ from areal.trainer.run.loop import Trainer
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 TINY = [
-    "train.steps=2", "rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32",
-    "model.num_heads=2", "model.intermediate_size=64", "output.progress_bar=false",
+    "train.steps=2",
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
 ]
 
 
 def test_the_examples_exist() -> None:
     names = {p.stem for p in EXAMPLES}
-    assert {"grpo_arith", "ppo_token_gae", "ppo_turn_gae_guess", "guess_gvpo", "guess_process_weighted",
-            "guess_split_rollouts"} <= names
+    assert {
+        "grpo_arith",
+        "ppo_token_gae",
+        "ppo_turn_gae_guess",
+        "guess_gvpo",
+        "guess_process_weighted",
+        "guess_split_rollouts",
+    } <= names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -35,8 +46,17 @@ def test_example_trains(path: Path, tmp_path: Path) -> None:
     rows = [json.loads(line) for line in result.metrics_path.read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]
     for row in rows:
-        for key in ("reward_mean", "success_rate", "adv_mean", "adv_std", "policy_loss", "entropy", "clip_frac",
-                    "tokens_per_s", "seconds"):
+        for key in (
+            "reward_mean",
+            "success_rate",
+            "adv_mean",
+            "adv_std",
+            "policy_loss",
+            "entropy",
+            "clip_frac",
+            "tokens_per_s",
+            "seconds",
+        ):
             assert row[key] is not None and math.isfinite(row[key]), key
         if cfg.critic.enabled:
             assert math.isfinite(row["value_loss"])

@@ -17,8 +17,14 @@ from areal.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+]
 
 
 def _trainer(tmp_path: Path, *extra: str, config: Path = DEFAULT) -> Trainer:
@@ -57,9 +63,16 @@ def test_same_seed_same_run(tmp_path: Path) -> None:
 
 
 def test_decoupled_loss_and_per_turn_export_run(tmp_path: Path) -> None:
-    trainer = _trainer(tmp_path, "train.steps=1", "actor.use_decoupled_loss=true", "actor.recompute_logprob=true",
-                       "actor.behav_imp_weight_cap=5.0", "actor.c_clip=3.0", "rollout.export=per_turn",
-                       config=ROOT / "examples" / "ppo_turn_gae_guess.yaml")
+    trainer = _trainer(
+        tmp_path,
+        "train.steps=1",
+        "actor.use_decoupled_loss=true",
+        "actor.recompute_logprob=true",
+        "actor.behav_imp_weight_cap=5.0",
+        "actor.c_clip=3.0",
+        "rollout.export=per_turn",
+        config=ROOT / "examples" / "ppo_turn_gae_guess.yaml",
+    )
     out = trainer.step(0)
     assert out.batch["prox_logp"].shape == out.batch["input_ids"].shape
     assert out.metrics["policy_loss"] is not None
@@ -72,8 +85,17 @@ def test_checkpoint_policy_loads_through_model_path(tmp_path: Path) -> None:
     assert first.checkpoint == first.run_dir / "checkpoints" / "step_1"
     assert (ckpt / "config.json").is_file() and (ckpt / "tokenizer.json").is_file()
     overrides = [o for o in TINY if not o.startswith("model.")]
-    cfg = load_config(DEFAULT, [*overrides, f"output.dir={tmp_path}", "train.steps=1", f"model.path={ckpt}",
-                                "experiment_name=resumed", "critic.enabled=true"])
+    cfg = load_config(
+        DEFAULT,
+        [
+            *overrides,
+            f"output.dir={tmp_path}",
+            "train.steps=1",
+            f"model.path={ckpt}",
+            "experiment_name=resumed",
+            "critic.enabled=true",
+        ],
+    )
     second = Trainer(cfg)
     second.run()
     assert second.policy.config.hidden_size == 32
@@ -90,9 +112,22 @@ def first_policy_weight(folder: Path) -> torch.Tensor:
 def test_cli_entry_point_runs_the_default_config(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "areal.trainer.main", "--config", str(DEFAULT), *TINY, "train.steps=2",
-         f"output.dir={tmp_path}", "experiment_name=cli"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "areal.trainer.main",
+            "--config",
+            str(DEFAULT),
+            *TINY,
+            "train.steps=2",
+            f"output.dir={tmp_path}",
+            "experiment_name=cli",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert "[areal] cli: done, 2/2 steps" in proc.stdout

@@ -25,15 +25,29 @@ from areal.utils.checkpoint_folders import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
-TINY = ["rollout.batch_size=2", "rollout.n_samples=4", "model.hidden_size=32", "model.num_heads=2",
-        "model.intermediate_size=64", "output.progress_bar=false", "output.plot=false", "train.num_threads=1",
-        "train.steps=2", "output.loggers=[jsonl]"]
+TINY = [
+    "rollout.batch_size=2",
+    "rollout.n_samples=4",
+    "model.hidden_size=32",
+    "model.num_heads=2",
+    "model.intermediate_size=64",
+    "output.progress_bar=false",
+    "output.plot=false",
+    "train.num_threads=1",
+    "train.steps=2",
+    "output.loggers=[jsonl]",
+]
 SPECIAL = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
 
 
 def _draws(holder: SimpleNamespace, n: int) -> tuple:
-    return (random.random(), np.random.rand(n).tolist(), torch.rand(n).tolist(),
-            torch.rand(n, generator=holder.generator).tolist(), holder.rng.random())
+    return (
+        random.random(),
+        np.random.rand(n).tolist(),
+        torch.rand(n).tolist(),
+        torch.rand(n, generator=holder.generator).tolist(),
+        holder.rng.random(),
+    )
 
 
 @settings(max_examples=20, deadline=None)
@@ -109,17 +123,23 @@ counter = _Counter()
 def test_actor_state_holds_the_stateful_stages_only() -> None:
     assert PPOActor(PPOActorConfig()).state_dict() == {"stages": {}}
     path = f"{__name__}.counter"
-    actor = PPOActor(load_config({"advantage": {"outcome_reward_shaping": {"implementation": path,
-                                                                          "kwargs": {"factor": 2.0}}}},
-                                 schema=PPOActorConfig))
+    actor = PPOActor(
+        load_config(
+            {"advantage": {"outcome_reward_shaping": {"implementation": path, "kwargs": {"factor": 2.0}}}},
+            schema=PPOActorConfig,
+        )
+    )
     counter.n = 5
     state = actor.state_dict()
     assert state == {"stages": {"outcome_reward_shaping": {"n": 5}}}
     counter.n = 0
     actor.load_state_dict(state)
     assert counter.n == 5
-    with pytest.raises(ValueError, match=r"holds state for stages \[\], but the configured stages with state are "
-                                         r"\['outcome_reward_shaping'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds state for stages \[\], but the configured stages with state are "
+        r"\['outcome_reward_shaping'\]",
+    ):
         actor.load_state_dict({"stages": {}})
 
 
@@ -134,8 +154,11 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _resume_trainer(tmp_path: Path, checkpoint: Path, *extra: str) -> Trainer:
-    return Trainer(load_config(DEFAULT, [*TINY, f"output.dir={tmp_path}", "experiment_name=dst",
-                                         f"train.resume={checkpoint}", *extra]))
+    return Trainer(
+        load_config(
+            DEFAULT, [*TINY, f"output.dir={tmp_path}", "experiment_name=dst", f"train.resume={checkpoint}", *extra]
+        )
+    )
 
 
 def test_another_number_of_ranks_is_refused(tmp_path: Path, checkpoint: Path) -> None:
@@ -146,8 +169,11 @@ def test_another_number_of_ranks_is_refused(tmp_path: Path, checkpoint: Path) ->
     state = torch.load(copy / "trainer_state.pt", weights_only=True)
     state["world_size"] = 2
     torch.save(state, copy / "trainer_state.pt")
-    (copy / "areal_checkpoint.json").write_text((copy / "areal_checkpoint.json").read_text().replace(
-        str((checkpoint / "trainer_state.pt").stat().st_size), str((copy / "trainer_state.pt").stat().st_size)))
+    (copy / "areal_checkpoint.json").write_text(
+        (copy / "areal_checkpoint.json")
+        .read_text()
+        .replace(str((checkpoint / "trainer_state.pt").stat().st_size), str((copy / "trainer_state.pt").stat().st_size))
+    )
     with pytest.raises(CheckpointError, match="written by a 2-rank job and this job has 1; exact resume"):
         _resume_trainer(tmp_path, copy).run()
 
@@ -162,18 +188,21 @@ def test_a_critic_mismatch_is_refused(tmp_path: Path, checkpoint: Path) -> None:
         _resume_trainer(tmp_path, checkpoint, "critic.enabled=true").run()
 
 
-def test_changed_config_is_named_in_a_warning(tmp_path: Path, checkpoint: Path,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_changed_config_is_named_in_a_warning(
+    tmp_path: Path, checkpoint: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.WARNING, logger="areal.checkpoint"):
         result = _resume_trainer(tmp_path, checkpoint, "train.lr=0.01", "train.steps=3").run()
     assert result.steps_done == 3 and result.resumed_from == checkpoint
     assert "with a changed config (experiment_name, train.lr)" in caplog.text
 
 
-def test_resuming_past_train_steps_is_refused_on_the_command_line(tmp_path: Path, checkpoint: Path,
-                                                                  capsys: pytest.CaptureFixture) -> None:
-    code = main(["--config", str(DEFAULT), *TINY, f"output.dir={tmp_path}", f"train.resume={checkpoint}",
-                 "train.steps=1"])
+def test_resuming_past_train_steps_is_refused_on_the_command_line(
+    tmp_path: Path, checkpoint: Path, capsys: pytest.CaptureFixture
+) -> None:
+    code = main(
+        ["--config", str(DEFAULT), *TINY, f"output.dir={tmp_path}", f"train.resume={checkpoint}", "train.steps=1"]
+    )
     assert code == 1
     assert "train.steps: got 1, but the checkpoint" in capsys.readouterr().err
 

@@ -30,8 +30,19 @@ import torch
 
 from areal.trainer.ppo.checks.batch_checks import BatchError, all_finite
 
-__all__ = ["ANCHOR_IDS", "AUX_FIELDS", "ROLLOUT_IS_WEIGHTS", "SUM_PI_SQUARED", "TOKEN_ENTROPY", "aligned_anchor_ids",
-           "aligned_token_entropy", "aligned_token_values", "check_aux_fields", "declared_fields", "stage_reads"]
+__all__ = [
+    "ANCHOR_IDS",
+    "AUX_FIELDS",
+    "ROLLOUT_IS_WEIGHTS",
+    "SUM_PI_SQUARED",
+    "TOKEN_ENTROPY",
+    "aligned_anchor_ids",
+    "aligned_token_entropy",
+    "aligned_token_values",
+    "check_aux_fields",
+    "declared_fields",
+    "stage_reads",
+]
 
 ANCHOR_IDS = "anchor_ids"
 TOKEN_ENTROPY = "token_entropy"
@@ -95,8 +106,10 @@ def _check_token_floats(data: Mapping[str, Any], key: str, high: float | None, e
     bad = data["loss_mask"].bool() & ~valid
     if bool(bad.any()):
         row, col = (int(i) for i in bad.nonzero()[0])
-        raise BatchError(f"{key}: expected {expected} on generated tokens, found {float(value[row, col])!r} "
-                         f"at row {row}, position {col}")
+        raise BatchError(
+            f"{key}: expected {expected} on generated tokens, found {float(value[row, col])!r} "
+            f"at row {row}, position {col}"
+        )
 
 
 def check_aux_fields(data: Mapping[str, Any], fields: Collection[str]) -> None:
@@ -122,8 +135,9 @@ def aligned_anchor_ids(data: Mapping[str, Any], fields: Collection[str]) -> torc
     return out
 
 
-def aligned_token_values(data: Mapping[str, Any], key: str, loss_mask: torch.Tensor,
-                         fields: Collection[str]) -> torch.Tensor | None:
+def aligned_token_values(
+    data: Mapping[str, Any], key: str, loss_mask: torch.Tensor, fields: Collection[str]
+) -> torch.Tensor | None:
     """[B, T] float32 values of a token field rolled left one position and masked by the aligned mask, or None."""
     value = data.get(key) if key in fields else None
     if value is None:
@@ -133,7 +147,8 @@ def aligned_token_values(data: Mapping[str, Any], key: str, loss_mask: torch.Ten
     return torch.where(active, rolled, torch.zeros_like(rolled))
 
 
-def aligned_token_entropy(data: Mapping[str, Any], loss_mask: torch.Tensor,
-                          fields: Collection[str]) -> torch.Tensor | None:
+def aligned_token_entropy(
+    data: Mapping[str, Any], loss_mask: torch.Tensor, fields: Collection[str]
+) -> torch.Tensor | None:
     """[B, T] float32 entropies rolled left one position and masked by the aligned mask, or None."""
     return aligned_token_values(data, TOKEN_ENTROPY, loss_mask, fields)

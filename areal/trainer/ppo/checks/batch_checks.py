@@ -63,7 +63,6 @@ def _check_finite(name: str, t: torch.Tensor) -> None:
         _raise_not_finite(name, t)
 
 
-
 def _raise_not_finite(name: str, t: torch.Tensor) -> None:
     bad = ~torch.isfinite(t)
     raise BatchError(f"{name}: expected finite values, found {t[bad][0].item()!r} at {_where(bad)}")
@@ -118,7 +117,9 @@ def _check_devices(data: Mapping[str, Any], device: torch.device) -> None:
         if not torch.is_tensor(value):
             continue
         if value.device.type == "meta":
-            raise BatchError(f"{key}: on device meta (a tensor without data), expected a tensor with values on {device}")
+            raise BatchError(
+                f"{key}: on device meta (a tensor without data), expected a tensor with values on {device}"
+            )
         if value.device != device:
             raise BatchError(f"{key}: on device {value.device}, expected {device} like input_ids")
 
@@ -151,8 +152,10 @@ def _check_shapes(data: Mapping[str, Any]) -> tuple[int, int]:
     rewards = data["rewards"]
     components = rewards.ndim == 2 and rewards.shape[0] == B and rewards.shape[1] >= 1
     if tuple(rewards.shape) != (B,) and not components:
-        raise BatchError(f"rewards: expected one reward per row, shape {(B,)} (or [B, K] reward components "
-                         f"named by meta.reward_keys), got {tuple(rewards.shape)}")
+        raise BatchError(
+            f"rewards: expected one reward per row, shape {(B,)} (or [B, K] reward components "
+            f"named by meta.reward_keys), got {tuple(rewards.shape)}"
+        )
     truncated = data.get("is_truncated")
     if truncated is not None and tuple(truncated.shape) != (B,):
         raise BatchError(f"is_truncated: expected one flag per row, shape {(B,)}, got {tuple(truncated.shape)}")
@@ -225,7 +228,9 @@ def check_batch_values(data: Mapping[str, Any]) -> dict[str, float]:
         raise BatchError(f"attention_mask: every row needs at least one token, row {_where(seqlens < 1)} is empty")
     rising = attn[:, 1:] > attn[:, :-1]  # a 0 followed by a 1
     if bool(rising.any()):
-        raise BatchError(f"attention_mask: expected right padding (ones then zeros), found a gap before {_where(rising)}")
+        raise BatchError(
+            f"attention_mask: expected right padding (ones then zeros), found a gap before {_where(rising)}"
+        )
     if bool((loss > attn).any()):
         outside = loss.bool() & ~attn.bool()
         raise BatchError(f"loss_mask: marks a padding position (attention_mask 0) at {_where(outside)}")

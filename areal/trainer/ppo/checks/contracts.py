@@ -82,8 +82,11 @@ def differences(original: Any, handed: Any, name: str) -> list[str]:
     if dataclasses.is_dataclass(original) and not isinstance(original, type):
         if type(handed) is not type(original):
             return [name]
-        return [d for f in dataclasses.fields(original)
-                for d in differences(getattr(original, f.name), getattr(handed, f.name), f"{name}.{f.name}")]
+        return [
+            d
+            for f in dataclasses.fields(original)
+            for d in differences(getattr(original, f.name), getattr(handed, f.name), f"{name}.{f.name}")
+        ]
     if isinstance(original, (list, tuple)):
         if type(handed) is not type(original) or len(handed) != len(original):
             return [name]
@@ -125,22 +128,30 @@ def check_tensor(
 ) -> torch.Tensor:
     """One output tensor: type, shape, device, dtype and finiteness."""
     if not torch.is_tensor(value):
-        raise StageContractError(stage, implementation, f"{name}: returned {type(value).__name__}, expected a torch.Tensor")
+        raise StageContractError(
+            stage, implementation, f"{name}: returned {type(value).__name__}, expected a torch.Tensor"
+        )
     if tuple(value.shape) != tuple(shape):
         raise StageContractError(
-            stage, implementation, f"{name}: returned shape {tuple(value.shape)}, expected {tuple(shape)} (row order and count must be kept)"
+            stage,
+            implementation,
+            f"{name}: returned shape {tuple(value.shape)}, expected {tuple(shape)} (row order and count must be kept)",
         )
     if value.device != device:
         raise StageContractError(stage, implementation, f"{name}: returned on device {value.device}, expected {device}")
     if floating and not value.is_floating_point():
         if not (allow_integer and not value.is_complex() and value.dtype != torch.bool):
-            raise StageContractError(stage, implementation, f"{name}: returned dtype {value.dtype}, expected a floating dtype")
+            raise StageContractError(
+                stage, implementation, f"{name}: returned dtype {value.dtype}, expected a floating dtype"
+            )
     if value.is_floating_point() and not all_finite(value):
         bad = ~torch.isfinite(value)
         if bool(bad.any()):
             where = bad.nonzero()[0].tolist()
             raise StageContractError(
-                stage, implementation, f"{name}: returned non-finite {value[bad][0].item()!r} at index {where}; expected finite values"
+                stage,
+                implementation,
+                f"{name}: returned non-finite {value[bad][0].item()!r} at index {where}; expected finite values",
             )
     return value
 
@@ -184,7 +195,8 @@ def call_stage(stage: ResolvedStage, inputs: Any, **kwargs: Any) -> Any:
         raise
     except SystemExit as exc:
         raise StageContractError(
-            stage.stage, stage.implementation,
+            stage.stage,
+            stage.implementation,
             f"called sys.exit({exc.code!r}); a stage function must return its result or raise an exception",
         ) from exc
     except Exception as exc:
@@ -193,42 +205,63 @@ def call_stage(stage: ResolvedStage, inputs: Any, **kwargs: Any) -> Any:
     return result
 
 
-def check_outcome_result(stage: ResolvedStage, result: Any, n_rows: int, n_logical: int, device: torch.device) -> OutcomeResult:
+def check_outcome_result(
+    stage: ResolvedStage, result: Any, n_rows: int, n_logical: int, device: torch.device
+) -> OutcomeResult:
     """An outcome stage's result: one finite float per row, one reference per logical rollout."""
     if not isinstance(result, OutcomeResult):
-        raise StageContractError(stage.stage, stage.implementation, f"returned {type(result).__name__}, expected OutcomeResult(rewards=...)")
+        raise StageContractError(
+            stage.stage, stage.implementation, f"returned {type(result).__name__}, expected OutcomeResult(rewards=...)"
+        )
     check_tensor(stage.stage, stage.implementation, "rewards", result.rewards, shape=(n_rows,), device=device)
     if result.normalization_rewards is not None:
-        check_tensor(stage.stage, stage.implementation, "normalization_rewards", result.normalization_rewards,
-                     shape=(n_logical,), device=device)
+        check_tensor(
+            stage.stage,
+            stage.implementation,
+            "normalization_rewards",
+            result.normalization_rewards,
+            shape=(n_logical,),
+            device=device,
+        )
     return result
 
 
-def check_temporal_result(stage: ResolvedStage, result: Any, shape: tuple[int, int], device: torch.device) -> TemporalResult:
+def check_temporal_result(
+    stage: ResolvedStage, result: Any, shape: tuple[int, int], device: torch.device
+) -> TemporalResult:
     """An estimator's result: three finite float [B, T] tensors on the batch's device."""
     if not isinstance(result, TemporalResult):
-        raise StageContractError(stage.stage, stage.implementation,
-                                 f"returned {type(result).__name__}, expected TemporalResult(advantages, returns, total_rewards)")
+        raise StageContractError(
+            stage.stage,
+            stage.implementation,
+            f"returned {type(result).__name__}, expected TemporalResult(advantages, returns, total_rewards)",
+        )
     for name in ("advantages", "returns", "total_rewards"):
         check_tensor(stage.stage, stage.implementation, name, getattr(result, name), shape=shape, device=device)
     return result
 
 
-def check_full_result(stage: ResolvedStage, result: Any, shape: tuple[int, int], device: torch.device) -> AdvantageResult:
+def check_full_result(
+    stage: ResolvedStage, result: Any, shape: tuple[int, int], device: torch.device
+) -> AdvantageResult:
     """A full replacement's result: every field the PPO update reads, and only allowed extras."""
     if not isinstance(result, AdvantageResult):
-        raise StageContractError(stage.stage, stage.implementation, f"returned {type(result).__name__}, expected AdvantageResult")
+        raise StageContractError(
+            stage.stage, stage.implementation, f"returned {type(result).__name__}, expected AdvantageResult"
+        )
     for name in ("advantages", "returns", "loss_mask", "logprobs", "total_rewards", "kl_rewards"):
         check_tensor(stage.stage, stage.implementation, name, getattr(result, name), shape=shape, device=device)
     check_binary_mask(stage.stage, stage.implementation, "loss_mask", result.loss_mask)
     # Integer task rewards are valid batch content, and the default (identity) keeps them integer.
-    check_tensor(stage.stage, stage.implementation, "rewards", result.rewards, shape=shape[:1], device=device,
-                 allow_integer=True)
+    check_tensor(
+        stage.stage, stage.implementation, "rewards", result.rewards, shape=shape[:1], device=device, allow_integer=True
+    )
     extras = dict(result.extras or {})
     unknown = sorted(set(extras) - ALLOWED_EXTRAS)
     if unknown:
         raise StageContractError(
-            stage.stage, stage.implementation,
+            stage.stage,
+            stage.implementation,
             f"extras may only hold {sorted(ALLOWED_EXTRAS)}; got {unknown} (rollout fields such as input_ids, "
             "values or original rewards cannot be overwritten)",
         )
@@ -243,13 +276,18 @@ def _check_extra(stage: ResolvedStage, name: str, value: Any, shape: tuple[int, 
     if name == "is_truncated":
         check_tensor(stage.stage, stage.implementation, where, value, shape=shape[:1], device=device, floating=False)
         if value.dtype != torch.bool:
-            raise StageContractError(stage.stage, stage.implementation,
-                                     f"{where}: returned dtype {value.dtype}, expected torch.bool (one flag per row)")
+            raise StageContractError(
+                stage.stage,
+                stage.implementation,
+                f"{where}: returned dtype {value.dtype}, expected torch.bool (one flag per row)",
+            )
         return
     if name == "input_token_loss_mask":
         check_tensor(stage.stage, stage.implementation, where, value, shape=shape, device=device, floating=False)
         if value.is_complex():
-            raise StageContractError(stage.stage, stage.implementation, f"{where}: returned dtype {value.dtype}, expected a real mask")
+            raise StageContractError(
+                stage.stage, stage.implementation, f"{where}: returned dtype {value.dtype}, expected a real mask"
+            )
         check_binary_mask(stage.stage, stage.implementation, where, value)
         return
     check_tensor(stage.stage, stage.implementation, where, value, shape=shape, device=device)

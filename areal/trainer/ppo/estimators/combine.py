@@ -40,8 +40,17 @@ import torch
 
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
-__all__ = ["DISTILLATION", "KL_ESTIMATORS", "LOGP_FIELDS", "TEACHERS", "CombineTerm", "combine", "parse_terms",
-           "reads_reference", "reverse_kl"]
+__all__ = [
+    "DISTILLATION",
+    "KL_ESTIMATORS",
+    "LOGP_FIELDS",
+    "TEACHERS",
+    "CombineTerm",
+    "combine",
+    "parse_terms",
+    "reads_reference",
+    "reverse_kl",
+]
 
 DISTILLATION = "distillation"
 TEACHERS = ("ref_logp", "teacher_logp")
@@ -77,15 +86,19 @@ def parse_terms(terms: Any) -> list[dict[str, Any]]:
         if not isinstance(term, Mapping):
             raise ValueError(f"{where}: got {term!r:.60}, expected a mapping")
         if ("estimator" in term) == ("term" in term):
-            raise ValueError(f"{where}: give exactly one of 'estimator' (a name or import path) or "
-                             f"'term: {DISTILLATION}', got keys {sorted(term)}")
+            raise ValueError(
+                f"{where}: give exactly one of 'estimator' (a name or import path) or "
+                f"'term: {DISTILLATION}', got keys {sorted(term)}"
+            )
         weight = _number(where, term.get("weight", 1.0))
         if "estimator" in term:
             extra = set(term) - {"estimator", "kwargs", "weight"}
             kwargs = term.get("kwargs", {}) or {}
             if extra or not isinstance(term["estimator"], str) or not isinstance(kwargs, Mapping):
-                raise ValueError(f"{where}: an estimator term has 'estimator' (a string), optional 'kwargs' (a "
-                                 f"mapping) and 'weight', got {dict(term)!r:.120}")
+                raise ValueError(
+                    f"{where}: an estimator term has 'estimator' (a string), optional 'kwargs' (a "
+                    f"mapping) and 'weight', got {dict(term)!r:.120}"
+                )
             if term["estimator"] == "combine":
                 raise ValueError(f"{where}: a combine term cannot itself be 'combine'; list its terms here instead")
             out.append({"estimator": term["estimator"], "kwargs": dict(kwargs), "weight": weight})
@@ -93,8 +106,10 @@ def parse_terms(terms: Any) -> list[dict[str, Any]]:
         extra = set(term) - {"term", "teacher", "weight", "kl_estimator"}
         teacher, kl = term.get("teacher", "ref_logp"), term.get("kl_estimator", "k1")
         if term["term"] != DISTILLATION or extra or teacher not in TEACHERS or kl not in KL_ESTIMATORS:
-            raise ValueError(f"{where}: a per-token term is {{term: {DISTILLATION}, teacher: one of {list(TEACHERS)}, "
-                             f"kl_estimator: one of {list(KL_ESTIMATORS)}, weight}}, got {dict(term)!r:.120}")
+            raise ValueError(
+                f"{where}: a per-token term is {{term: {DISTILLATION}, teacher: one of {list(TEACHERS)}, "
+                f"kl_estimator: one of {list(KL_ESTIMATORS)}, weight}}, got {dict(term)!r:.120}"
+            )
         out.append({"term": DISTILLATION, "teacher": teacher, "kl_estimator": kl, "weight": weight})
     if not any("estimator" in t for t in out):
         raise ValueError(f"{_WHERE}: terms need at least one estimator term (its returns are the critic's targets)")
@@ -112,8 +127,10 @@ def reads_reference(implementation: str | None, kwargs: Mapping[str, Any] | None
     terms = kwargs.get("terms")
     if not isinstance(terms, Sequence) or isinstance(terms, (str, bytes)):
         return False
-    return any(isinstance(t, Mapping) and t.get("term") == DISTILLATION and t.get("teacher", "ref_logp") == "ref_logp"
-               for t in terms)
+    return any(
+        isinstance(t, Mapping) and t.get("term") == DISTILLATION and t.get("teacher", "ref_logp") == "ref_logp"
+        for t in terms
+    )
 
 
 def reverse_kl(logp: torch.Tensor, teacher: torch.Tensor, kind: str) -> torch.Tensor:
@@ -129,18 +146,29 @@ def reverse_kl(logp: torch.Tensor, teacher: torch.Tensor, kind: str) -> torch.Te
 def _distillation(inputs: TemporalInputs, term: CombineTerm) -> torch.Tensor:
     teacher = getattr(inputs, term.teacher)
     mask = inputs.loss_mask
-    if teacher is None or not torch.is_tensor(teacher) or tuple(teacher.shape) != tuple(mask.shape) \
-            or not teacher.is_floating_point():
-        got = "nothing" if teacher is None else (f"{teacher.dtype} {tuple(teacher.shape)}" if torch.is_tensor(teacher)
-                                                 else type(teacher).__name__)
-        raise ValueError(f"{_WHERE}: {term.label} reads the batch's {term.teacher!r} (a float [B, T] tensor of the "
-                         f"teacher's log-probs, aligned like ref_logp), got {got}")
+    if (
+        teacher is None
+        or not torch.is_tensor(teacher)
+        or tuple(teacher.shape) != tuple(mask.shape)
+        or not teacher.is_floating_point()
+    ):
+        got = (
+            "nothing"
+            if teacher is None
+            else (f"{teacher.dtype} {tuple(teacher.shape)}" if torch.is_tensor(teacher) else type(teacher).__name__)
+        )
+        raise ValueError(
+            f"{_WHERE}: {term.label} reads the batch's {term.teacher!r} (a float [B, T] tensor of the "
+            f"teacher's log-probs, aligned like ref_logp), got {got}"
+        )
     active = mask.bool()
     teacher = teacher.to(torch.float64)
     if not bool(torch.isfinite(teacher[active]).all()):
         row, col = (int(i) for i in (active & ~torch.isfinite(teacher)).nonzero()[0])
-        raise ValueError(f"{_WHERE}: {term.teacher!r} is {float(teacher[row, col])!r} at row {row}, position {col}, "
-                         "a generated token; expected finite log-probs")
+        raise ValueError(
+            f"{_WHERE}: {term.teacher!r} is {float(teacher[row, col])!r} at row {row}, position {col}, "
+            "a generated token; expected finite log-probs"
+        )
     logp = inputs.old_logp.to(torch.float64)
     kl = reverse_kl(logp, torch.where(active, teacher, logp), term.kl_estimator)
     return -(kl * mask.to(torch.float64))
@@ -157,8 +185,9 @@ def combine(inputs: TemporalInputs, *, terms: Sequence[CombineTerm]) -> Temporal
             advantages = advantages + term.weight * result.advantages.to(torch.float64)
         else:
             advantages = advantages + term.weight * _distillation(inputs, term)
-    return TemporalResult(advantages=advantages.to(torch.float32), returns=first.returns,
-                          total_rewards=first.total_rewards)
+    return TemporalResult(
+        advantages=advantages.to(torch.float32), returns=first.returns, total_rewards=first.total_rewards
+    )
 
 
 combine.batch_fields = LOGP_FIELDS

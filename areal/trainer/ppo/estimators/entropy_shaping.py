@@ -34,8 +34,13 @@ _WHERE = "process_adv_shaping 'entropy_advantage'"
 
 
 def _number(name: str, value: Any, *, low: float, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low \
-            or (strict and value == low):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < low
+        or (strict and value == low)
+    ):
         raise ValueError(f"{_WHERE}: {name} must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
     return float(value)
 
@@ -44,8 +49,10 @@ def _then(inputs: ProcessAdvantageInputs, then: Any, then_kwargs: Any) -> torch.
     if then not in ENTROPY_THEN:
         raise ValueError(f"{_WHERE}: then must be one of {list(ENTROPY_THEN)}, got {then!r}")
     if not isinstance(then_kwargs, dict) or (then_kwargs and then != "gvpo"):
-        raise ValueError(f"{_WHERE}: then_kwargs must be a mapping, and only 'gvpo' takes any (got {then_kwargs!r} "
-                         f"for then={then!r})")
+        raise ValueError(
+            f"{_WHERE}: then_kwargs must be a mapping, and only 'gvpo' takes any (got {then_kwargs!r} "
+            f"for then={then!r})"
+        )
     if then == "none":
         return inputs.advantages
     return algos.BUILTIN_PROCESS[then](inputs, **then_kwargs)

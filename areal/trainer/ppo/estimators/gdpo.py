@@ -35,7 +35,11 @@ def _components(inputs: OutcomeRewardInputs) -> tuple[torch.Tensor, tuple[str, .
     """(values [B, K] float64, names, default weights [K])."""
     rewards = inputs.data["rewards"]
     if rewards.ndim == 1:
-        return rewards.to(torch.float64)[:, None], ("reward",), torch.ones(1, dtype=torch.float64, device=rewards.device)
+        return (
+            rewards.to(torch.float64)[:, None],
+            ("reward",),
+            torch.ones(1, dtype=torch.float64, device=rewards.device),
+        )
     return rewards.to(torch.float64), tuple(inputs.meta.reward_keys), component_weights(inputs.meta, rewards.device)
 
 
@@ -46,8 +50,10 @@ def _select(names: tuple[str, ...], defaults: torch.Tensor, keys: Any, weights: 
     elif isinstance(keys, Sequence) and not isinstance(keys, str) and keys and all(isinstance(k, str) for k in keys):
         unknown = [k for k in keys if k not in names]
         if unknown or len(set(keys)) != len(keys):
-            raise ValueError(f"{_WHERE}: keys {list(keys)} must be distinct names among the batch's reward "
-                             f"components {list(names)} (unknown: {unknown})")
+            raise ValueError(
+                f"{_WHERE}: keys {list(keys)} must be distinct names among the batch's reward "
+                f"components {list(names)} (unknown: {unknown})"
+            )
         chosen = list(keys)
     else:
         raise ValueError(f"{_WHERE}: keys must be null or a non-empty list of reward component names, got {keys!r}")
@@ -62,8 +68,10 @@ def _select(names: tuple[str, ...], defaults: torch.Tensor, keys: Any, weights: 
     elif isinstance(weights, Sequence) and not isinstance(weights, str) and len(weights) == len(chosen):
         values = list(weights)
     else:
-        raise ValueError(f"{_WHERE}: weights must be a mapping name -> weight or a list of {len(chosen)} numbers "
-                         f"(one per component {chosen}), got {weights!r}")
+        raise ValueError(
+            f"{_WHERE}: weights must be a mapping name -> weight or a list of {len(chosen)} numbers "
+            f"(one per component {chosen}), got {weights!r}"
+        )
     for k, w in zip(chosen, values):
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
             raise ValueError(f"{_WHERE}: the weight of {k!r} must be a finite number, got {w!r}")

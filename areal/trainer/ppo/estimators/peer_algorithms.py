@@ -392,8 +392,12 @@ def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
     steps[:, -1] = False  # the last aligned position predicts nothing (as in token GAE)
     credited = credit_to_steps(rewards, steps)
     returns, _ = gae_kernels.token_gae(
-        credited, torch.zeros_like(credited), steps.to(torch.float32),
-        discount=inputs.discount, lam=1.0, bootstrap=0.0,
+        credited,
+        torch.zeros_like(credited),
+        steps.to(torch.float32),
+        discount=inputs.discount,
+        lam=1.0,
+        bootstrap=0.0,
     )
     returns = returns * steps
     return TemporalResult(advantages=returns, returns=returns.clone(), total_rewards=rewards)
@@ -422,8 +426,13 @@ def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None
     steps = inputs.turn_ids >= 0
     credited = credit_to_steps(rewards, steps)  # a reward off the turns belongs to the latest turn
     turn_returns, _ = gae_kernels.turn_gae(
-        credited, torch.zeros_like(credited), inputs.loss_mask, inputs.turn_ids,
-        discount=float(gamma), lam=1.0, bootstrap=0.0,
+        credited,
+        torch.zeros_like(credited),
+        inputs.loss_mask,
+        inputs.turn_ids,
+        discount=float(gamma),
+        lam=1.0,
+        bootstrap=0.0,
     )
     return TemporalResult(
         advantages=turn_returns + inputs.kl_rewards,

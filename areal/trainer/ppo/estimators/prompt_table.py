@@ -40,7 +40,8 @@ def group_prompt_keys(data: Mapping[str, Any], meta: TrajBatchMeta, where: str) 
     keys = keys.long()
     group = meta.row_group_index(keys.device)
     starts = torch.cumsum(torch.as_tensor(meta.traj_group_sizes, device=keys.device), 0) - group.new_tensor(
-        meta.traj_group_sizes)
+        meta.traj_group_sizes
+    )
     first = keys[starts]
     differs = keys != first[group]
     if bool(differs.any()):

@@ -49,12 +49,19 @@ def _ids(data: Any, name: str, n_rows: int, required: bool) -> torch.Tensor:
     ids = data.get(name)
     if ids is None:
         if required:
-            raise ValueError(f"{_WHERE}: the batch has no {name!r}; RAE needs one integer role id per row [B] = "
-                             f"[{n_rows}] (the seat the row's rollout played; the trainer takes it from each "
-                             "problem row's 'role_id')")
+            raise ValueError(
+                f"{_WHERE}: the batch has no {name!r}; RAE needs one integer role id per row [B] = "
+                f"[{n_rows}] (the seat the row's rollout played; the trainer takes it from each "
+                "problem row's 'role_id')"
+            )
         return torch.zeros(n_rows, dtype=torch.long, device=data["rewards"].device)
-    if not torch.is_tensor(ids) or tuple(ids.shape) != (n_rows,) or ids.is_floating_point() or ids.is_complex() \
-            or ids.dtype == torch.bool:
+    if (
+        not torch.is_tensor(ids)
+        or tuple(ids.shape) != (n_rows,)
+        or ids.is_floating_point()
+        or ids.is_complex()
+        or ids.dtype == torch.bool
+    ):
         got = f"{ids.dtype} {tuple(ids.shape)}" if torch.is_tensor(ids) else type(ids).__name__
         raise ValueError(f"{_WHERE}: {name!r} is {got}, expected an integer tensor of shape ({n_rows},)")
     ids = ids.long()
@@ -76,13 +83,16 @@ def _rollout_keys(inputs: OutcomeRewardInputs, row_rollout: torch.Tensor, n_roll
     differs = row_key != first[row_rollout]
     if bool(differs.any()):
         row = int(differs.nonzero()[0, 0])
-        raise ValueError(f"{_WHERE}: rows of logical rollout {int(row_rollout[row])} have different (game, role) "
-                         f"ids (row {row}: ({int(game[row])}, {int(role[row])})); one rollout plays one seat")
+        raise ValueError(
+            f"{_WHERE}: rows of logical rollout {int(row_rollout[row])} have different (game, role) "
+            f"ids (row {row}: ({int(game[row])}, {int(role[row])})); one rollout plays one seat"
+        )
     return first
 
 
-def ema_sequence(keys: torch.Tensor, rewards: torch.Tensor, start: torch.Tensor, decay: float
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def ema_sequence(
+    keys: torch.Tensor, rewards: torch.Tensor, start: torch.Tensor, decay: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run one EMA per distinct key over `rewards` [N] in order: (baseline seen by each [N], unique keys, final).
 
     `start(unique_keys)` gives each key's value before the sequence. The loop is
@@ -109,8 +119,12 @@ def ema_sequence(keys: torch.Tensor, rewards: torch.Tensor, start: torch.Tensor,
 
 def rae(inputs: OutcomeRewardInputs, *, state: StageState, decay: float = 0.95) -> OutcomeResult:
     """RAE: r - b_{game, role}, b the (game, role) EMA before this sample; see the module docstring."""
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not math.isfinite(decay) \
-            or not 0.0 < decay < 1.0:
+    if (
+        isinstance(decay, bool)
+        or not isinstance(decay, (int, float))
+        or not math.isfinite(decay)
+        or not 0.0 < decay < 1.0
+    ):
         raise ValueError(f"{_WHERE}: decay must be a number in (0, 1) (the authors' check), got {decay!r}")
     lr = logical_rollouts(inputs, "rae")
     keys = _rollout_keys(inputs, lr.row_rollout, lr.n_rollouts)

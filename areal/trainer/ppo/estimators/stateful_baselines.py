@@ -63,11 +63,15 @@ def _flag(where: str, name: str, value: Any) -> bool:
 def _table(state: StageState, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     keys = state.get(_KEYS)
     if keys is None:
-        return torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, width, dtype=torch.float64, device=device)
+        return torch.zeros(0, dtype=torch.long, device=device), torch.zeros(
+            0, width, dtype=torch.float64, device=device
+        )
     values = state.get(_VALUES)
     if values.ndim != 2 or values.shape[1] != width or values.shape[0] != keys.shape[0]:
-        raise ValueError(f"{state.where}: the saved table has shape {tuple(values.shape)} for {keys.shape[0]} "
-                         f"prompts, expected [prompts, {width}]")
+        raise ValueError(
+            f"{state.where}: the saved table has shape {tuple(values.shape)} for {keys.shape[0]} "
+            f"prompts, expected [prompts, {width}]"
+        )
     return keys.to(device), values.to(device, torch.float64)
 
 
@@ -81,7 +85,9 @@ def _store(state: StageState, keys: torch.Tensor, values: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _group_matrix(group: torch.Tensor, z: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _group_matrix(
+    group: torch.Tensor, z: torch.Tensor, n_groups: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Members laid out [G, L] in their order (`group` sorted, as in the batch): (Z, valid, position)."""
     sizes = torch.bincount(group, minlength=n_groups)
     starts = torch.cumsum(sizes, 0) - sizes
@@ -115,11 +121,17 @@ def kalman_pass(
     return xs, ps, x, p
 
 
-def _krpo_params(where: str, process_var: Any, meas_var: Any, init_mean: Any, init_var: Any, eps: Any,
-                 carry_over: Any) -> tuple[float, float, float, float, float, bool]:
-    return (_number(where, "process_var", process_var, low=0.0), _number(where, "meas_var", meas_var, positive=True),
-            _number(where, "init_mean", init_mean), _number(where, "init_var", init_var, positive=True),
-            _number(where, "eps", eps, low=0.0), _flag(where, "carry_over", carry_over))
+def _krpo_params(
+    where: str, process_var: Any, meas_var: Any, init_mean: Any, init_var: Any, eps: Any, carry_over: Any
+) -> tuple[float, float, float, float, float, bool]:
+    return (
+        _number(where, "process_var", process_var, low=0.0),
+        _number(where, "meas_var", meas_var, positive=True),
+        _number(where, "init_mean", init_mean),
+        _number(where, "init_var", init_var, positive=True),
+        _number(where, "eps", eps, low=0.0),
+        _flag(where, "carry_over", carry_over),
+    )
 
 
 def krpo(
@@ -141,8 +153,9 @@ def krpo(
     updated with every group of the step, identically on every rank.
     """
     where = _where("krpo")
-    q, r, x_init, p_init, eps, carry_over = _krpo_params(where, process_var, meas_var, init_mean, init_var, eps,
-                                                         carry_over)
+    q, r, x_init, p_init, eps, carry_over = _krpo_params(
+        where, process_var, meas_var, init_mean, init_var, eps, carry_over
+    )
     lr = logical_rollouts(inputs, "krpo")
     device = lr.rewards.device
     z, valid, position = _group_matrix(lr.rollout_group, lr.rewards, lr.n_groups)
@@ -196,8 +209,16 @@ def _canonical_group_order(group_keys: torch.Tensor, z: torch.Tensor, valid: tor
     return order[torch.argsort(group_keys[order], stable=True)]
 
 
-def _update_krpo(state: StageState, table_keys: torch.Tensor, table_values: torch.Tensor, keys: torch.Tensor,
-                 lr: LogicalRollouts, default: torch.Tensor, q: float, r: float) -> None:
+def _update_krpo(
+    state: StageState,
+    table_keys: torch.Tensor,
+    table_values: torch.Tensor,
+    keys: torch.Tensor,
+    lr: LogicalRollouts,
+    default: torch.Tensor,
+    q: float,
+    r: float,
+) -> None:
     """Chain the step's groups of each prompt (canonical order) through its filter and store the result.
 
     Every group's advantages used the state from before the step; the stored
@@ -227,8 +248,16 @@ def _update_krpo(state: StageState, table_keys: torch.Tensor, table_values: torc
 # ---------------------------------------------------------------------------
 
 
-def _spo_rho(inputs: OutcomeRewardInputs, lr: LogicalRollouts, where: str, mode: str, rho: float, d_half: float,
-             rho_min: float, rho_max: float) -> torch.Tensor:
+def _spo_rho(
+    inputs: OutcomeRewardInputs,
+    lr: LogicalRollouts,
+    where: str,
+    mode: str,
+    rho: float,
+    d_half: float,
+    rho_min: float,
+    rho_max: float,
+) -> torch.Tensor:
     """Per logical rollout: the tracker's discount at this visit."""
     if mode == "constant":
         return torch.full_like(lr.rewards, rho)
@@ -245,20 +274,37 @@ def _spo_rho(inputs: OutcomeRewardInputs, lr: LogicalRollouts, where: str, mode:
         row = int(bad.nonzero()[0, 0])
         raise ValueError(f"{where}: 'policy_drift'[{row}] is {float(drift[row])!r}, expected a finite number >= 0")
     first_row = torch.zeros(lr.n_rollouts, dtype=torch.long, device=drift.device).scatter_reduce(
-        0, lr.row_rollout, torch.arange(n_rows, device=drift.device), reduce="amin", include_self=False)
+        0, lr.row_rollout, torch.arange(n_rows, device=drift.device), reduce="amin", include_self=False
+    )
     value = torch.pow(2.0, -drift.to(torch.float64)[first_row] / d_half)
     return value.clamp(min=rho_min, max=rho_max)
 
 
-def _spo_params(where: str, prior_alpha: Any, prior_beta: Any, rho: Any, rho_mode: Any, d_half: Any, rho_min: Any,
-                rho_max: Any, normalize: Any, eps: Any) -> tuple:
+def _spo_params(
+    where: str,
+    prior_alpha: Any,
+    prior_beta: Any,
+    rho: Any,
+    rho_mode: Any,
+    d_half: Any,
+    rho_min: Any,
+    rho_max: Any,
+    normalize: Any,
+    eps: Any,
+) -> tuple:
     if rho_mode not in SPO_RHO_MODES:
         raise ValueError(f"{where}: rho_mode must be one of {list(SPO_RHO_MODES)}, got {rho_mode!r}")
-    values = (_number(where, "prior_alpha", prior_alpha, positive=True),
-              _number(where, "prior_beta", prior_beta, positive=True),
-              _number(where, "rho", rho, low=0.0), rho_mode, _number(where, "d_half", d_half, positive=True),
-              _number(where, "rho_min", rho_min, low=0.0), _number(where, "rho_max", rho_max, low=0.0),
-              _flag(where, "normalize", normalize), _number(where, "eps", eps, low=0.0))
+    values = (
+        _number(where, "prior_alpha", prior_alpha, positive=True),
+        _number(where, "prior_beta", prior_beta, positive=True),
+        _number(where, "rho", rho, low=0.0),
+        rho_mode,
+        _number(where, "d_half", d_half, positive=True),
+        _number(where, "rho_min", rho_min, low=0.0),
+        _number(where, "rho_max", rho_max, low=0.0),
+        _flag(where, "normalize", normalize),
+        _number(where, "eps", eps, low=0.0),
+    )
     for name, value in (("rho", values[2]), ("rho_min", values[5]), ("rho_max", values[6])):
         if value > 1:
             raise ValueError(f"{where}: {name} must lie in [0, 1], got {value!r}")
@@ -271,8 +317,13 @@ def _batch_whiten(rows: torch.Tensor, rollouts: torch.Tensor, eps: float) -> tup
     """(a - mean) / (std + eps) over every rank's logical rollouts (unbiased std; 1 for a single sample)."""
     import torch.distributed as dist
 
-    stats = torch.stack([torch.tensor(float(rollouts.numel()), dtype=torch.float64, device=rollouts.device),
-                         rollouts.sum(), (rollouts * rollouts).sum()])
+    stats = torch.stack(
+        [
+            torch.tensor(float(rollouts.numel()), dtype=torch.float64, device=rollouts.device),
+            rollouts.sum(),
+            (rollouts * rollouts).sum(),
+        ]
+    )
     if distributed_world() > 1:
         before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
         dist.all_reduce(stats, op=dist.ReduceOp.SUM)
@@ -310,13 +361,16 @@ def spo(
     """
     where = _where("spo")
     prior_alpha, prior_beta, rho, rho_mode, d_half, rho_min, rho_max, normalize, eps = _spo_params(
-        where, prior_alpha, prior_beta, rho, rho_mode, d_half, rho_min, rho_max, normalize, eps)
+        where, prior_alpha, prior_beta, rho, rho_mode, d_half, rho_min, rho_max, normalize, eps
+    )
     lr = logical_rollouts(inputs, "spo")
     outside = (lr.rewards < 0) | (lr.rewards > 1)
     if bool(outside.any()):
         k = int(outside.nonzero()[0, 0])
-        raise ValueError(f"{where}: logical rollout {k} has reward {float(lr.rewards[k])!r}; SPO's Beta tracker "
-                         "needs success rewards in [0, 1]")
+        raise ValueError(
+            f"{where}: logical rollout {k} has reward {float(lr.rewards[k])!r}; SPO's Beta tracker "
+            "needs success rewards in [0, 1]"
+        )
     device = lr.rewards.device
     keys = group_prompt_keys(inputs.data, inputs.meta, where)[lr.rollout_group]
     table_keys, table_values = _table(state, 2, device)
@@ -332,8 +386,15 @@ def spo(
     return _shaped(rows, rollouts, lr)
 
 
-def _update_spo(state: StageState, table_keys: torch.Tensor, table_values: torch.Tensor, keys: torch.Tensor,
-                rewards: torch.Tensor, discount: torch.Tensor, default: torch.Tensor) -> None:
+def _update_spo(
+    state: StageState,
+    table_keys: torch.Tensor,
+    table_values: torch.Tensor,
+    keys: torch.Tensor,
+    rewards: torch.Tensor,
+    discount: torch.Tensor,
+    default: torch.Tensor,
+) -> None:
     """alpha = rho alpha + sum r, beta = rho beta + sum (1 - r) per prompt, over every rank's samples.
 
     Sums run over the samples sorted by (prompt, reward), so the result does not

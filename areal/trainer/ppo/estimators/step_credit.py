@@ -44,8 +44,17 @@ import torch
 
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
-__all__ = ["GIGPO_EPISODE_STATS", "GIGPO_MODES", "MT_GRPO_BASELINES", "MT_GRPO_CREDIT", "StepLayout", "gigpo", "mt_grpo", "step_layout",
-           "ESTIMATORS"]
+__all__ = [
+    "GIGPO_EPISODE_STATS",
+    "GIGPO_MODES",
+    "MT_GRPO_BASELINES",
+    "MT_GRPO_CREDIT",
+    "StepLayout",
+    "gigpo",
+    "mt_grpo",
+    "step_layout",
+    "ESTIMATORS",
+]
 
 GIGPO_MODES = ("mean_norm", "mean_std_norm")
 #: What the episode-level group statistics run over: every step (verl-agent's default) or every episode once.
@@ -85,8 +94,10 @@ def step_layout(inputs: TemporalInputs, where: str) -> StepLayout:
     """Index the generated turns of every row as steps of their logical rollouts."""
     turn_ids = inputs.turn_ids
     if turn_ids is None:
-        raise ValueError(f"{where}: the batch has no 'turn_ids'; step-level credit needs the rollout to provide "
-                         "turn_ids [B, T] (turn index on generated tokens, -1 elsewhere)")
+        raise ValueError(
+            f"{where}: the batch has no 'turn_ids'; step-level credit needs the rollout to provide "
+            "turn_ids [B, T] (turn index on generated tokens, -1 elsewhere)"
+        )
     meta = inputs.meta
     device = turn_ids.device
     generated = turn_ids >= 0
@@ -106,8 +117,16 @@ def step_layout(inputs: TemporalInputs, where: str) -> StepLayout:
     index = step_range - first[rollout]
     count = torch.bincount(rollout, minlength=n_rollouts)
     sizes = torch.as_tensor(meta.logical_group_sizes, dtype=torch.float64, device=device)
-    return StepLayout(token_step, row, first_token, rollout, index, index == count[rollout] - 1,
-                      meta.logical_group_index(device), sizes)
+    return StepLayout(
+        token_step,
+        row,
+        first_token,
+        rollout,
+        index,
+        index == count[rollout] - 1,
+        meta.logical_group_index(device),
+        sizes,
+    )
 
 
 def step_rewards(inputs: TemporalInputs, steps: StepLayout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,8 +189,11 @@ def discounted_to_go(x: torch.Tensor, steps: StepLayout, gamma: float) -> torch.
 def _to_tokens(values: torch.Tensor, steps: StepLayout) -> torch.Tensor:
     """[B, T] float32: each step's value on its tokens, 0 elsewhere."""
     token_step = steps.token_step
-    gathered = values.to(torch.float32)[token_step.clamp(min=0)] if steps.n_steps else torch.zeros(
-        token_step.shape, dtype=torch.float32, device=token_step.device)
+    gathered = (
+        values.to(torch.float32)[token_step.clamp(min=0)]
+        if steps.n_steps
+        else torch.zeros(token_step.shape, dtype=torch.float32, device=token_step.device)
+    )
     return torch.where(token_step >= 0, gathered, torch.zeros_like(gathered))
 
 
@@ -189,8 +211,13 @@ def _check_groups(steps: StepLayout, where: str, allow_singletons: Any) -> None:
 
 
 def _check_number(where: str, name: str, value: Any, low: float, high: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low \
-            or (high is not None and value > high):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < low
+        or (high is not None and value > high)
+    ):
         bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
         raise ValueError(f"{where}: {name} must be a finite number {bound}, got {value!r}")
     return float(value)
@@ -200,16 +227,20 @@ def _step_anchors(inputs: TemporalInputs, steps: StepLayout, where: str) -> torc
     """[S] long: each step's anchor key (its first token's), checked constant over the turn."""
     anchors = inputs.anchor_ids
     if anchors is None:
-        raise ValueError(f"{where}: the batch has no 'anchor_ids'; GiGPO groups steps by the environment state they "
-                         "act in, so the rollout must give every generated token its turn's state key [B, T]")
+        raise ValueError(
+            f"{where}: the batch has no 'anchor_ids'; GiGPO groups steps by the environment state they "
+            "act in, so the rollout must give every generated token its turn's state key [B, T]"
+        )
     step_anchor = anchors[steps.row, steps.first_token]
     on_steps = steps.token_step >= 0
     differs = on_steps & (anchors != step_anchor[steps.token_step.clamp(min=0)])
     if bool(differs.any()):
         row, col = (int(i) for i in differs.nonzero()[0])
-        raise ValueError(f"{where}: 'anchor_ids' change inside a turn (row {row}, aligned position {col}: "
-                         f"{int(anchors[row, col])} vs the turn's first token's {int(step_anchor[steps.token_step[row, col]])}); "
-                         "a turn acts in one state and has one key")
+        raise ValueError(
+            f"{where}: 'anchor_ids' change inside a turn (row {row}, aligned position {col}: "
+            f"{int(anchors[row, col])} vs the turn's first token's {int(step_anchor[steps.token_step[row, col]])}); "
+            "a turn acts in one state and has one key"
+        )
     return step_anchor
 
 
@@ -264,12 +295,14 @@ def gigpo(
     step_adv = normalise_within(returns, anchor_group, n_anchor, by_std=by_std, eps=eps)
     advantages = _to_tokens(episode_adv + weight * step_adv, steps)
     total = inputs.outcome_rewards + inputs.process_rewards + inputs.kl_rewards
-    return TemporalResult(advantages=advantages + inputs.kl_rewards, returns=_to_tokens(returns, steps),
-                          total_rewards=total)
+    return TemporalResult(
+        advantages=advantages + inputs.kl_rewards, returns=_to_tokens(returns, steps), total_rewards=total
+    )
 
 
-def _episode_advantages(episode: torch.Tensor, steps: StepLayout, stats: str, *, by_std: bool,
-                        eps: float) -> torch.Tensor:
+def _episode_advantages(
+    episode: torch.Tensor, steps: StepLayout, stats: str, *, by_std: bool, eps: float
+) -> torch.Tensor:
     """[S]: each step's episode-level advantage, its episode's total reward against the prompt group.
 
     `steps`: the group's statistics over its steps (one copy of the episode's
@@ -315,8 +348,10 @@ def mt_grpo(
     if turn_baseline not in MT_GRPO_BASELINES:
         raise ValueError(f"{where}: turn_baseline must be one of {list(MT_GRPO_BASELINES)}, got {turn_baseline!r}")
     if turn_baseline == "unbiased" and turn_credit != "to_go":
-        raise ValueError(f"{where}: turn_baseline 'unbiased' baselines the reward-to-go, so it needs turn_credit "
-                         f"'to_go', got {turn_credit!r}")
+        raise ValueError(
+            f"{where}: turn_baseline 'unbiased' baselines the reward-to-go, so it needs turn_credit "
+            f"'to_go', got {turn_credit!r}"
+        )
     weight = _check_number(where, "turn_weight", turn_weight, 0.0)
     eps = _check_number(where, "eps", eps, 0.0)
     steps = step_layout(inputs, where)
@@ -336,8 +371,9 @@ def mt_grpo(
     return TemporalResult(advantages=advantages, returns=advantages.clone(), total_rewards=total)
 
 
-def _leave_one_out_to_go(turn_rewards: torch.Tensor, steps: StepLayout, turn_group: torch.Tensor,
-                         n_segments: int) -> torch.Tensor:
+def _leave_one_out_to_go(
+    turn_rewards: torch.Tensor, steps: StepLayout, turn_group: torch.Tensor, n_segments: int
+) -> torch.Tensor:
     """[S]: G_ik minus the mean of G_jk over the other episodes of the group that reached turn k (0 if none)."""
     to_go = discounted_to_go(turn_rewards, steps, 1.0)
     count = segment_sum(torch.ones_like(to_go), turn_group, n_segments)[turn_group]

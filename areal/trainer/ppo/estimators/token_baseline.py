@@ -57,8 +57,10 @@ def _check_inputs(inputs: TemporalInputs, name: str, handle_zero_tail: Any, eps:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"{where}: eps must be a finite number > 0, got {eps!r}")
     if inputs.discount != 1.0:
-        raise ValueError(f"{where}: the optimal token baseline uses undiscounted returns; actor.discount must be "
-                         f"1.0, got {inputs.discount!r}")
+        raise ValueError(
+            f"{where}: the optimal token baseline uses undiscounted returns; actor.discount must be "
+            f"1.0, got {inputs.discount!r}"
+        )
     if inputs.sum_pi_squared is None:
         raise ValueError(
             f"{where}: the batch has no 'sum_pi_squared'; the baseline's variance proxy 1 - 2*pi_t + sum(pi^2) "
@@ -79,8 +81,9 @@ def _positions(steps: torch.Tensor, by_generated_token: bool) -> torch.Tensor:
     return (column[None, :] - start[:, None]).clamp(min=0, max=n_pos - 1)
 
 
-def _zero_tail(lengths: torch.Tensor, group: torch.Tensor, member: torch.Tensor,
-               n_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _zero_tail(
+    lengths: torch.Tensor, group: torch.Tensor, member: torch.Tensor, n_groups: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row: whether it is its group's single longest member, and the group's second-longest length."""
     length = torch.where(member, lengths, torch.full_like(lengths, -1))
     top = torch.full((n_groups,), -1, dtype=torch.long, device=lengths.device)
@@ -106,8 +109,9 @@ def _variance_weights(inputs: TemporalInputs, steps: torch.Tensor) -> torch.Tens
     return (w * steps).cumsum(dim=1)
 
 
-def _otb(inputs: TemporalInputs, name: str, by_generated_token: bool, handle_zero_tail: bool,
-         eps: float) -> TemporalResult:
+def _otb(
+    inputs: TemporalInputs, name: str, by_generated_token: bool, handle_zero_tail: bool, eps: float
+) -> TemporalResult:
     _check_inputs(inputs, name, handle_zero_tail, eps)
     rewards = inputs.kl_rewards + inputs.outcome_rewards + inputs.process_rewards
     steps = inputs.loss_mask != 0
@@ -138,8 +142,9 @@ def _otb(inputs: TemporalInputs, name: str, by_generated_token: bool, handle_zer
     return TemporalResult(advantages=advantages, returns=(returns * steps).to(torch.float32), total_rewards=rewards)
 
 
-def optimal_token_baseline(inputs: TemporalInputs, *, handle_zero_tail: bool = True,
-                           eps: float = 1e-8) -> TemporalResult:
+def optimal_token_baseline(
+    inputs: TemporalInputs, *, handle_zero_tail: bool = True, eps: float = 1e-8
+) -> TemporalResult:
     """OTB: A_t = G_t - sum_i G_{i,t} W_{i,t} / (sum_i W_{i,t} + eps), trajectories lined up by response position.
 
     Li, Xu, Li et al. 2026 (PMLR 306); verl 0.9.1 `core_algos.py`,
@@ -151,8 +156,9 @@ def optimal_token_baseline(inputs: TemporalInputs, *, handle_zero_tail: bool = T
     return _otb(inputs, "optimal_token_baseline", False, handle_zero_tail, eps)
 
 
-def tir_optimal_token_baseline(inputs: TemporalInputs, *, handle_zero_tail: bool = True,
-                               eps: float = 1e-8) -> TemporalResult:
+def tir_optimal_token_baseline(
+    inputs: TemporalInputs, *, handle_zero_tail: bool = True, eps: float = 1e-8
+) -> TemporalResult:
     """TIR-OTB: the optimal token baseline with trajectories lined up by generated-token index.
 
     Li, Xu, Li et al. 2026 (PMLR 306); verl 0.9.1 `core_algos.py`,

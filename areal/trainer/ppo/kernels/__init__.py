@@ -54,9 +54,7 @@ def select_backend(device: torch.device) -> str:
     if forced not in BACKENDS:
         raise ValueError(f"{BACKEND_ENV}={forced!r}: expected one of {list(BACKENDS)} or unset")
     if forced not in usable:
-        raise RuntimeError(
-            f"{BACKEND_ENV}={forced!r} cannot run on device {device} here; usable: {usable}"
-        )
+        raise RuntimeError(f"{BACKEND_ENV}={forced!r} cannot run on device {device} here; usable: {usable}")
     return forced
 
 

@@ -80,8 +80,9 @@ def _not_finite(x, p, r, v):
     return np.int64(((x - x) + (p - p) + (r - r) + (v - v)) != zero)
 
 
-def _elementwise_k12(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square, neg_kl_ctl,
-                     m_out, lp_out, kl_out, tot_out, adv_out):
+def _elementwise_k12(
+    attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square, neg_kl_ctl, m_out, lp_out, kl_out, tot_out, adv_out
+):
     """One run of positions with the k1 or k2 estimator; returns (sum of attention, error bits).
 
     Every array is a slice starting at the run's first position (raw fields at
@@ -109,8 +110,9 @@ def _elementwise_k12(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, squar
     return seq, _bits(a_min < 0 or a_max > 1, rising, m_min < 0 or m_max > 1, on_padding, not_finite)
 
 
-def _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square, neg_kl_ctl,
-                    m_out, lp_out, kl_out, tot_out, adv_out):
+def _elementwise_k3(
+    attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square, neg_kl_ctl, m_out, lp_out, kl_out, tot_out, adv_out
+):
     """`_elementwise_k12` with the k3 estimator exp(-r) - 1 + r (`square` is unused)."""
     zero = np.float32(0.0)
     seq = a_min = a_max = m_min = m_max = rising = on_padding = not_finite = 0
@@ -131,19 +133,54 @@ def _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, square
 
 
 def _bits(attention_bad, rising, mask_bad, on_padding, not_finite):
-    return ((ROW_ATTENTION_NOT_BINARY if attention_bad else 0) | (ROW_ATTENTION_NOT_RIGHT_PADDED if rising else 0)
-            | (ROW_LOSS_MASK_NOT_BINARY if mask_bad else 0) | (ROW_LOSS_MASK_ON_PADDING if on_padding else 0)
-            | (ROW_NOT_FINITE if not_finite else 0))
+    return (
+        (ROW_ATTENTION_NOT_BINARY if attention_bad else 0)
+        | (ROW_ATTENTION_NOT_RIGHT_PADDED if rising else 0)
+        | (ROW_LOSS_MASK_NOT_BINARY if mask_bad else 0)
+        | (ROW_LOSS_MASK_ON_PADDING if on_padding else 0)
+        | (ROW_NOT_FINITE if not_finite else 0)
+    )
 
 
-def _elementwise(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, kind, neg_kl_ctl,
-                 m_out, lp_out, kl_out, tot_out, adv_out):
+def _elementwise(
+    attn, attn_prev, lmask, lp, ref, prox, val, use_prox, kind, neg_kl_ctl, m_out, lp_out, kl_out, tot_out, adv_out
+):
     """The loop for the configured KL estimator."""
     if kind == 3:
-        return _elementwise_k3(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, False, neg_kl_ctl,
-                               m_out, lp_out, kl_out, tot_out, adv_out)
-    return _elementwise_k12(attn, attn_prev, lmask, lp, ref, prox, val, use_prox, kind == 2, neg_kl_ctl,
-                            m_out, lp_out, kl_out, tot_out, adv_out)
+        return _elementwise_k3(
+            attn,
+            attn_prev,
+            lmask,
+            lp,
+            ref,
+            prox,
+            val,
+            use_prox,
+            False,
+            neg_kl_ctl,
+            m_out,
+            lp_out,
+            kl_out,
+            tot_out,
+            adv_out,
+        )
+    return _elementwise_k12(
+        attn,
+        attn_prev,
+        lmask,
+        lp,
+        ref,
+        prox,
+        val,
+        use_prox,
+        kind == 2,
+        neg_kl_ctl,
+        m_out,
+        lp_out,
+        kl_out,
+        tot_out,
+        adv_out,
+    )
 
 
 def _front(row, out, use_prox, kind, neg_kl_ctl):
@@ -155,12 +192,40 @@ def _front(row, out, use_prox, kind, neg_kl_ctl):
     attn, lmask, lp, ref, val, prox = row[0], row[1], row[2], row[3], row[4], row[5]
     m_out, lp_out, kl_out, tot_out, adv_out = out[0], out[1], out[2], out[3], out[4]
     n = lmask.shape[0]
-    seq, errors = _elementwise(attn[1:], attn[:n - 1], lmask[1:], lp[1:], ref[:n - 1], prox[:n - 1], val[:n - 1],
-                               use_prox, kind, neg_kl_ctl, m_out[:n - 1], lp_out[:n - 1], kl_out[:n - 1],
-                               tot_out[:n - 1], adv_out[:n - 1])
-    seq0, errors0 = _elementwise(attn[:1], attn[:1], lmask[:1], lp[:1], ref[n - 1:], prox[n - 1:], val[n - 1:],
-                                 use_prox, kind, neg_kl_ctl, m_out[n - 1:], lp_out[n - 1:], kl_out[n - 1:],
-                                 tot_out[n - 1:], adv_out[n - 1:])
+    seq, errors = _elementwise(
+        attn[1:],
+        attn[: n - 1],
+        lmask[1:],
+        lp[1:],
+        ref[: n - 1],
+        prox[: n - 1],
+        val[: n - 1],
+        use_prox,
+        kind,
+        neg_kl_ctl,
+        m_out[: n - 1],
+        lp_out[: n - 1],
+        kl_out[: n - 1],
+        tot_out[: n - 1],
+        adv_out[: n - 1],
+    )
+    seq0, errors0 = _elementwise(
+        attn[:1],
+        attn[:1],
+        lmask[:1],
+        lp[:1],
+        ref[n - 1 :],
+        prox[n - 1 :],
+        val[n - 1 :],
+        use_prox,
+        kind,
+        neg_kl_ctl,
+        m_out[n - 1 :],
+        lp_out[n - 1 :],
+        kl_out[n - 1 :],
+        tot_out[n - 1 :],
+        adv_out[n - 1 :],
+    )
     return seq + seq0, errors | errors0
 
 
@@ -343,11 +408,11 @@ def _broadcast_turns(ids, val, starts, n_turns, turn_adv, turn_v, adv_out, ret_o
     n = ids.shape[0]
     zero = np.float32(0.0)
     hi = min(starts[0], n - 1)
-    _broadcast_segment(zero, zero, ids[1:hi + 1], val[:hi], adv_out[:hi], ret_out[:hi])
+    _broadcast_segment(zero, zero, ids[1 : hi + 1], val[:hi], adv_out[:hi], ret_out[:hi])
     for k in range(n_turns):
         lo, hi = starts[k], min(starts[k + 1], n - 1)
         a_k = turn_adv[k]
-        _broadcast_segment(a_k, a_k + turn_v[k], ids[lo + 1:hi + 1], val[lo:hi], adv_out[lo:hi], ret_out[lo:hi])
+        _broadcast_segment(a_k, a_k + turn_v[k], ids[lo + 1 : hi + 1], val[lo:hi], adv_out[lo:hi], ret_out[lo:hi])
     adv_out[n - 1] = zero + adv_out[n - 1]
     ret_out[n - 1] = val[n - 1]
 
@@ -388,10 +453,27 @@ def _token_rows(row0, out0, row1, out1, flags, kind, neg_kl_ctl, g, c0, c1, scor
     e1, tr1, boot1, _, pos1 = _row_setup(row1, out1, flags, kind, neg_kl_ctl, False, score1, trunc1)
     e0 |= _ids_bits(row0, flags, pos0)
     e1 |= _ids_bits(row1, flags, pos1)
-    _token_pair(out0[3], out0[0], row0[4], c0, boot0, out0[4], out0[5],
-                out1[3], out1[0], row1[4], c1, boot1, out1[4], out1[5], g)
-    return ((e0, tr0, _moments(out0, flags[4]), _values_bits(row0, flags)),
-            (e1, tr1, _moments(out1, flags[4]), _values_bits(row1, flags)))
+    _token_pair(
+        out0[3],
+        out0[0],
+        row0[4],
+        c0,
+        boot0,
+        out0[4],
+        out0[5],
+        out1[3],
+        out1[0],
+        row1[4],
+        c1,
+        boot1,
+        out1[4],
+        out1[5],
+        g,
+    )
+    return (
+        (e0, tr0, _moments(out0, flags[4]), _values_bits(row0, flags)),
+        (e1, tr1, _moments(out1, flags[4]), _values_bits(row1, flags)),
+    )
 
 
 def _turn_row(row, out, flags, kind, neg_kl_ctl, g, c, score, trunc_given):
@@ -421,8 +503,15 @@ def _turn_row(row, out, flags, kind, neg_kl_ctl, g, c, score, trunc_given):
 def _row(ins, has, flags, b):
     """Views of batch row b: (attention, loss mask, logprobs, ref, values, prox, turn ids); absent = zero rows."""
     attn, lmask, lp, ref, val, prox, ids = ins
-    return (attn[b], lmask[b], lp[b], ref[b] if has[0] else ref[0], val[b] if has[1] else val[0],
-            prox[b] if has[2] else prox[0], ids[b] if flags[1] else ids[0])
+    return (
+        attn[b],
+        lmask[b],
+        lp[b],
+        ref[b] if has[0] else ref[0],
+        val[b] if has[1] else val[0],
+        prox[b] if has[2] else prox[0],
+        ids[b] if flags[1] else ids[0],
+    )
 
 
 def _out(outs, b):
@@ -434,16 +523,42 @@ def _token_pair_task(p, ins, has, flags, score, trunc, kind, neg_kl_ctl, g, coef
     n_rows = score.shape[0]
     b0 = 2 * p
     b1 = min(b0 + 1, n_rows - 1)
-    r0, r1 = _token_rows(_row(ins, has, flags, b0), _out(outs, b0), _row(ins, has, flags, b1), _out(outs, b1), flags,
-                         kind, neg_kl_ctl, g, coef[b0], coef[b1], score[b0], score[b1],
-                         trunc[b0] if flags[2] else False, trunc[b1] if flags[2] else False)
+    r0, r1 = _token_rows(
+        _row(ins, has, flags, b0),
+        _out(outs, b0),
+        _row(ins, has, flags, b1),
+        _out(outs, b1),
+        flags,
+        kind,
+        neg_kl_ctl,
+        g,
+        coef[b0],
+        coef[b1],
+        score[b0],
+        score[b1],
+        trunc[b0] if flags[2] else False,
+        trunc[b1] if flags[2] else False,
+    )
     _store_row(res, b0, r0)
     _store_row(res, b1, r1)
 
 
 def _turn_task(b, ins, has, flags, score, trunc, kind, neg_kl_ctl, g, coef, outs, res):
-    _store_row(res, b, _turn_row(_row(ins, has, flags, b), _out(outs, b), flags, kind, neg_kl_ctl, g, coef[b],
-                                 score[b], trunc[b] if flags[2] else False))
+    _store_row(
+        res,
+        b,
+        _turn_row(
+            _row(ins, has, flags, b),
+            _out(outs, b),
+            flags,
+            kind,
+            neg_kl_ctl,
+            g,
+            coef[b],
+            score[b],
+            trunc[b] if flags[2] else False,
+        ),
+    )
 
 
 def _store_row(res, b, row):
@@ -486,10 +601,30 @@ if NUMBA_AVAILABLE:
     _bits = _inline(_bits)
     _elementwise_k12 = _jit(_elementwise_k12)
     _elementwise_k3 = _jit(_elementwise_k3)
-    for _name in ("_elementwise", "_front", "_place", "_row_setup", "_turn_scan", "_token_pair", "_pair_steps",
-                  "_pair_steps_unit", "_turn_values", "_max_abs_bits", "_values_bits",
-                  "_broadcast_segment", "_broadcast_turns", "_ids_bits", "_moments", "_token_rows", "_turn_row", "_row",
-                  "_out", "_store_row", "_token_pair_task", "_turn_task"):
+    for _name in (
+        "_elementwise",
+        "_front",
+        "_place",
+        "_row_setup",
+        "_turn_scan",
+        "_token_pair",
+        "_pair_steps",
+        "_pair_steps_unit",
+        "_turn_values",
+        "_max_abs_bits",
+        "_values_bits",
+        "_broadcast_segment",
+        "_broadcast_turns",
+        "_ids_bits",
+        "_moments",
+        "_token_rows",
+        "_turn_row",
+        "_row",
+        "_out",
+        "_store_row",
+        "_token_pair_task",
+        "_turn_task",
+    ):
         globals()[_name] = _jit(globals()[_name])
     # Separate Python functions, not one compiled twice: numba's on-disk cache
     # keys entries by function and signature, not by the `parallel` flag.
@@ -566,18 +701,42 @@ def run_fused(inputs: FusedInputs, options: FusedOptions) -> FusedOutputs:
     moments = torch.zeros((5, n_rows), dtype=torch.float64)
     values_bits = torch.zeros(n_rows, dtype=torch.int32)
     zeros = np.zeros((1, n_pos), dtype=np.float32)  # stands in for an absent [B, T] float field
-    ins = (_np(inputs.attention_mask, zeros), _np(inputs.loss_mask, zeros), _np(inputs.logprobs, zeros),
-           _np(inputs.ref_logp, zeros), _np(inputs.values, zeros), _np(inputs.prox_logp, zeros),
-           _np(inputs.turn_ids, np.full((1, n_pos), -1, dtype=np.int64)))
+    ins = (
+        _np(inputs.attention_mask, zeros),
+        _np(inputs.loss_mask, zeros),
+        _np(inputs.logprobs, zeros),
+        _np(inputs.ref_logp, zeros),
+        _np(inputs.values, zeros),
+        _np(inputs.prox_logp, zeros),
+        _np(inputs.turn_ids, np.full((1, n_pos), -1, dtype=np.int64)),
+    )
     has = (inputs.ref_logp is not None, inputs.values is not None, inputs.prox_logp is not None)
-    flags = (bool(options.use_prox), inputs.turn_ids is not None, inputs.is_truncated is not None,
-             bool(options.mask_no_eos), bool(options.row_moments),
-             inputs.values is not None and bool(options.magnitudes))
+    flags = (
+        bool(options.use_prox),
+        inputs.turn_ids is not None,
+        inputs.is_truncated is not None,
+        bool(options.mask_no_eos),
+        bool(options.row_moments),
+        inputs.values is not None and bool(options.magnitudes),
+    )
     parallel = use_parallel(n_rows, n_rows * n_pos)
     _KERNELS[(options.estimator, parallel)](
-        ins, has, flags, _np(inputs.score, zeros[0]), _np(inputs.is_truncated, np.zeros(1, dtype=np.bool_)),
-        KL_KINDS[options.kl_estimator], np.float32(-options.kl_ctl), np.float32(options.discount),
-        _np(options.coef, zeros[0]), tuple(o.numpy() for o in outs),
-        (errors.numpy(), truncated.numpy(), moments.numpy(), values_bits.numpy()))
-    return FusedOutputs(*outs, truncated, errors, RowMoments(*moments.unbind(0)) if options.row_moments else None,
-                        values_bits.view(torch.float32))
+        ins,
+        has,
+        flags,
+        _np(inputs.score, zeros[0]),
+        _np(inputs.is_truncated, np.zeros(1, dtype=np.bool_)),
+        KL_KINDS[options.kl_estimator],
+        np.float32(-options.kl_ctl),
+        np.float32(options.discount),
+        _np(options.coef, zeros[0]),
+        tuple(o.numpy() for o in outs),
+        (errors.numpy(), truncated.numpy(), moments.numpy(), values_bits.numpy()),
+    )
+    return FusedOutputs(
+        *outs,
+        truncated,
+        errors,
+        RowMoments(*moments.unbind(0)) if options.row_moments else None,
+        values_bits.view(torch.float32),
+    )

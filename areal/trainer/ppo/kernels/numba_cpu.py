@@ -48,8 +48,8 @@ def use_parallel(n_rows: int, n_elements: int) -> bool:
     (measured under load: a normalisation pass at 256 x 8192 took 17 ms in the
     parallel driver and 1.2 ms in the serial one). Both drivers give the same bits.
     """
-    return (n_rows > 1 and n_elements >= PARALLEL_MIN_ELEMENTS
-            and NUMBA_AVAILABLE and numba.get_num_threads() > 1)
+    return n_rows > 1 and n_elements >= PARALLEL_MIN_ELEMENTS and NUMBA_AVAILABLE and numba.get_num_threads() > 1
+
 
 # Turn-layout error codes reported per row by the turn kernel.
 TURN_OK = 0

@@ -79,15 +79,20 @@ def weighted_sum(inputs: OutcomeRewardInputs) -> torch.Tensor:
     return (rewards.to(torch.float64) @ component_weights(inputs.meta, rewards.device)).to(torch.float32)
 
 
-def _with_penalty(data: Mapping[str, Any], config: PPOActorConfig, meta: TrajBatchMeta,
-                  values: torch.Tensor) -> tuple[torch.Tensor, TrajBatchMeta]:
+def _with_penalty(
+    data: Mapping[str, Any], config: PPOActorConfig, meta: TrajBatchMeta, values: torch.Tensor
+) -> tuple[torch.Tensor, TrajBatchMeta]:
     """The components plus the length penalty as one more, weight-1 component."""
     if LENGTH_PENALTY_KEY in meta.reward_keys:
-        raise BatchError(f"rewards: meta.reward_keys already has a component named {LENGTH_PENALTY_KEY!r}, the name "
-                         "the length penalty (actor.overlong_reward_penalty) takes; rename that reward")
+        raise BatchError(
+            f"rewards: meta.reward_keys already has a component named {LENGTH_PENALTY_KEY!r}, the name "
+            "the length penalty (actor.overlong_reward_penalty) takes; rename that reward"
+        )
     penalty = overlong_penalty(
-        torch.zeros(values.shape[0], dtype=torch.float64, device=values.device), data["loss_mask"],
-        max_new_tokens=config.max_new_tokens, overlong_tokens=config.overlong_tokens,
+        torch.zeros(values.shape[0], dtype=torch.float64, device=values.device),
+        data["loss_mask"],
+        max_new_tokens=config.max_new_tokens,
+        overlong_tokens=config.overlong_tokens,
         overlong_penalty_factor=config.overlong_penalty_factor,
     )
     weights = tuple(component_weights(meta, values.device).tolist()) + (1.0,)
@@ -126,7 +131,8 @@ def check_reduced(stage: ResolvedStage, result: Any, inputs: OutcomeRewardInputs
     components = inputs.data["rewards"]
     if components.ndim == 2 and torch.is_tensor(rewards) and rewards.ndim == 2:
         raise StageContractError(
-            stage.stage, stage.implementation,
+            stage.stage,
+            stage.implementation,
             f"rewards: returned shape {tuple(rewards.shape)}; the batch has {components.shape[1]} reward components "
             f"per row ({list(inputs.meta.reward_keys or ())}) and the stage must reduce them to one reward per row "
             "(shape (B,)), e.g. with areal.trainer.ppo.rewards.components.weighted_sum(inputs)",

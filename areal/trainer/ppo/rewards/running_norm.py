@@ -97,8 +97,13 @@ def _update(state: StageState, values: torch.Tensor) -> tuple[float, float]:
     return mean, std
 
 
-def running_normalise(x: torch.Tensor, mask: torch.Tensor | None, norm: NormConfig, state: StageState,
-                      observed: torch.Tensor | None = None) -> torch.Tensor:
+def running_normalise(
+    x: torch.Tensor,
+    mask: torch.Tensor | None,
+    norm: NormConfig,
+    state: StageState,
+    observed: torch.Tensor | None = None,
+) -> torch.Tensor:
     """float32 ((x − μ)·mask) / (std + eps) with the running μ, std updated by this step's values first.
 
     The values entering the statistics are x's active entries (mask > 0), or

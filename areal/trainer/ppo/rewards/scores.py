@@ -25,8 +25,11 @@ def apply_length_penalty(data: Mapping[str, Any], config: PPOActorConfig) -> tup
     if not config.overlong_reward_penalty:
         return rewards, None
     penalised = overlong_penalty(
-        rewards, data["loss_mask"], max_new_tokens=config.max_new_tokens,
-        overlong_tokens=config.overlong_tokens, overlong_penalty_factor=config.overlong_penalty_factor,
+        rewards,
+        data["loss_mask"],
+        max_new_tokens=config.max_new_tokens,
+        overlong_tokens=config.overlong_tokens,
+        overlong_penalty_factor=config.overlong_penalty_factor,
     )
     return penalised, rewards
 
@@ -51,7 +54,9 @@ def scale_scores(rewards: torch.Tensor, *, bias: float, scaling: float, clip: fl
     return torch.clip((rewards + bias) * scaling, min=-clip, max=clip)
 
 
-def logical_layout(meta: TrajBatchMeta, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def logical_layout(
+    meta: TrajBatchMeta, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per logical rollout: first row, row->rollout index, explicit reference and whether it is given.
 
     Rows without a `RolloutGroup` are their own logical rollout.
@@ -62,8 +67,9 @@ def logical_layout(meta: TrajBatchMeta, device: torch.device) -> tuple[torch.Ten
     given: list[torch.Tensor] = []  # an explicit flag, not NaN as "absent": a NaN reference is an error
     for group, rows in zip(groups, meta.traj_group_sizes):
         n_logical = rows if group is None else group.n_logical
-        counts.append(torch.ones(rows, dtype=torch.long) if group is None
-                      else torch.as_tensor(group.row_counts, dtype=torch.long))
+        counts.append(
+            torch.ones(rows, dtype=torch.long) if group is None else torch.as_tensor(group.row_counts, dtype=torch.long)
+        )
         if group is None or group.rewards is None:
             refs.append(torch.zeros(n_logical, dtype=torch.float64))
             given.append(torch.zeros(n_logical, dtype=torch.bool))
@@ -154,18 +160,22 @@ def _has_explicit_references(meta: TrajBatchMeta) -> bool:
     return any(g is not None and g.rewards is not None for g in (meta.rollout_groups or ()))
 
 
-def _check_shaped_references(outcome: OutcomeResult, stage: ResolvedStage, meta: TrajBatchMeta, meta_complete: bool) -> None:
+def _check_shaped_references(
+    outcome: OutcomeResult, stage: ResolvedStage, meta: TrajBatchMeta, meta_complete: bool
+) -> None:
     """Shaped references need full metadata; explicit references need shaped ones from a custom stage."""
     shaped_refs = outcome.normalization_rewards
     if shaped_refs is not None and not meta_complete:
         raise StageContractError(
-            stage.stage, stage.implementation,
+            stage.stage,
+            stage.implementation,
             "returned normalization_rewards, but the batch has no complete concat_batch metadata; shaped "
             "references need the TrajBatchMeta produced by concat_batch",
         )
     if stage.custom and shaped_refs is None and meta_complete and _has_explicit_references(meta):
         raise StageContractError(
-            stage.stage, stage.implementation,
+            stage.stage,
+            stage.implementation,
             "the batch has explicit per-logical-rollout reference rewards (meta.rollout_groups[*].rewards) and "
             "reward_norm is on, so a custom outcome stage must return OutcomeResult.normalization_rewards: one "
             f"transformed reference per logical rollout ({sum(meta.logical_group_sizes)} here), before bias, "

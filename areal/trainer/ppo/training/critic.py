@@ -53,12 +53,18 @@ class PPOCritic:
             cut = (sl, slice(0, max(width, 1)))
             values = self.engine.forward_values(data["input_ids"][cut], data["attention_mask"][cut])
             loss, clip_frac = clipped_value_loss(
-                values, data["values"][cut].float(), data["returns"][cut].float().detach(), data["loss_mask"][cut],
+                values,
+                data["values"][cut].float(),
+                data["returns"][cut].float().detach(),
+                data["loss_mask"][cut],
                 value_eps_clip=self.config.value_eps_clip,
             )
             share = 1.0 if plan.shares is None else plan.shares[i]
             norm = self.engine.optimizer_step(loss if plan.shares is None else loss * share)
-            for key, value in (("value_loss", float(loss.detach()) * share), ("value_clip_frac", clip_frac * share),
-                               ("critic_grad_norm", norm)):
+            for key, value in (
+                ("value_loss", float(loss.detach()) * share),
+                ("value_clip_frac", clip_frac * share),
+                ("critic_grad_norm", norm),
+            ):
                 totals[key] += value / len(slices)
         return plan.reduce_stats(totals, global_keys=("critic_grad_norm",))

@@ -47,9 +47,15 @@ class PolicyEngineLike(Protocol):
     one without it is called as before.
     """
 
-    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, *,
-                         with_entropy: bool = False,
-                         wanted: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+    def forward_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        temperature: float,
+        *,
+        with_entropy: bool = False,
+        wanted: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
     def optimizer_step(self, loss: torch.Tensor) -> float: ...
 
@@ -106,8 +112,10 @@ def _proximal(config: PPOActorConfig, data: Mapping[str, Any]) -> torch.Tensor:
     prox = data.get("prox_logp")
     if config.use_decoupled_loss:
         if not isinstance(prox, torch.Tensor):
-            raise ValueError("ppo_update: actor.use_decoupled_loss=true needs 'prox_logp' in the batch "
-                             "(recompute the proximal log-probs before computing advantages)")
+            raise ValueError(
+                "ppo_update: actor.use_decoupled_loss=true needs 'prox_logp' in the batch "
+                "(recompute the proximal log-probs before computing advantages)"
+            )
         return prox
     if config.recompute_logprob and isinstance(prox, torch.Tensor):
         return prox
@@ -132,27 +140,48 @@ def _check_batch(data: Mapping[str, Any]) -> None:
             raise ValueError(f"ppo_update: '{key}' has shape {tuple(data[key].shape)}, expected {tuple(shape)}")
 
 
-def _micro_loss(config: PPOActorConfig, engine: Any, data: Mapping[str, Any], proximal: torch.Tensor,
-                rows: slice, sparse: bool) -> tuple[torch.Tensor, dict[str, float]]:
+def _micro_loss(
+    config: PPOActorConfig, engine: Any, data: Mapping[str, Any], proximal: torch.Tensor, rows: slice, sparse: bool
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The token-mean policy loss of `rows` (training forward) and its detached statistics."""
     width = int(data["attention_mask"][rows].sum(-1).max().item())
     cut = (rows, slice(0, max(width, 1)))
     mask = data["loss_mask"][cut]
     logp, entropy = engine.forward_logprobs(
-        data["input_ids"][cut], data["attention_mask"][cut], config.temperature, with_entropy=True,
+        data["input_ids"][cut],
+        data["attention_mask"][cut],
+        config.temperature,
+        with_entropy=True,
         **({"wanted": mask} if sparse else {}),
     )
     loss, stats = ppo_policy_loss(
-        logp, proximal[cut].detach(), data["logprobs"][cut].detach(), data["advantages"][cut].detach(), mask,
-        eps_clip=config.eps_clip, eps_clip_higher=config.eps_clip_higher, c_clip=config.c_clip,
-        behav_imp_weight_cap=config.behav_imp_weight_cap, decoupled=config.use_decoupled_loss,
+        logp,
+        proximal[cut].detach(),
+        data["logprobs"][cut].detach(),
+        data["advantages"][cut].detach(),
+        mask,
+        eps_clip=config.eps_clip,
+        eps_clip_higher=config.eps_clip_higher,
+        c_clip=config.c_clip,
+        behav_imp_weight_cap=config.behav_imp_weight_cap,
+        decoupled=config.use_decoupled_loss,
     )
-    return loss, {"policy_loss": float(loss.detach()), "entropy": float(masked_mean(entropy.detach(), mask)),
-                  **vars(stats)}
+    return loss, {
+        "policy_loss": float(loss.detach()),
+        "entropy": float(masked_mean(entropy.detach(), mask)),
+        **vars(stats),
+    }
 
 
-def _minibatch_update(config: PPOActorConfig, engine: Any, data: Mapping[str, Any], proximal: torch.Tensor,
-                      rows: slice, share: float, ctx: DistContext | None) -> dict[str, float]:
+def _minibatch_update(
+    config: PPOActorConfig,
+    engine: Any,
+    data: Mapping[str, Any],
+    proximal: torch.Tensor,
+    rows: slice,
+    share: float,
+    ctx: DistContext | None,
+) -> dict[str, float]:
     """One optimiser step on `rows`, accumulated over micro-batches of `actor.ppo_micro_batch_size` rows.
 
     Micro-batch j's token-mean loss is weighted by its share of the minibatch's
@@ -161,15 +190,19 @@ def _minibatch_update(config: PPOActorConfig, engine: Any, data: Mapping[str, An
     token-mean statistics combine with the same weights.
     """
     sparse = _takes_wanted(engine)
-    micro = [slice(rows.start + m.start, rows.start + m.stop)
-             for m in micro_slices(rows.stop - rows.start, config.ppo_micro_batch_size, ctx)]
+    micro = [
+        slice(rows.start + m.start, rows.start + m.stop)
+        for m in micro_slices(rows.stop - rows.start, config.ppo_micro_batch_size, ctx)
+    ]
     if len(micro) == 1:  # one pass: any engine with `optimizer_step`
         loss, stats = _micro_loss(config, engine, data, proximal, rows, sparse)
         grad_norm = engine.optimizer_step(loss * share if ctx is not None else loss)
         return {**{k: v * share for k, v in stats.items()}, "grad_norm": grad_norm}
     if not callable(getattr(engine, "micro_batch", None)):
-        raise TypeError(f"ppo_update: actor.ppo_micro_batch_size={config.ppo_micro_batch_size} needs an engine "
-                        f"with micro_batch/backward/apply_gradients (PolicyEngine); got {type(engine).__name__}")
+        raise TypeError(
+            f"ppo_update: actor.ppo_micro_batch_size={config.ppo_micro_batch_size} needs an engine "
+            f"with micro_batch/backward/apply_gradients (PolicyEngine); got {type(engine).__name__}"
+        )
     tokens = [float(data["loss_mask"][sl].sum()) for sl in micro]
     total = sum(tokens)
     totals: dict[str, float] = {}

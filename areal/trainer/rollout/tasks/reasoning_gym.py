@@ -22,8 +22,10 @@ def _import_reasoning_gym() -> Any:
     try:
         import reasoning_gym
     except ImportError as exc:
-        raise ImportError("task.implementation=reasoning_gym needs the reasoning-gym package: "
-                          "./scripts/setup.sh reasoning (or pip install 'areal[reasoning]')") from exc
+        raise ImportError(
+            "task.implementation=reasoning_gym needs the reasoning-gym package: "
+            "./scripts/setup.sh reasoning (or pip install 'areal[reasoning]')"
+        ) from exc
     return reasoning_gym
 
 
@@ -44,19 +46,28 @@ class ReasoningGymTask(Task):
     def _create(self, rg: Any, seed: int) -> Any:
         spec = self.spec
         if spec.dataset not in rg.factory.DATASETS:
-            raise ValueError(f"task.kwargs.dataset: reasoning-gym has no dataset {spec.dataset!r} "
-                             f"(it has {len(rg.factory.DATASETS)}, e.g. {sorted(rg.factory.DATASETS)[:8]})")
+            raise ValueError(
+                f"task.kwargs.dataset: reasoning-gym has no dataset {spec.dataset!r} "
+                f"(it has {len(rg.factory.DATASETS)}, e.g. {sorted(rg.factory.DATASETS)[:8]})"
+            )
         try:
             return rg.create_dataset(spec.dataset, seed=seed, size=spec.size, **spec.dataset_config)
         except (TypeError, ValueError, AssertionError) as exc:
-            raise ValueError(f"task.kwargs: reasoning-gym rejected the config of {spec.dataset!r} "
-                             f"{spec.dataset_config}: {type(exc).__name__}: {exc}") from exc
+            raise ValueError(
+                f"task.kwargs: reasoning-gym rejected the config of {spec.dataset!r} "
+                f"{spec.dataset_config}: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def sample(self, rng: random.Random, split: str) -> dict[str, Any]:
         index = rng.randrange(self.spec.size)
         entry = self.datasets[split][index]
-        return {"question": entry["question"], "answer": entry["answer"], "metadata": entry["metadata"],
-                "split": split, "index": index}
+        return {
+            "question": entry["question"],
+            "answer": entry["answer"],
+            "metadata": entry["metadata"],
+            "split": split,
+            "index": index,
+        }
 
     def prompt(self, row: dict[str, Any]) -> Text:
         if not self.spec.chat:

@@ -40,8 +40,9 @@ def _plugin(path: str, kwargs: dict[str, Any]) -> Any:
     try:
         task = factory()
     except Exception as exc:
-        raise PluginResolutionError(STAGE, path, f"calling the factory with task.kwargs={kwargs} raised "
-                                    f"{type(exc).__name__}: {exc}") from exc
+        raise PluginResolutionError(
+            STAGE, path, f"calling the factory with task.kwargs={kwargs} raised {type(exc).__name__}: {exc}"
+        ) from exc
     check_task_object(task, path)
     return task
 
@@ -62,8 +63,9 @@ def check_task_object(task: Any, path: str) -> None:
     if multi_turn and not callable(getattr(task, "environment", None)):
         raise _bad(path, "is multi_turn but has no environment(row) method")
     if multi_turn and callable(getattr(task, "score", None)):
-        raise _bad(path, "is multi_turn and has score(); a multi-turn task is scored by its environment's "
-                         "per-turn rewards")
+        raise _bad(
+            path, "is multi_turn and has score(); a multi-turn task is scored by its environment's per-turn rewards"
+        )
     cap = getattr(task, "max_turn_tokens", None)
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise _bad(path, f"has max_turn_tokens={cap!r}, expected null or an integer >= 1")

@@ -61,8 +61,16 @@ class Episode:
 class TaskRuntime:
     """The task, the codec and the rewards of a run."""
 
-    def __init__(self, task: Any, codec: ChatCodec, rewards: RewardSet, *, implementation: str,
-                 prompt_key: str = "prompt", max_length: int | None = None) -> None:
+    def __init__(
+        self,
+        task: Any,
+        codec: ChatCodec,
+        rewards: RewardSet,
+        *,
+        implementation: str,
+        prompt_key: str = "prompt",
+        max_length: int | None = None,
+    ) -> None:
         self.task = task
         self.codec = codec
         self.rewards = rewards
@@ -111,33 +119,44 @@ class TaskRuntime:
             if isinstance(result, tuple) and len(result) == 3:
                 result = StepResult(observation=result[0], reward=result[1], done=result[2])
             if not isinstance(result, StepResult):
-                raise TypeError(f"returned {type(result).__name__}, expected a StepResult "
-                                "(or an (observation, reward, done) tuple)")
+                raise TypeError(
+                    f"returned {type(result).__name__}, expected a StepResult (or an (observation, reward, done) tuple)"
+                )
             _check_result(result)
         except Exception as exc:
-            raise TaskError(f"{self.where(method, episode.index, episode.row)}, completion {_snippet(action)!r}: "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise TaskError(
+                f"{self.where(method, episode.index, episode.row)}, completion {_snippet(action)!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         return result
 
-    def score(self, episodes: list[Episode], completions: list[str], completion_ids: list[list[int]],
-              env_rewards: list[float]) -> RewardBreakdown:
+    def score(
+        self, episodes: list[Episode], completions: list[str], completion_ids: list[list[int]], env_rewards: list[float]
+    ) -> RewardBreakdown:
         prompts = [ep.prompt for ep in episodes]
         rows = [ep.row for ep in episodes]
-        return self.rewards.score(rows, prompts, completions, completion_ids,
-                                  env_rewards if self.task_scores else None)
+        return self.rewards.score(rows, prompts, completions, completion_ids, env_rewards if self.task_scores else None)
 
 
 def _check_result(result: StepResult) -> None:
-    if isinstance(result.reward, bool) or not isinstance(result.reward, numbers.Real) \
-            or not math.isfinite(float(result.reward)):
+    if (
+        isinstance(result.reward, bool)
+        or not isinstance(result.reward, numbers.Real)
+        or not math.isfinite(float(result.reward))
+    ):
         raise TypeError(f"returned reward {result.reward!r}, expected a finite number")
     if not fits_float32(float(result.reward)):
-        raise TypeError(f"returned reward {result.reward!r}, expected a finite number within the float32 range "
-                        f"(|x| <= {FLOAT32_MAX:.3g}) of the batch's rewards")
-    if result.process_score is not None and (not isinstance(result.process_score, numbers.Real)
-                                             or not fits_float32(float(result.process_score))):
-        raise TypeError(f"returned process_score {result.process_score!r}, expected null or a finite number within "
-                        f"the float32 range (|x| <= {FLOAT32_MAX:.3g}) of the batch's token_rewards")
+        raise TypeError(
+            f"returned reward {result.reward!r}, expected a finite number within the float32 range "
+            f"(|x| <= {FLOAT32_MAX:.3g}) of the batch's rewards"
+        )
+    if result.process_score is not None and (
+        not isinstance(result.process_score, numbers.Real) or not fits_float32(float(result.process_score))
+    ):
+        raise TypeError(
+            f"returned process_score {result.process_score!r}, expected null or a finite number within "
+            f"the float32 range (|x| <= {FLOAT32_MAX:.3g}) of the batch's token_rewards"
+        )
     if not isinstance(result.done, bool):
         raise TypeError(f"returned done={result.done!r}, expected true or false")
     if not result.done and result.observation is not None:

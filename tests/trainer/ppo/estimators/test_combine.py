@@ -50,8 +50,12 @@ def roll_opd(batch: dict, meta, coef: float, kind: str, field: str = "ref_logp")
     grpo = ref.broadcast(ref.grpo(resp.scores, resp.index, eps=1e-6), resp)
     out = []
     for b, (positions, adv) in enumerate(zip(resp.actions, grpo)):
-        out.append([a - coef * roll_kl(float(batch["logprobs"][b, t + 1]), float(batch[field][b, t]), kind)
-                    for t, a in zip(positions, adv)])
+        out.append(
+            [
+                a - coef * roll_kl(float(batch["logprobs"][b, t + 1]), float(batch[field][b, t]), kind)
+                for t, a in zip(positions, adv)
+            ]
+        )
     return out
 
 
@@ -64,9 +68,14 @@ def check(adv: torch.Tensor, batch, meta, expected: list[list[float]]) -> None:
 
 
 def combine_config(terms: list[dict]) -> PPOActorConfig:
-    return PPOActorConfig(kl_ctl=0.0, reward_clip=1e9, discount=1.0, adv_norm=None,
-                          reward_norm=NormConfig(mean_level="group", std_level="group", eps=1e-6),
-                          advantage={"estimator": {"implementation": "combine", "kwargs": {"terms": terms}}})
+    return PPOActorConfig(
+        kl_ctl=0.0,
+        reward_clip=1e9,
+        discount=1.0,
+        adv_norm=None,
+        reward_norm=NormConfig(mean_level="group", std_level="group", eps=1e-6),
+        advantage={"estimator": {"implementation": "combine", "kwargs": {"terms": terms}}},
+    )
 
 
 def test_preset_equals_rolls_mixed_distillation_on_30_batches():
@@ -77,14 +86,24 @@ def test_preset_equals_rolls_mixed_distillation_on_30_batches():
 
 
 @SETTINGS
-@given(sizes=st.lists(st.integers(2, 6), min_size=1, max_size=4), seed=st.integers(0, 10_000),
-       coef=st.sampled_from([0.0, 0.05, 1.0]), kind=st.sampled_from(["k1", "k2", "k3"]),
-       field=st.sampled_from(["ref_logp", "teacher_logp"]))
+@given(
+    sizes=st.lists(st.integers(2, 6), min_size=1, max_size=4),
+    seed=st.integers(0, 10_000),
+    coef=st.sampled_from([0.0, 0.05, 1.0]),
+    kind=st.sampled_from(["k1", "k2", "k3"]),
+    field=st.sampled_from(["ref_logp", "teacher_logp"]),
+)
 @example(sizes=[2], seed=0, coef=1.0, kind="k3", field="teacher_logp")
 def test_combine_equals_rolls_mixed_distillation(sizes, seed, coef, kind, field):
     batch, meta = with_teacher(seed, sizes, field)
-    actor = PPOActor(combine_config([{"estimator": "reinforce_return", "weight": 1.0},
-                                     {"term": "distillation", "teacher": field, "kl_estimator": kind, "weight": coef}]))
+    actor = PPOActor(
+        combine_config(
+            [
+                {"estimator": "reinforce_return", "weight": 1.0},
+                {"term": "distillation", "teacher": field, "kl_estimator": kind, "weight": coef},
+            ]
+        )
+    )
     check(actor.compute_advantages(batch, meta)["advantages"], batch, meta, roll_opd(batch, meta, coef, kind, field))
 
 
@@ -97,21 +116,31 @@ def test_two_estimators_sum_with_their_weights_and_returns_come_from_the_first()
     for name in ("token_gae", "reinforce_return"):
         c = combine_config([{"estimator": name}])
         single[name] = PPOActor(c).compute_advantages(batch, meta)
-    torch.testing.assert_close(out["advantages"], 0.5 * single["token_gae"]["advantages"]
-                               + 2.0 * single["reinforce_return"]["advantages"], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        out["advantages"],
+        0.5 * single["token_gae"]["advantages"] + 2.0 * single["reinforce_return"]["advantages"],
+        rtol=1e-6,
+        atol=1e-6,
+    )
     assert torch.equal(out["returns"], single["token_gae"]["returns"])
 
 
-@pytest.mark.parametrize("terms, message", [
-    ([], "non-empty list of terms"),
-    ([{"term": "distillation"}], "at least one estimator term"),
-    ([{"estimator": "reinforce_return", "term": "distillation"}], "exactly one of 'estimator'"),
-    ([{"estimator": "reinforce_return", "weight": "big"}], r"terms\[0\]: weight must be a finite number"),
-    ([{"estimator": "reinforce_return"}, {"term": "distillation", "teacher": "critic"}], r"terms\[1\]: a per-token term"),
-    ([{"estimator": "combine"}], "cannot itself be 'combine'"),
-    ([{"estimator": "no_such.module.fn"}], "no_such"),
-    ([{"estimator": "reinforce_return", "kwargs": {"nope": 1}}], "nope"),
-])
+@pytest.mark.parametrize(
+    "terms, message",
+    [
+        ([], "non-empty list of terms"),
+        ([{"term": "distillation"}], "at least one estimator term"),
+        ([{"estimator": "reinforce_return", "term": "distillation"}], "exactly one of 'estimator'"),
+        ([{"estimator": "reinforce_return", "weight": "big"}], r"terms\[0\]: weight must be a finite number"),
+        (
+            [{"estimator": "reinforce_return"}, {"term": "distillation", "teacher": "critic"}],
+            r"terms\[1\]: a per-token term",
+        ),
+        ([{"estimator": "combine"}], "cannot itself be 'combine'"),
+        ([{"estimator": "no_such.module.fn"}], "no_such"),
+        ([{"estimator": "reinforce_return", "kwargs": {"nope": 1}}], "nope"),
+    ],
+)
 def test_bad_terms_fail_when_the_actor_is_built(terms, message):
     with pytest.raises((PluginResolutionError, ValueError), match=message):
         PPOActor(combine_config(terms))
@@ -119,7 +148,10 @@ def test_bad_terms_fail_when_the_actor_is_built(terms, message):
 
 def test_a_missing_teacher_field_names_it():
     batch, meta = with_teacher(1, [2, 2])
-    actor = PPOActor(combine_config([{"estimator": "reinforce_return"},
-                                     {"term": "distillation", "teacher": "teacher_logp", "weight": 0.1}]))
+    actor = PPOActor(
+        combine_config(
+            [{"estimator": "reinforce_return"}, {"term": "distillation", "teacher": "teacher_logp", "weight": 0.1}]
+        )
+    )
     with pytest.raises(Exception, match="reads the batch's 'teacher_logp'"):
         actor.compute_advantages(batch, meta)

@@ -34,7 +34,7 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 NAMES = ("correct", "format", "brevity", "style")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def actor(name: str, *overrides: str) -> PPOActor:
     return PPOActor(load_config(PRESETS / f"{name}.yaml", list(overrides)).actor)
 
@@ -45,8 +45,11 @@ def component_groups(seed: int, sizes: list[int], k: int, *, binary: bool, weigh
     gen = torch.Generator().manual_seed(seed)
     for group in groups:
         counts = group["rollout_group"].row_counts if split else (1,) * group["input_ids"].shape[0]
-        per_rollout = (torch.randint(0, 2, (len(counts), k), generator=gen).float() if binary
-                       else torch.randn(len(counts), k, generator=gen))
+        per_rollout = (
+            torch.randint(0, 2, (len(counts), k), generator=gen).float()
+            if binary
+            else torch.randn(len(counts), k, generator=gen)
+        )
         group["rewards"] = per_rollout.repeat_interleave(torch.tensor(counts), dim=0)
         group["reward_keys"] = NAMES[:k]
         if weights is not None:
@@ -71,8 +74,9 @@ def assert_tokens(adv: torch.Tensor, resp: ref.Responses, expected: list[list[fl
     return worst
 
 
-def summed_group_advantages(comps: list[list[float]], weights: list[float], index: list[int],
-                            norm_by_std: bool = True) -> list[float]:
+def summed_group_advantages(
+    comps: list[list[float]], weights: list[float], index: list[int], norm_by_std: bool = True
+) -> list[float]:
     per_row = [0.0] * len(index)
     for j, w in enumerate(weights):
         adv = eref.grpo_scalar([c[j] for c in comps], index, norm_by_std=norm_by_std)
@@ -81,8 +85,13 @@ def summed_group_advantages(comps: list[list[float]], weights: list[float], inde
 
 
 @SETTINGS
-@given(sizes=st.lists(st.integers(2, 8), min_size=1, max_size=5), seed=st.integers(0, 100_000),
-       k=st.integers(1, 4), binary=st.booleans(), weighted=st.booleans())
+@given(
+    sizes=st.lists(st.integers(2, 8), min_size=1, max_size=5),
+    seed=st.integers(0, 100_000),
+    k=st.integers(1, 4),
+    binary=st.booleans(),
+    weighted=st.booleans(),
+)
 def test_gdpo_preset_equals_verl_definition(sizes, seed, k, binary, weighted):
     weights = [0.5 + 0.5 * i for i in range(k)] if weighted else [1.0] * k
     batch, meta = concat_batch(component_groups(seed, sizes, k, binary=binary, weights=weights if weighted else None))
@@ -104,12 +113,15 @@ def test_gdpo_without_whitening_is_the_decoupled_group_sum(sizes, seed, k):
     comps = batch["rewards"].double().tolist()
     for by_std in (True, False):
         per_row = summed_group_advantages(comps, [1.0] * k, resp.index, norm_by_std=by_std)
-        out = actor("gdpo", "actor.adv_norm=null",
-                    f"actor.advantage.outcome_reward_shaping.kwargs.norm_by_std={str(by_std).lower()}"
-                    ).compute_advantages(batch, meta)
+        out = actor(
+            "gdpo",
+            "actor.adv_norm=null",
+            f"actor.advantage.outcome_reward_shaping.kwargs.norm_by_std={str(by_std).lower()}",
+        ).compute_advantages(batch, meta)
         assert_tokens(out["advantages"], resp, ref.broadcast(per_row, resp))
-        torch.testing.assert_close(out["rewards"].double(), torch.tensor(per_row, dtype=torch.float64),
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            out["rewards"].double(), torch.tensor(per_row, dtype=torch.float64), rtol=1e-5, atol=1e-6
+        )
 
 
 @SETTINGS
@@ -137,8 +149,16 @@ def test_components_with_scalar_stages_equal_their_weighted_sum(preset, penalty)
     batch, meta = concat_batch(component_groups(3, [3, 4, 2], 3, binary=False, weights=weights))
     scalar = dict(batch)
     scalar["rewards"] = (batch["rewards"].double() @ torch.tensor(weights, dtype=torch.float64)).float()
-    over = ["actor.overlong_reward_penalty=true", "actor.overlong_tokens=4", "actor.overlong_penalty_factor=0.5",
-            "actor.max_new_tokens=8"] if penalty else []
+    over = (
+        [
+            "actor.overlong_reward_penalty=true",
+            "actor.overlong_tokens=4",
+            "actor.overlong_penalty_factor=0.5",
+            "actor.max_new_tokens=8",
+        ]
+        if penalty
+        else []
+    )
     a = actor(preset, *over)
     plain_meta = concat_batch(ref.make_peer_groups(3, [3, 4, 2], binary=False))[1]
     out = a.compute_advantages(batch, meta)
@@ -156,9 +176,14 @@ def test_identity_reduces_components_with_the_weights():
 
 
 def test_length_penalty_is_a_component():
-    cfg = PPOActorConfig(kl_ctl=0.0, overlong_reward_penalty=True, overlong_tokens=2, overlong_penalty_factor=1.0,
-                         max_new_tokens=4, advantage={"outcome_reward_shaping": {
-                             "implementation": "state_plugins.component_spy"}})
+    cfg = PPOActorConfig(
+        kl_ctl=0.0,
+        overlong_reward_penalty=True,
+        overlong_tokens=2,
+        overlong_penalty_factor=1.0,
+        max_new_tokens=4,
+        advantage={"outcome_reward_shaping": {"implementation": "state_plugins.component_spy"}},
+    )
     batch, meta = concat_batch(component_groups(7, [3, 3], 2, binary=True))
     PPOActor(cfg).compute_advantages(batch, meta)
     seen = state_plugins.SEEN
@@ -170,7 +195,9 @@ def test_length_penalty_is_a_component():
 
 
 def test_custom_stage_sees_every_component_and_must_reduce_them():
-    cfg = PPOActorConfig(advantage={"outcome_reward_shaping": {"implementation": "state_plugins.component_passthrough"}})
+    cfg = PPOActorConfig(
+        advantage={"outcome_reward_shaping": {"implementation": "state_plugins.component_passthrough"}}
+    )
     batch, meta = concat_batch(component_groups(1, [2, 2], 3, binary=True))
     with pytest.raises(StageContractError, match=r"3 reward components.*weighted_sum"):
         PPOActor(cfg).compute_advantages(batch, meta)
@@ -180,8 +207,9 @@ def test_gdpo_errors_name_the_stage():
     batch, meta = concat_batch(component_groups(2, [1, 3], 2, binary=False))
     with pytest.raises(ValueError, match=r"'gdpo'.*prompt group 0 has 1 logical rollout.*allow_singletons"):
         actor("gdpo").compute_advantages(batch, meta)
-    out = actor("gdpo", "actor.advantage.outcome_reward_shaping.kwargs.allow_singletons=true",
-                "actor.adv_norm=null").compute_advantages(batch, meta)
+    out = actor(
+        "gdpo", "actor.advantage.outcome_reward_shaping.kwargs.allow_singletons=true", "actor.adv_norm=null"
+    ).compute_advantages(batch, meta)
     assert float(out["rewards"][0]) == 0.0
     batch, meta = concat_batch(component_groups(2, [2, 3], 2, binary=False))
     cases = [
@@ -205,11 +233,15 @@ def test_gdpo_keys_and_mapping_weights_select_components():
         adv = eref.grpo_scalar([c[j] for c in comps], resp.index)
         per_row = [a + w * b for a, b in zip(per_row, adv)]
     spec = "{implementation: gdpo, kwargs: {keys: [correct, brevity], weights: {correct: 2.0}}}"
-    a = PPOActor(load_config(PRESETS / "gdpo.yaml", ["actor.adv_norm=null",
-                                                     f"actor.advantage.outcome_reward_shaping={spec}"]).actor)
+    a = PPOActor(
+        load_config(
+            PRESETS / "gdpo.yaml", ["actor.adv_norm=null", f"actor.advantage.outcome_reward_shaping={spec}"]
+        ).actor
+    )
     out = a.compute_advantages(batch, meta)
-    torch.testing.assert_close(out["rewards"].double(), torch.tensor(per_row, dtype=torch.float64), rtol=1e-5,
-                               atol=1e-6)
+    torch.testing.assert_close(
+        out["rewards"].double(), torch.tensor(per_row, dtype=torch.float64), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_component_batches_are_checked():

@@ -57,11 +57,13 @@ def test_relative_position():
 def test_builtins_through_compute_gae_lambda_in_turn_units():
     mask = torch.tensor([[1, 1, 1, 0, 1, 1, 0], [1, 1, 0, 0, 0, 0, 0]])
     ids = torch.tensor([[0, 0, 0, -1, 1, 1, -1], [0, 0, -1, -1, -1, -1, -1]])
-    lam = compute_gae_lambda(relative_position, loss_mask=mask, turn_ids=ids, timestep_unit="turn",
-                             gae_lambda_kwargs={"q": 0.25})
+    lam = compute_gae_lambda(
+        relative_position, loss_mask=mask, turn_ids=ids, timestep_unit="turn", gae_lambda_kwargs={"q": 0.25}
+    )
     assert lam.tolist() == pytest.approx([0.25, 1.0])  # 2 turns -> q; 1 turn -> 1
-    lam = compute_gae_lambda(vapo_length_adaptive, loss_mask=mask, turn_ids=ids, timestep_unit="token",
-                             gae_lambda_kwargs={"alpha": 0.5})
+    lam = compute_gae_lambda(
+        vapo_length_adaptive, loss_mask=mask, turn_ids=ids, timestep_unit="token", gae_lambda_kwargs={"alpha": 0.5}
+    )
     assert lam.tolist() == pytest.approx([0.6, 0.0])  # 5 tokens -> 1 - 1/2.5; 2 tokens -> 0
 
 
@@ -71,8 +73,11 @@ def test_builtins_through_compute_gae_lambda_in_turn_units():
         (constant, {"value": 1.5}, r"constant: value is 1.5, expected a finite number in \[0.0, 1.0\]"),
         (constant, {"value": math.nan}, r"constant: value is nan"),
         (constant, {"value": "high"}, r"constant: value is 'high' \(str\), expected a number"),
-        (vapo_length_adaptive, {"alpha": 0.0},
-         r"vapo_length_adaptive: alpha is 0.0, expected a finite number in \(0.0, inf\)"),
+        (
+            vapo_length_adaptive,
+            {"alpha": 0.0},
+            r"vapo_length_adaptive: alpha is 0.0, expected a finite number in \(0.0, inf\)",
+        ),
         (vapo_length_adaptive, {"alpha": math.inf}, r"vapo_length_adaptive: alpha is inf"),
         (vapo_length_adaptive, {"alpha": True}, r"alpha is True \(bool\)"),
         (relative_position, {"q": 0.0}, r"relative_position: q is 0.0, expected a finite number in \(0.0, 1.0\]"),
@@ -88,7 +93,12 @@ def test_unknown_kwarg_is_reported_with_the_source():
     from areal.trainer.ppo.gae import LambdaFunctionError
 
     with pytest.raises(LambdaFunctionError) as err:
-        compute_gae_lambda(constant, loss_mask=torch.ones(1, 3), timestep_unit="token",
-                           gae_lambda_kwargs={"valu": 0.5}, source="actor.gae_lambda")
+        compute_gae_lambda(
+            constant,
+            loss_mask=torch.ones(1, 3),
+            timestep_unit="token",
+            gae_lambda_kwargs={"valu": 0.5},
+            source="actor.gae_lambda",
+        )
     assert str(err.value).startswith("actor.gae_lambda: the GAE lambda function raised TypeError")
     assert "valu" in str(err.value) and isinstance(err.value.__cause__, TypeError)

@@ -30,7 +30,7 @@ def outcome_inputs(rewards, sizes, *, lengths=None, rollout_groups=None, **extra
     lengths = lengths or [1] * B
     loss_mask = torch.zeros(B, max(lengths) + 1, dtype=torch.long)
     for b, n in enumerate(lengths):
-        loss_mask[b, 1:1 + n] = 1
+        loss_mask[b, 1 : 1 + n] = 1
     meta = TrajBatchMeta(n_trajs=len(sizes), traj_group_sizes=tuple(sizes), rollout_groups=rollout_groups)
     return OutcomeRewardInputs({"rewards": rewards, "loss_mask": loss_mask, **extra}, PPOActorConfig(), meta)
 
@@ -42,9 +42,14 @@ def close(x: torch.Tensor, expected) -> None:
 def test_registry_matches_the_functions():
     assert set(PEER_STAGE_IMPLEMENTATIONS["outcome_reward_shaping"]) == set(peer.OUTCOME)
     assert set(PEER_STAGE_IMPLEMENTATIONS["estimator"]) == set(peer.ESTIMATORS)
-    cfg = load_config(None, ["actor.advantage.outcome_reward_shaping.implementation=gpg",
-                             "actor.advantage.estimator.implementation=turn_reinforce_return",
-                             "actor.advantage.estimator.kwargs={turn_discount: 0.5}"])
+    cfg = load_config(
+        None,
+        [
+            "actor.advantage.outcome_reward_shaping.implementation=gpg",
+            "actor.advantage.estimator.implementation=turn_reinforce_return",
+            "actor.advantage.estimator.kwargs={turn_discount: 0.5}",
+        ],
+    )
     assert PPOActor(cfg.actor).resolved.estimator.kwargs == {"turn_discount": 0.5}
 
 
@@ -72,12 +77,15 @@ def test_opo_group_without_generated_tokens_uses_the_mean():
     close(peer.opo(inputs).rewards, [0.5, -0.5])
 
 
-@pytest.mark.parametrize("alpha,f_norm,expected", [
-    ("valid_groups", False, [4.5, -1.5, -1.5, -1.5, 0.0, 0.0]),  # B=6, M=2 (group [1,1]) -> 6/4
-    ("nonzero_rewards", False, [6.0, -2.0, -2.0, -2.0, 0.0, 0.0]),  # 3 non-zero rewards -> 6/3
-    ("none", False, [3.0, -1.0, -1.0, -1.0, 0.0, 0.0]),
-    ("valid_groups", True, [2.25, -0.75, -0.75, -0.75, 0.0, 0.0]),  # std of [4,0,0,0] is 2
-])
+@pytest.mark.parametrize(
+    "alpha,f_norm,expected",
+    [
+        ("valid_groups", False, [4.5, -1.5, -1.5, -1.5, 0.0, 0.0]),  # B=6, M=2 (group [1,1]) -> 6/4
+        ("nonzero_rewards", False, [6.0, -2.0, -2.0, -2.0, 0.0, 0.0]),  # 3 non-zero rewards -> 6/3
+        ("none", False, [3.0, -1.0, -1.0, -1.0, 0.0, 0.0]),
+        ("valid_groups", True, [2.25, -0.75, -0.75, -0.75, 0.0, 0.0]),  # std of [4,0,0,0] is 2
+    ],
+)
 def test_gpg(alpha, f_norm, expected):
     out = peer.gpg(outcome_inputs([4.0, 0.0, 0.0, 0.0, 1.0, 1.0], [4, 2]), alpha=alpha, f_norm=f_norm, eps=0.0)
     close(out.rewards, expected)
@@ -117,14 +125,17 @@ def test_passk_needs_two_samples_per_group():
         peer.passk(outcome_inputs([1.0, 0.0, 1.0], [2, 1]))
 
 
-@pytest.mark.parametrize("value,match", [
-    (None, "no 'reward_baselines'"),
-    ([0.5, 0.5], "is list"),
-    (torch.zeros(3), r"shape \(3,\), expected \(2,\)"),
-    (torch.zeros(2, 1), r"shape \(2, 1\)"),
-    (torch.tensor([True, False]), "dtype torch.bool"),
-    (torch.tensor([0.0, float("nan")]), r"'reward_baselines'\[1\] is nan"),
-])
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        (None, "no 'reward_baselines'"),
+        ([0.5, 0.5], "is list"),
+        (torch.zeros(3), r"shape \(3,\), expected \(2,\)"),
+        (torch.zeros(2, 1), r"shape \(2, 1\)"),
+        (torch.tensor([True, False]), "dtype torch.bool"),
+        (torch.tensor([0.0, float("nan")]), r"'reward_baselines'\[1\] is nan"),
+    ],
+)
 def test_remax_rejects_missing_or_malformed_baselines(value, match):
     extra = {} if value is None else {"reward_baselines": value}
     with pytest.raises(ValueError, match=r"outcome_reward_shaping 'remax'.*" + match):
@@ -138,11 +149,14 @@ def test_remax_error_through_the_pipeline_names_the_field():
         actor.compute_advantages(batch, meta)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"alpha": "batch"}, "alpha must be one of"),
-    ({"f_norm": 1}, "f_norm must be true or false"),
-    ({"eps": -1.0}, "eps must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"alpha": "batch"}, "alpha must be one of"),
+        ({"f_norm": 1}, "f_norm must be true or false"),
+        ({"eps": -1.0}, "eps must be a finite number"),
+    ],
+)
 def test_gpg_rejects_bad_kwargs(kwargs, match):
     with pytest.raises(ValueError, match="'gpg': " + match):
         peer.gpg(outcome_inputs([1.0, 0.0], [2]), **kwargs)
@@ -167,8 +181,10 @@ def test_passk_rejects_bad_kwargs():
 
 def split_inputs(row_rewards, refs=None, **extra):
     """Group 0: logical rollouts of 2 and 1 rows; group 1: two single-row rollouts."""
-    groups = (RolloutGroup(row_counts=(2, 1), rewards=None if refs is None else refs[:2]),
-              RolloutGroup(row_counts=(1, 1), rewards=None if refs is None else refs[2:]))
+    groups = (
+        RolloutGroup(row_counts=(2, 1), rewards=None if refs is None else refs[:2]),
+        RolloutGroup(row_counts=(1, 1), rewards=None if refs is None else refs[2:]),
+    )
     return outcome_inputs(row_rewards, [3, 2], lengths=[1, 2, 4, 3, 3], rollout_groups=groups, **extra)
 
 
@@ -210,13 +226,20 @@ def test_remax_baselines_are_shared_within_a_rollout():
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10_000), name=st.sampled_from(["opo", "gpg", "passk", "maxrl"]),
-       std_level=st.sampled_from([None, "group"]))
+@given(
+    seed=st.integers(0, 10_000),
+    name=st.sampled_from(["opo", "gpg", "passk", "maxrl"]),
+    std_level=st.sampled_from([None, "group"]),
+)
 def test_reward_norm_on_top_of_a_split_stage_sees_shaped_references(seed, name, std_level):
     """With explicit references, `reward_norm` normalises the stage's per-rollout outputs."""
     batch, meta = ref.make_peer_batch(seed, [3, 2, 4], binary=False, split=True, explicit_refs=True)
-    cfg = PPOActorConfig(kl_ctl=0.0, reward_clip=1e6, reward_norm={"mean_level": "group", "std_level": std_level},
-                         advantage={"outcome_reward_shaping": name, "estimator": "reinforce_return"})
+    cfg = PPOActorConfig(
+        kl_ctl=0.0,
+        reward_clip=1e6,
+        reward_norm={"mean_level": "group", "std_level": std_level},
+        advantage={"outcome_reward_shaping": name, "estimator": "reinforce_return"},
+    )
     out = PPOActor(cfg).compute_advantages(batch, meta)
     shaped = peer.OUTCOME[name](OutcomeRewardInputs(batch, cfg, meta))
     roll = ref.rollouts(batch, meta)
@@ -233,9 +256,12 @@ def test_reward_norm_on_top_of_a_split_stage_sees_shaped_references(seed, name, 
         mean, scale = stats[roll.index[k]]
         for i in rows:
             want = (float(shaped.rewards[i]) - mean) / scale
-            torch.testing.assert_close(out["advantages"][i, resp.actions[i]].double(),
-                                       torch.full((len(resp.actions[i]),), want, dtype=torch.float64),
-                                       rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(
+                out["advantages"][i, resp.actions[i]].double(),
+                torch.full((len(resp.actions[i]),), want, dtype=torch.float64),
+                rtol=1e-5,
+                atol=1e-5,
+            )
 
 
 # ---------------------------------------------------------------------------
@@ -251,11 +277,17 @@ def temporal(loss_mask, *, outcome, kl=None, process=None, turn_ids=None, discou
         return zeros.clone() if x is None else torch.tensor([x], dtype=torch.float32)
 
     return TemporalInputs(
-        outcome_rewards=row(outcome), kl_rewards=row(kl), process_rewards=row(process),
-        values=torch.randn_like(mask), loss_mask=mask,
+        outcome_rewards=row(outcome),
+        kl_rewards=row(kl),
+        process_rewards=row(process),
+        values=torch.randn_like(mask),
+        loss_mask=mask,
         turn_ids=None if turn_ids is None else torch.tensor([turn_ids]),
-        is_truncated=torch.tensor([True]), bootstrap_values=torch.tensor([5.0]),
-        seqlens=torch.tensor([mask.shape[1]]), discount=discount, gae_lambda=0.5,
+        is_truncated=torch.tensor([True]),
+        bootstrap_values=torch.tensor([5.0]),
+        seqlens=torch.tensor([mask.shape[1]]),
+        discount=discount,
+        gae_lambda=0.5,
     )
 
 
@@ -279,8 +311,9 @@ def test_reinforce_return_credits_off_step_rewards_to_the_previous_generated_tok
 @given(seed=st.integers(0, 10_000), gamma=st.sampled_from([1.0, 0.9, 0.0]))
 def test_reinforce_return_is_critic_free_token_gae_with_lambda_one(seed, gamma):
     batch, meta = ref.make_peer_batch(seed, [2, 3], trailing_env=False, process=True)
-    cfg = PPOActorConfig(kl_ctl=0.1, discount=gamma, token_rewards_as_adv=False,
-                         advantage={"estimator": "reinforce_return"})
+    cfg = PPOActorConfig(
+        kl_ctl=0.1, discount=gamma, token_rewards_as_adv=False, advantage={"estimator": "reinforce_return"}
+    )
     out = PPOActor(cfg).compute_advantages(batch, meta)
     mask = out["loss_mask"]
     expected, _ = token_gae(out["tot_rewards"], torch.zeros_like(mask), mask, discount=gamma, lam=1.0, bootstrap=0.0)
@@ -291,8 +324,10 @@ def test_reinforce_return_is_critic_free_token_gae_with_lambda_one(seed, gamma):
 def test_turn_reinforce_return_hand_numbers():
     # Turn 0 at 1-2, env at 3, turn 1 at 4-5. Turn rewards R0 = 0.5 (process), R1 = 0.25 + 1.0.
     kwargs = dict(
-        outcome=[0, 0, 0, 0, 0, 1.0, 0], process=[0, 0, 0.5, 0, 0, 0.25, 0],
-        kl=[0, -0.1, -0.1, 0, -0.1, -0.1, 0], turn_ids=[-1, 0, 0, -1, 1, 1, -1],
+        outcome=[0, 0, 0, 0, 0, 1.0, 0],
+        process=[0, 0, 0.5, 0, 0, 0.25, 0],
+        kl=[0, -0.1, -0.1, 0, -0.1, -0.1, 0],
+        turn_ids=[-1, 0, 0, -1, 1, 1, -1],
     )
     res = peer.turn_reinforce_return(temporal([0, 1, 1, 0, 1, 1, 0], discount=1.0, **kwargs), turn_discount=0.5)
     close(res.returns[0], [0, 1.125, 1.125, 0, 1.25, 1.25, 0])  # G0 = 0.5 + 0.5 * 1.25
@@ -313,8 +348,11 @@ def test_turn_reinforce_return_errors():
 def test_turn_reinforce_with_per_turn_rewards_equals_a_loop(seed, gamma, kl):
     """Per-turn rewards (process rewards folded at turn ends) with a turn discount."""
     batch, meta = ref.make_peer_batch(seed, [2, 3, 2], process=True, binary=False)
-    cfg = PPOActorConfig(kl_ctl=kl, token_rewards_as_adv=False, advantage={
-        "estimator": {"implementation": "turn_reinforce_return", "kwargs": {"turn_discount": gamma}}})
+    cfg = PPOActorConfig(
+        kl_ctl=kl,
+        token_rewards_as_adv=False,
+        advantage={"estimator": {"implementation": "turn_reinforce_return", "kwargs": {"turn_discount": gamma}}},
+    )
     out = PPOActor(cfg).compute_advantages(batch, meta)
     resp = ref.responses(batch, meta)
     for b, positions in enumerate(resp.actions):
@@ -327,8 +365,9 @@ def test_turn_reinforce_with_per_turn_rewards_equals_a_loop(seed, gamma, kl):
             acc = turn_reward[k] + gamma * acc
             returns[k] = acc
         want = [returns[k] - kl * kl_t for k, kl_t in zip(turns, resp.kl[b])]
-        torch.testing.assert_close(out["advantages"][b, positions].double(), torch.tensor(want, dtype=torch.float64),
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            out["advantages"][b, positions].double(), torch.tensor(want, dtype=torch.float64), rtol=1e-5, atol=1e-6
+        )
 
 
 # ---------------------------------------------------------------------------

@@ -25,9 +25,16 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 
 
 def rae_config(**kwargs) -> PPOActorConfig:
-    return PPOActorConfig(kl_ctl=0.0, reward_clip=1e9, reward_norm=None, adv_norm=None, advantage={
-        "outcome_reward_shaping": {"implementation": "rae", "kwargs": kwargs},
-        "estimator": {"implementation": "reinforce_return"}})
+    return PPOActorConfig(
+        kl_ctl=0.0,
+        reward_clip=1e9,
+        reward_norm=None,
+        adv_norm=None,
+        advantage={
+            "outcome_reward_shaping": {"implementation": "rae", "kwargs": kwargs},
+            "estimator": {"implementation": "reinforce_return"},
+        },
+    )
 
 
 def selfplay_batch(seed: int, games: list[tuple[int, int]], *, split: bool = False, binary: bool = False):
@@ -37,7 +44,8 @@ def selfplay_batch(seed: int, games: list[tuple[int, int]], *, split: bool = Fal
     rollout = meta.logical_row_index()
     group = meta.logical_group_index()
     first = torch.zeros(meta.n_logical, dtype=torch.long).scatter_reduce(
-        0, group, torch.arange(meta.n_logical), reduce="amin", include_self=False)
+        0, group, torch.arange(meta.n_logical), reduce="amin", include_self=False
+    )
     role = (torch.arange(meta.n_logical) - first[group]) % 2
     game = torch.tensor([g for _, g in games], dtype=torch.long)[group]
     batch["role_ids"], batch["game_ids"] = role[rollout], game[rollout]
@@ -46,8 +54,10 @@ def selfplay_batch(seed: int, games: list[tuple[int, int]], *, split: bool = Fal
 
 def samples(batch, meta) -> list[tuple[int, int, float]]:
     r = ref.rollouts(batch, meta)
-    return [(int(batch["game_ids"][rows[0]]), int(batch["role_ids"][rows[0]]), reward)
-            for rows, reward in zip(r.rows, r.rewards)]
+    return [
+        (int(batch["game_ids"][rows[0]]), int(batch["role_ids"][rows[0]]), reward)
+        for rows, reward in zip(r.rows, r.rewards)
+    ]
 
 
 def per_row(values: list[float], batch, meta) -> torch.Tensor:
@@ -57,8 +67,9 @@ def per_row(values: list[float], batch, meta) -> torch.Tensor:
     return out
 
 
-steps_st = st.lists(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 2)), min_size=1, max_size=4),
-                    min_size=1, max_size=5)
+steps_st = st.lists(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 2)), min_size=1, max_size=4), min_size=1, max_size=5
+)
 MAX_DIFF: list[float] = [0.0]
 
 
@@ -84,9 +95,18 @@ def test_rae_ids_default_and_errors():
     batch, meta = selfplay_batch(1, [(2, 0), (2, 0)])
     del batch["game_ids"]  # one game
     out = PPOActor(rae_config()).compute_advantages(batch, meta)
-    torch.testing.assert_close(out["rewards"].double(), per_row(
-        sref.RoleBaselines().step([(0, r, x) for _, r, x in samples({**batch, "game_ids": torch.zeros_like(
-            batch["role_ids"])}, meta)]), batch, meta), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        out["rewards"].double(),
+        per_row(
+            sref.RoleBaselines().step(
+                [(0, r, x) for _, r, x in samples({**batch, "game_ids": torch.zeros_like(batch["role_ids"])}, meta)]
+            ),
+            batch,
+            meta,
+        ),
+        rtol=1e-6,
+        atol=1e-6,
+    )
     with pytest.raises(ValueError, match=r"'rae'.*no 'role_ids'"):
         PPOActor(rae_config()).compute_advantages({k: v for k, v in batch.items() if k != "role_ids"}, meta)
     with pytest.raises(ValueError, match=r"'role_ids' is torch.float32"):

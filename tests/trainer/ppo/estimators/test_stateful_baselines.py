@@ -26,8 +26,14 @@ SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[Healt
 
 
 def config(outcome: dict, **actor) -> PPOActorConfig:
-    fields = dict(kl_ctl=0.0, discount=1.0, reward_clip=1e9, reward_norm=None, adv_norm=None,
-                  advantage={"outcome_reward_shaping": outcome, "estimator": {"implementation": "reinforce_return"}})
+    fields = dict(
+        kl_ctl=0.0,
+        discount=1.0,
+        reward_clip=1e9,
+        reward_norm=None,
+        adv_norm=None,
+        advantage={"outcome_reward_shaping": outcome, "estimator": {"implementation": "reinforce_return"}},
+    )
     fields.update(actor)
     return PPOActorConfig(**fields)
 
@@ -69,8 +75,12 @@ def steps_st(max_steps: int = 4):
 
 
 @SETTINGS
-@given(sizes=st.lists(st.integers(1, 8), min_size=1, max_size=5), seed=st.integers(0, 100_000),
-       binary=st.booleans(), split=st.booleans())
+@given(
+    sizes=st.lists(st.integers(1, 8), min_size=1, max_size=5),
+    seed=st.integers(0, 100_000),
+    binary=st.booleans(),
+    split=st.booleans(),
+)
 def test_krpo_fresh_filter_equals_the_authors_group_advantages(sizes, seed, binary, split):
     actor = PPOActor(config({"implementation": "krpo", "kwargs": {"carry_over": False}}))
     batch, meta = keyed_batch(seed, sizes, list(range(len(sizes))), binary=binary, split=split)
@@ -141,8 +151,11 @@ def test_krpo_errors_name_the_stage_and_field():
     floats = dict(batch, prompt_keys=batch["prompt_keys"].float())
     with pytest.raises(ValueError, match=r"'prompt_keys' has dtype torch.float32, expected an integer"):
         actor.compute_advantages(floats, meta)
-    for kwargs, message in (({"meas_var": 0}, "meas_var must be > 0"), ({"carry_over": 1}, "carry_over must be true"),
-                            ({"process_var": -1.0}, "process_var must be >= 0")):
+    for kwargs, message in (
+        ({"meas_var": 0}, "meas_var must be > 0"),
+        ({"carry_over": 1}, "carry_over must be true"),
+        ({"process_var": -1.0}, "process_var must be >= 0"),
+    ):
         bad = PPOActor(config({"implementation": "krpo", "kwargs": kwargs}))
         with pytest.raises(ValueError, match=message):
             bad.compute_advantages(batch, meta)
@@ -170,8 +183,9 @@ def test_spo_equals_the_authors_tracker(steps, seed, kl):
         rhos = [eref.spo_rho_from_drift(float(d)) for d in drift] if kl else [0.8] * len(keys)
         expected = tracker.step(keys, [float(r) for r in batch["rewards"]], rhos)
         out = actor.compute_advantages(batch, meta)
-        torch.testing.assert_close(out["rewards"].double(), torch.tensor(expected, dtype=torch.float64),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            out["rewards"].double(), torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-5
+        )
     state = actor.stage_states["outcome_reward_shaping"]
     stored = dict(zip(state.get("prompt_keys").tolist(), state.get("values").tolist()))
     assert stored.keys() == tracker.ab.keys()
@@ -187,8 +201,10 @@ def test_spo_groups_of_several_samples_use_the_pre_step_value_and_add_every_samp
     expected = tracker.step(prompts, [float(r) for r in batch["rewards"]], [0.875] * 5, normalize=False)
     out = actor.compute_advantages(batch, meta)
     torch.testing.assert_close(out["rewards"].double(), torch.tensor(expected, dtype=torch.float64))
-    assert actor.stage_states["outcome_reward_shaping"].get("values").tolist() == [list(tracker.ab[1]),
-                                                                                   list(tracker.ab[2])]
+    assert actor.stage_states["outcome_reward_shaping"].get("values").tolist() == [
+        list(tracker.ab[1]),
+        list(tracker.ab[2]),
+    ]
 
 
 def test_spo_errors():
@@ -202,8 +218,12 @@ def test_spo_errors():
         kl.compute_advantages(ok, meta)
     with pytest.raises(ValueError, match=r"'policy_drift'\[1\] is -1.0"):
         kl.compute_advantages(dict(ok, policy_drift=torch.tensor([0.1, -1.0])), meta)
-    for kwargs, message in (({"rho": 1.5}, r"rho must lie in \[0, 1\]"), ({"rho_mode": "x"}, "rho_mode must be"),
-                            ({"rho_min": 0.9, "rho_max": 0.8}, "rho_min"), ({"prior_alpha": 0}, "prior_alpha")):
+    for kwargs, message in (
+        ({"rho": 1.5}, r"rho must lie in \[0, 1\]"),
+        ({"rho_mode": "x"}, "rho_mode must be"),
+        ({"rho_min": 0.9, "rho_max": 0.8}, "rho_min"),
+        ({"prior_alpha": 0}, "prior_alpha"),
+    ):
         with pytest.raises(ValueError, match=message):
             PPOActor(config({"implementation": "spo", "kwargs": kwargs})).compute_advantages(ok, meta)
 
@@ -224,10 +244,16 @@ def test_state_round_trip_continues_identically():
     for name, state in second.stage_states.items():
         state.load_state_dict(saved[name])
     for batch, meta in batches[2:]:
-        torch.testing.assert_close(second.compute_advantages(batch, meta)["rewards"],
-                                   first.compute_advantages(batch, meta)["rewards"], rtol=0, atol=0)
-    assert second.stage_states["outcome_reward_shaping"].fingerprint() == \
-        first.stage_states["outcome_reward_shaping"].fingerprint()
+        torch.testing.assert_close(
+            second.compute_advantages(batch, meta)["rewards"],
+            first.compute_advantages(batch, meta)["rewards"],
+            rtol=0,
+            atol=0,
+        )
+    assert (
+        second.stage_states["outcome_reward_shaping"].fingerprint()
+        == first.stage_states["outcome_reward_shaping"].fingerprint()
+    )
 
 
 def _roundtrip(obj) -> object:

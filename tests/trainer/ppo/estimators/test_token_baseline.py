@@ -20,8 +20,14 @@ NAMES = ("optimal_token_baseline", "tir_optimal_token_baseline")
 
 
 def actor(name: str, **kwargs) -> PPOActor:
-    return PPOActor(PPOActorConfig(kl_ctl=0.0, reward_norm=None, adv_norm=None, advantage={
-        "estimator": {"implementation": name, "kwargs": kwargs}}))
+    return PPOActor(
+        PPOActorConfig(
+            kl_ctl=0.0,
+            reward_norm=None,
+            adv_norm=None,
+            advantage={"estimator": {"implementation": name, "kwargs": kwargs}},
+        )
+    )
 
 
 def group(layouts: list[str], rewards: list[float], *, pi: float = 0.5, spp: float = 0.5) -> dict:
@@ -31,19 +37,24 @@ def group(layouts: list[str], rewards: list[float], *, pi: float = 0.5, spp: flo
     loss_mask = torch.zeros(n, T, dtype=torch.long)
     attention = torch.zeros(n, T, dtype=torch.long)
     for b, layout in enumerate(layouts):
-        attention[b, :len(layout)] = 1
+        attention[b, : len(layout)] = 1
         loss_mask[b] = torch.tensor([c == "g" for c in layout] + [False] * (T - len(layout)))
     return {
-        "input_ids": torch.ones(n, T, dtype=torch.long) * attention, "attention_mask": attention, "loss_mask": loss_mask,
-        "logprobs": torch.where(loss_mask.bool(), math.log(pi), 0.0), "rewards": torch.tensor(rewards),
+        "input_ids": torch.ones(n, T, dtype=torch.long) * attention,
+        "attention_mask": attention,
+        "loss_mask": loss_mask,
+        "logprobs": torch.where(loss_mask.bool(), math.log(pi), 0.0),
+        "rewards": torch.tensor(rewards),
         "sum_pi_squared": torch.where(loss_mask.bool(), spp, 0.0),
     }
 
 
 def on_tokens(out: torch.Tensor, batch: dict) -> list[list[float]]:
     """Each row's advantages at its generated tokens (aligned: token p at position p - 1)."""
-    return [[round(float(out[b, p - 1]), 6) for p in batch["loss_mask"][b].nonzero()[:, 0].tolist()]
-            for b in range(out.shape[0])]
+    return [
+        [round(float(out[b, p - 1]), 6) for p in batch["loss_mask"][b].nonzero()[:, 0].tolist()]
+        for b in range(out.shape[0])
+    ]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -99,20 +110,30 @@ def test_errors_name_the_estimator_and_what_was_expected(name):
     with pytest.raises(ValueError, match=rf"estimator '{name}': the batch has no 'sum_pi_squared'"):
         actor(name).compute_advantages(without)
     with pytest.raises(ValueError, match=rf"'{name}'.*actor\.discount must be 1\.0, got 0\.9"):
-        PPOActor(PPOActorConfig(kl_ctl=0.0, discount=0.9, reward_norm=None, advantage={
-            "estimator": {"implementation": name}})).compute_advantages(groups)
+        PPOActor(
+            PPOActorConfig(
+                kl_ctl=0.0, discount=0.9, reward_norm=None, advantage={"estimator": {"implementation": name}}
+            )
+        ).compute_advantages(groups)
     with pytest.raises(ValueError, match=rf"'{name}': handle_zero_tail must be true or false, got 1"):
         actor(name, handle_zero_tail=1).compute_advantages(groups)
     with pytest.raises(ValueError, match=rf"'{name}': eps must be a finite number > 0, got 0"):
         actor(name, eps=0).compute_advantages(groups)
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("sum_pi_squared", 1.5, r"sum_pi_squared: expected sums of squared probabilities in \[0, 1\] .* found 1\.5 "
-                            r"at row 0, position 1"),
-    ("sum_pi_squared", float("nan"), r"sum_pi_squared: .* found nan"),
-    ("rollout_is_weights", -1.0, r"rollout_is_weights: expected finite importance weights >= 0 .* found -1\.0"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        (
+            "sum_pi_squared",
+            1.5,
+            r"sum_pi_squared: expected sums of squared probabilities in \[0, 1\] .* found 1\.5 "
+            r"at row 0, position 1",
+        ),
+        ("sum_pi_squared", float("nan"), r"sum_pi_squared: .* found nan"),
+        ("rollout_is_weights", -1.0, r"rollout_is_weights: expected finite importance weights >= 0 .* found -1\.0"),
+    ],
+)
 def test_field_values_are_checked_on_generated_tokens(field, value, match):
     groups = [group(["pgg", "pgg"], [1.0, 0.0])]
     groups[0].setdefault("rollout_is_weights", torch.ones(2, 3))

@@ -30,11 +30,17 @@ RESULTS: dict[str, float] = {}
 
 
 @SETTINGS
-@given(sizes=st.lists(st.integers(2, 6), min_size=1, max_size=4), seed=st.integers(0, 100_000),
-       split=st.booleans(), coef=st.sampled_from([1.0, 0.5]))
+@given(
+    sizes=st.lists(st.integers(2, 6), min_size=1, max_size=4),
+    seed=st.integers(0, 100_000),
+    split=st.booleans(),
+    coef=st.sampled_from([1.0, 0.5]),
+)
 def test_unbiased_turn_baseline_equals_its_loop(sizes, seed, split, coef):
     groups = make_episode_groups(seed, sizes, binary=False, max_turns=4)
-    out = actor("mt_grpo", turn_baseline="unbiased", turn_weight=coef).compute_advantages(*batch_of(groups, split=split))
+    out = actor("mt_grpo", turn_baseline="unbiased", turn_weight=coef).compute_advantages(
+        *batch_of(groups, split=split)
+    )
     worst = check_turns(out["advantages"], groups, eref.mt_grpo_unbiased(mt_inputs(groups), coef), split=split)
     RESULTS["loop_max_diff"] = max(RESULTS.get("loop_max_diff", 0.0), worst)
 
@@ -102,7 +108,9 @@ def test_the_options_are_checked():
     torch.testing.assert_close(  # the default is today's per-turn normalisation
         actor("mt_grpo").compute_advantages(*batch_of(groups, split=False))["advantages"],
         actor("mt_grpo", turn_baseline="per_turn").compute_advantages(*batch_of(groups, split=False))["advantages"],
-        rtol=0, atol=0)
+        rtol=0,
+        atol=0,
+    )
 
 
 def test_save_load_next_call_is_bit_equal():
@@ -122,5 +130,6 @@ def test_save_load_next_call_is_bit_equal():
     second.load_state_dict(saved)
     for groups in steps[2:]:
         batch, meta = batch_of(groups, split=True)
-        assert torch.equal(first.compute_advantages(batch, meta)["advantages"],
-                           second.compute_advantages(batch, meta)["advantages"])
+        assert torch.equal(
+            first.compute_advantages(batch, meta)["advantages"], second.compute_advantages(batch, meta)["advantages"]
+        )

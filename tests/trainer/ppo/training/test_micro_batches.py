@@ -39,9 +39,13 @@ def _batch(n_groups: int = 3, group: int = 3) -> dict[str, torch.Tensor]:
     lengths = torch.tensor([r[1] for r in rows])[:, None]
     attention = (pos < lengths).long()
     loss_mask = ((pos >= PROMPT - 1) & (pos < lengths - 1)).long()  # aligned: predicts a generated token
-    return {"input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask,
-            "logprobs": (-2.5 + 0.3 * torch.randn(ids.shape, generator=gen)) * loss_mask,
-            "advantages": torch.randn(ids.shape, generator=gen) * loss_mask}
+    return {
+        "input_ids": ids,
+        "attention_mask": attention,
+        "loss_mask": loss_mask,
+        "logprobs": (-2.5 + 0.3 * torch.randn(ids.shape, generator=gen)) * loss_mask,
+        "advantages": torch.randn(ids.shape, generator=gen) * loss_mask,
+    }
 
 
 def _engine() -> PolicyEngine:
@@ -86,7 +90,7 @@ def test_a_later_forward_keeps_the_accumulated_gradient_and_the_first_frees_it()
     engine, batch = _engine(), _batch()
     for index in range(2):
         with engine.micro_batch(index, 2):
-            logp, _ = engine.forward_logprobs(batch["input_ids"][index:index + 1], batch["attention_mask"][:1], 1.0)
+            logp, _ = engine.forward_logprobs(batch["input_ids"][index : index + 1], batch["attention_mask"][:1], 1.0)
             engine.backward(logp.sum())
         if index == 0:
             first = engine.model.lm_head.weight.grad.clone()
@@ -118,10 +122,13 @@ def test_chunked_log_prob_pass_equals_the_whole_pass() -> None:
     torch.testing.assert_close(parts, whole, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize(("rows", "size", "expected"), [(9, None, [9]), (9, 4, [3, 3, 3]), (8, 4, [4, 4]),
-                                                         (3, 8, [3]), (5, 1, [1, 1, 1, 1, 1])])
-def test_micro_slices_cover_the_rows_in_chunks_of_at_most_size(rows: int, size: int | None,
-                                                               expected: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("rows", "size", "expected"),
+    [(9, None, [9]), (9, 4, [3, 3, 3]), (8, 4, [4, 4]), (3, 8, [3]), (5, 1, [1, 1, 1, 1, 1])],
+)
+def test_micro_slices_cover_the_rows_in_chunks_of_at_most_size(
+    rows: int, size: int | None, expected: list[int]
+) -> None:
     slices = micro_slices(rows, size)
     assert [s.stop - s.start for s in slices] == expected
     assert slices[0].start == 0 and slices[-1].stop == rows
@@ -145,6 +152,9 @@ def test_micro_batches_need_an_engine_that_accumulates() -> None:
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, "4"])
 def test_bad_micro_batch_size_names_the_field(bad: object) -> None:
-    with pytest.raises(ConfigError, match=r"^actor.ppo_micro_batch_size: got .*, expected null \(the whole "
-                                          r"minibatch\) or an integer >= 1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor.ppo_micro_batch_size: got .*, expected null \(the whole "
+        r"minibatch\) or an integer >= 1",
+    ):
         PPOActorConfig(ppo_micro_batch_size=bad)

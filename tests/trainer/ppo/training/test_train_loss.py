@@ -48,19 +48,29 @@ def test_dual_clip_caps_negative_advantage_loss() -> None:
 
 def test_decoupled_loss_weights_by_behaviour_ratio_and_caps() -> None:
     w = 1.5
-    loss, stats = _loss([0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1, 1], eps_clip=0.2, decoupled=True,
-                        old=[-math.log(w), -math.log(10.0)])
+    loss, stats = _loss(
+        [0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1, 1], eps_clip=0.2, decoupled=True, old=[-math.log(w), -math.log(10.0)]
+    )
     assert loss.item() == pytest.approx(-(w + 10.0) / 2)
-    loss, stats = _loss([0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [1, 1], eps_clip=0.2, decoupled=True,
-                        old=[-math.log(w), -math.log(10.0)], behav_imp_weight_cap=5.0)
+    loss, stats = _loss(
+        [0.0, 0.0],
+        [0.0, 0.0],
+        [1.0, 1.0],
+        [1, 1],
+        eps_clip=0.2,
+        decoupled=True,
+        old=[-math.log(w), -math.log(10.0)],
+        behav_imp_weight_cap=5.0,
+    )
     assert loss.item() == pytest.approx(-w / 2)  # the capped token is dropped but still counted
     assert stats.behav_mask_frac == pytest.approx(0.5)
 
 
 def test_policy_loss_gradient_only_flows_through_active_tokens() -> None:
     logp = torch.zeros(1, 3, requires_grad=True)
-    loss, _ = ppo_policy_loss(logp, torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1, 3),
-                              torch.tensor([[1, 0, 1]]), eps_clip=0.2)
+    loss, _ = ppo_policy_loss(
+        logp, torch.zeros(1, 3), torch.zeros(1, 3), torch.ones(1, 3), torch.tensor([[1, 0, 1]]), eps_clip=0.2
+    )
     loss.backward()
     assert logp.grad.tolist() == [[-0.5, 0.0, -0.5]]
 
