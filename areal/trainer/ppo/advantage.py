@@ -227,17 +227,8 @@ def _tensor_steps(
         resolved,
         meta,
         aligned_anchor_ids(data, reads),
-        _token_fields(data, aligned.loss_mask, reads),
+        {**_token_fields(data, aligned.loss_mask, reads), **_teacher_fields(data, estimator)},
     )
-    wanted = declared_fields(estimator.fn)
-    if wanted & {"ref_logp", "teacher_logp"}:  # e.g. `combine` with a distillation term
-        temporal_inputs = dataclasses.replace(
-            temporal_inputs,
-            **{
-                "ref_logp": data.get("ref_logp") if "ref_logp" in wanted else None,
-                "teacher_logp": data.get("teacher_logp") if "teacher_logp" in wanted else None,
-            },
-        )
     del folded
     temporal = _run_temporal(estimator, temporal_inputs)
     del temporal_inputs
@@ -272,6 +263,13 @@ def _token_fields(
 ) -> dict[str, torch.Tensor | None]:
     """The aligned optional float token fields the estimator reads (None when absent or not read)."""
     return {key: aligned_token_values(data, key, loss_mask, reads) for key in (SUM_PI_SQUARED, ROLLOUT_IS_WEIGHTS)}
+
+
+def _teacher_fields(data: Mapping[str, Any], estimator: ResolvedStage) -> dict[str, torch.Tensor | None]:
+    """The batch's `ref_logp` / `teacher_logp` as given, for an estimator that declares it reads them (`combine`
+    with a distillation term); None otherwise."""
+    wanted = declared_fields(estimator.fn)
+    return {key: data.get(key) if key in wanted else None for key in ("ref_logp", "teacher_logp")}
 
 
 def _temporal_inputs(
