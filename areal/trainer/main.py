@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch.distributed as dist
 
     from areal.trainer.parallel.distributed import destroy, init_distributed
-    from areal.trainer.parallel.failures import FailureWatch
+    from areal.trainer.parallel.failures import FailureWatch, keep_exit_status_through_shutdown
 
     joined_here = not (dist.is_available() and dist.is_initialized())
     try:
@@ -201,16 +201,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, RuntimeError) as exc:  # a broken torchrun environment or rendezvous
         print(f"error while joining the process group: {exc}", file=sys.stderr)
         return 1
-    watch = None
+    watch, status = None, 1
     try:
         if ctx.is_distributed:
             watch = _start_watch(FailureWatch, ctx, cfg.train.failure_timeout_s)
-        return _train(cfg, ctx, watch, args.debug)
+        status = _train(cfg, ctx, watch, args.debug)
+        return status
     finally:
         if watch is not None:
             watch.close()
         if joined_here:  # leave only a process group this call created
             destroy(ctx)
+        if watch is not None and status != 0:  # reported: shutting down must not turn the status into -15
+            keep_exit_status_through_shutdown()
 
 
 if __name__ == "__main__":

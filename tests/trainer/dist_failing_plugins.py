@@ -29,6 +29,18 @@ def reward_failing_on_rank0(prompts, completions, **columns):
 
 
 _CALLS: list[int] = []
+#: how long rank 1's interpreter shutdown takes in the `boundary` run (module teardown frees `_SLOW_AT_SHUTDOWN`)
+_SLOW_SHUTDOWN_S = 3.0
+
+
+class _SlowToFree:
+    """An object whose release at interpreter shutdown takes `_SLOW_SHUTDOWN_S` (a large model being freed)."""
+
+    def __del__(self) -> None:
+        time.sleep(_SLOW_SHUTDOWN_S)
+
+
+_SLOW_AT_SHUTDOWN: list[_SlowToFree] = []
 #: how long rank 0 waits for its failure watch to learn of rank 1's failure (a bound: it learns within a poll)
 _LEARN_TIMEOUT_S = 120.0
 
@@ -43,7 +55,9 @@ def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: i
     `boundary` waits until its failure watch has learnt of rank 1's failure and ignores the launcher's
     SIGTERM, so its main thread stops at its next stage boundary; `sigterm` waits until it has learnt
     of it and then until the launcher ends it (torchrun's SIGTERM once rank 1 has exited). A loaded
-    machine produces either order by chance.
+    machine produces either order by chance. With `boundary`, a raising rank 1 also takes
+    `_SLOW_SHUTDOWN_S` to shut its interpreter down (as freeing a large model does), so rank 0 ends
+    first and the launcher's SIGTERM reaches rank 1 while Python finalises, after its own handlers are gone.
     """
     _CALLS.append(len(completions))
     if os.environ.get("RANK") == "1" and len(_CALLS) - 1 == at_call:
@@ -51,6 +65,8 @@ def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: i
             os._exit(3)
         if how == "hang":
             time.sleep(3600)
+        if rank0 == "boundary":
+            _SLOW_AT_SHUTDOWN.append(_SlowToFree())
         raise RuntimeError("simulated reward-function failure on rank 1")
     if os.environ.get("RANK") == "0" and len(_CALLS) - 1 == at_call and rank0 != "free":
         if rank0 == "boundary":

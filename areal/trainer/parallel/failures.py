@@ -50,7 +50,8 @@ process-group timeout), and the rank that sees it is not at fault. So:
    then ends; a rank that knows of a peer's failure ends at once. A rank whose
    report is done (line and error file written, watch closed) ends with status
    1 at SIGTERM, so torchrun's summary shows the failing rank's own status even
-   when a faster peer ended first.
+   when a faster peer ended first; from the end of `main` on, through Python's
+   shutdown (which drops signal handlers), it ignores SIGTERM for the same reason.
 
 Every rank therefore ends with a `RankFailure` whose message names the failing
 rank, the stage, the cause and where it was raised; `areal.trainer.main` writes
@@ -282,6 +283,20 @@ def _exit_reported(signum: int, frame: Any) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(1)
+
+
+def keep_exit_status_through_shutdown() -> None:
+    """Ignore SIGTERM from now on: a rank that has reported its failure ends with its own exit status.
+
+    Python's finalisation puts back the default action of every signal it had
+    a handler for, so a SIGTERM that arrives while the interpreter shuts down
+    (freeing a model can take seconds on a loaded machine) would kill the rank
+    by the signal, and torchrun's summary would show -15 instead of the
+    failing rank's status. An ignored signal stays ignored through it; the
+    launcher's SIGKILL after its grace period still ends a rank that hangs.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _store_prefix(env: dict[str, str] | os._Environ) -> str:
