@@ -78,10 +78,11 @@ def command(variant: str, args: Sequence[str]) -> tuple[list[str], dict[str, str
 
 
 @contextmanager
-def busy_loops(n: int) -> Iterator[None]:
+def busy_loops(n: int) -> Iterator[list[subprocess.Popen]]:
+    """`n` processes spinning in a Python loop (one core each) for the duration of the block."""
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
     try:
-        yield
+        yield procs
     finally:
         for proc in procs:
             proc.kill()

@@ -69,15 +69,36 @@ def test_threads_bench_runs_both_modes() -> None:
         "--steps",
         "1",
         "--scenes",
-        "busy",
-        "--busy",
-        "1",
+        "quiet",
         "--variants",
         "one",
         "spincount",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "busy 1  spincount " in proc.stdout and "x1.00 of one" in proc.stdout
+    assert "busy 0  spincount " in proc.stdout and "x1.00 of one" in proc.stdout
+
+
+def _user_ticks(pid: int) -> int:
+    """CPU time a process has spent in user mode, in clock ticks (/proc/<pid>/stat, field 14)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_threads_bench_busy_scene_keeps_cores_busy_and_ends_its_loops() -> None:
+    """The busy scene's processes burn CPU while the runs go on and are gone after (the runs are the quiet scene's)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import time
+
+    from bench_threads import busy_loops
+
+    with busy_loops(2) as loops:
+        assert len(loops) == 2 and all(p.poll() is None for p in loops)
+        start = [_user_ticks(p.pid) for p in loops]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(_user_ticks(p.pid) > t for p, t in zip(loops, start)):
+            time.sleep(0.1)
+        assert all(_user_ticks(p.pid) > t for p, t in zip(loops, start)), "a busy loop is not spinning"
+    assert all(p.returncode is not None for p in loops)  # killed and reaped when the scene ends
 
 
 def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ CPU), with each rank's output in its own log file (`--log-dir ... --redirects 3`
 * a reward-function plugin (`reward: [{implementation: ...}]`) raising on rank 0 only
   (tests/trainer/dist_failing_plugins.py);
 * a reward function on rank 1 at step 1 that raises, ends its process with `os._exit(3)`, or hangs,
-  each 5 times (where in a whole second the failure falls decided torchrun's root cause before); two of
+  each twice (where in a whole second the failure falls decided torchrun's root cause before); two of
   the raising runs fix the order in which rank 0 stops (at its stage boundary, or ended by torchrun's
   SIGTERM), which otherwise depends on the machine's load.
 
@@ -213,18 +213,19 @@ def _launch_fault(tmp_path: Path, how: str, rank0: str = "free") -> tuple[int, s
     return code, err, lines, files
 
 
-#: 5 runs per fault (the root cause used to depend on where in a second rank 1 died). When rank 1 raises,
-#: rank 0 stops in its collective, at its next stage boundary or by torchrun's SIGTERM, whichever comes
-#: first on the machine at the time; two of the runs fix that order (`rank0` of dist_failing_plugins).
+#: 2 runs per fault left to timing (the root cause used to depend on where in a second rank 1 died). When
+#: rank 1 raises, rank 0 stops in its collective, at its next stage boundary or by torchrun's SIGTERM,
+#: whichever comes first on the machine at the time; two runs fix that order (`rank0` of
+#: dist_failing_plugins), the `boundary` one with a slow shutdown of rank 1 as well. Repeating the module
+#: beside busy processes is the stress test, run by hand (`scripts/stress_failures.sh`), not in CI.
 RUNS = [
-    *[(how, "free") for how in ("exit", "hang") for _ in range(5)],
-    *[("raise", "free")] * 3,
+    *[(how, "free") for how in ("exit", "hang", "raise") for _ in range(2)],
     ("raise", "boundary"),
     ("raise", "sigterm"),
 ]
 
 
-@pytest.mark.parametrize(("how", "rank0"), RUNS, ids=[f"{how}-{i % 5}-{rank0}" for i, (how, rank0) in enumerate(RUNS)])
+@pytest.mark.parametrize(("how", "rank0"), RUNS, ids=[f"{how}-{i % 2}-{rank0}" for i, (how, rank0) in enumerate(RUNS)])
 def test_the_failing_rank_is_named_by_every_rank_and_by_torchrun(tmp_path: Path, how: str, rank0: str) -> None:
     exit_code, cause = FAULTS[how]
     code, summary, lines, files = _launch_fault(tmp_path, how, rank0)
