@@ -3,7 +3,7 @@
 Configs hold only plain values, built-in names and import paths, so that they
 serialise to YAML/JSON unchanged and can be shipped to remote workers. Every
 dataclass validates itself on construction and names the offending field.
-`areal.api.cli_args` re-exports everything here (the spec's import path).
+`areal.api.cli_args` re-exports everything here (AReaL's import path).
 """
 
 from __future__ import annotations
