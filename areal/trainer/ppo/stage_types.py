@@ -36,7 +36,8 @@ __all__ = [
 GAELambdaSpec = float | Callable[..., torch.Tensor]
 
 #: The only keys a full replacement may put in `AdvantageResult.extras` (docs: *Custom advantage
-#: computation*, *Replacing the whole computation*).
+#: computation*, *Replacing the whole computation*). `mopd_behavior_logprobs` are the behaviour
+#: log-probs kept for MOPD, AReaL's multi-teacher on-policy distillation.
 ALLOWED_EXTRAS = frozenset({"input_token_loss_mask", "is_truncated", "mopd_behavior_logprobs", "prox_logp", "ref_logp"})
 
 
