@@ -40,8 +40,8 @@ class NormConfig:
         default="batch",
         metadata={
             "help": "Where the subtracted mean is taken: `batch` (default), `group` (each prompt's group of "
-            "rollouts, from the batch metadata; GRPO, arXiv:2402.03300), `running` (cumulative over the run, "
-            "as ROLL's `norm_mean_type: running`) or null (no centring)."
+            "rollouts, from the batch metadata; GRPO, group relative policy optimisation, arXiv:2402.03300), "
+            "`running` (cumulative over the run, as ROLL's `norm_mean_type: running`) or null (no centring)."
         },
     )
     std_level: str | None = field(
@@ -56,8 +56,9 @@ class NormConfig:
         default=False,
         metadata={
             "help": "Leave-one-out mean: each sample is centred on the mean of the other samples of its group "
-            "(or batch), RLOO's baseline mean_{j≠i} r_j (arXiv:2402.14740). False (default) subtracts the "
-            "plain mean, which includes the sample itself. Not allowed with `mean_level: running`."
+            "(or batch), the baseline mean_{j≠i} r_j of RLOO, REINFORCE leave-one-out (arXiv:2402.14740). "
+            "False (default) subtracts the plain mean, which includes the sample itself. Not allowed with "
+            "`mean_level: running`."
         },
     )
     std_unbiased: bool = field(
@@ -418,8 +419,8 @@ class PPOActorConfig:
     kl_ctl: float = field(
         default=0.1,
         metadata={
-            "help": "Coefficient β >= 0 of the KL penalty −β·KL(π_old ‖ π_ref) added to every generated "
-            "token's reward; 0 turns it off (GRPO presets). Default 0.1."
+            "help": "Coefficient β >= 0 of the KL (Kullback-Leibler) penalty −β·KL(π_old ‖ π_ref) added to "
+            "every generated token's reward; 0 turns it off (GRPO presets). Default 0.1."
         },
     )
     kl_estimator: str = field(
@@ -440,9 +441,9 @@ class PPOActorConfig:
     gae_lambda: float | str = field(
         default=1.0,
         metadata={
-            "help": "GAE λ in [0, 1] (arXiv:1506.02438), or a lambda-function name (`constant`, `vapo`, "
-            "`relative_position`) or import path giving one λ per row. 1.0 (default) gives Monte-Carlo "
-            "returns minus the value; the PPO preset uses 0.95."
+            "help": "λ of GAE (generalized advantage estimation, arXiv:1506.02438) in [0, 1], or a "
+            "lambda-function name (`constant`, `vapo`, `relative_position`) or import path giving one λ per "
+            "row. 1.0 (default) gives Monte-Carlo returns minus the value; the PPO preset uses 0.95."
         },
     )
     gae_lambda_kwargs: dict[str, Any] = field(

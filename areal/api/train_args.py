@@ -71,7 +71,7 @@ _MIXED_PRECISION = (None, "bf16")
 
 @dataclass
 class LoraConfig:
-    """LoRA adapters (Hu et al. 2021, arXiv:2106.09685) through `peft` (the `lora` extra).
+    """LoRA (low-rank adaptation) adapters (Hu et al. 2021, arXiv:2106.09685) through `peft` (the `lora` extra).
 
     Only the adapters train; the base weights stay frozen. The KL reference is the
     policy with its adapters disabled, and checkpoints hold the adapters
@@ -682,9 +682,9 @@ class TrainConfig:
         default="ddp",
         metadata={
             "help": "Data-parallel engine under torchrun: `ddp` (default; DistributedDataParallel, one full "
-            "replica per rank) or `fsdp` (FSDP2 `fully_shard`: parameters, gradients and optimiser state "
-            "sharded over the ranks, plus a full copy of the policy for sampling). Ignored in a single "
-            "process (docs/distributed.md)."
+            "replica per rank) or `fsdp` (fully sharded data parallel, FSDP2 `fully_shard`: parameters, "
+            "gradients and optimiser state sharded over the ranks, plus a full copy of the policy for "
+            "sampling). Ignored in a single process (docs/distributed.md)."
         },
     )
     failure_timeout_s: float = field(
