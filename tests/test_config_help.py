@@ -107,7 +107,7 @@ def test_defaults_render_as_yaml():
     lora = {f.name: f.default for f in next(s for s in config_sections() if s.cls is LoraConfig).fields}
     assert lora == {"r": "8", "alpha": "16.0", "dropout": "0.0", "target_modules": "null"}
     reward = {f.name: f.default for f in next(s for s in config_sections() if s.cls is RewardFunctionConfig).fields}
-    assert reward["kwargs"] == "{}" and reward["name"] == "null"
+    assert reward["kwargs"] == "{}" and reward["name"] == "null" and reward["implementation"] == '""'
     advantage = next(s for s in config_sections() if s.cls.__name__ == "AdvantageConfig")
     assert advantage.fields[0].default == "{implementation: default, kwargs: {}}"
 

@@ -72,6 +72,8 @@ def _yaml(value: Any) -> str:
     """A default as a YAML flow value: null, true, 1e-05, [jsonl, tensorboard], {implementation: default}."""
     if value is None:
         return "null"
+    if value == "":
+        return '""'
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):

@@ -99,14 +99,14 @@ def normalize_rollout_rewards(
     shaped_references: torch.Tensor | None = None,
     reduce_group=None,
 ) -> torch.Tensor:
-    """Normalise row scores against one reference per logical rollout.
+    """Row score s → (s − mean) / (std + eps), mean and std over one reference per logical rollout.
 
-    The statistics come from the references (one per logical rollout, grouped by
-    `meta.logical_group_sizes`); every row is then mapped through its rollout's
-    baseline and scale. Explicit references bypass the row length penalty; a
-    rollout without one takes its rows' common value, and rows that differ are
-    an error. `shaped_references` (from a custom outcome stage) replace all
-    references.
+    AReaL's `Normalization` applied to split rollouts: the statistics come from the
+    references (one per logical rollout, grouped by `meta.logical_group_sizes`);
+    every row is then mapped through its rollout's baseline and scale. Explicit
+    references bypass the row length penalty; a rollout without one takes its
+    rows' common value, and rows that differ are an error. `shaped_references`
+    (from a custom outcome stage) replace all references.
     """
     if norm.mean_level is None and norm.std_level is None:
         return scale_scores(row_rewards, bias=bias, scaling=scaling, clip=clip).float()
