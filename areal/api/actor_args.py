@@ -189,7 +189,7 @@ class StageSpec:
     implementation: str = field(
         default="auto",
         metadata={
-            "help": "A built-in name of the stage (docs/custom-advantage.md, *Stage functions*; "
+            "help": "A built-in name of the stage (docs: *Custom advantage computation*, *Stage functions*; "
             "docs/algorithms.md for the peer algorithms) or a dotted import path `pkg.module.function`. "
             "`auto` (default) selects the stage's default. Paths are imported by each actor worker, never "
             "when the config is loaded."
@@ -241,7 +241,7 @@ class AdvantageConfig:
         metadata={
             "help": "The whole computation: `default` runs the built-in pipeline with the three stages "
             "below; a dotted import path replaces the whole computation and excludes the stage settings "
-            "(docs/custom-advantage.md, *Replacing the whole computation*)."
+            "(docs: *Custom advantage computation*, *Replacing the whole computation*)."
         },
     )
     outcome_reward_shaping: StageSpec | None = field(

@@ -513,7 +513,7 @@ class AdvantageShapingConfig:
         default="additive",
         metadata={
             "help": "How process rewards shape the advantages: `additive` (default; A + p), `gvpo` or "
-            "`process_weighted` (docs/custom-advantage.md, *Process advantage shaping*). An explicit "
+            "`process_weighted` (docs: *Custom advantage computation*, *Process advantage shaping*). An explicit "
             "`actor.advantage.process_adv_shaping` wins."
         },
     )
