@@ -3,7 +3,7 @@
 Configs hold only plain values, built-in names and import paths, so that they
 serialise to YAML/JSON unchanged and can be shipped to remote workers. Every
 dataclass validates itself on construction and names the offending field.
-`areal.api.cli_args` re-exports everything here (the spec's import path).
+`areal.api.cli_args` re-exports everything here (AReaL's import path).
 """
 
 from __future__ import annotations
@@ -30,18 +30,59 @@ _NORM_LEVELS = ("batch", "group", "running", None)
 
 @dataclass
 class NormConfig:
-    """How rewards or advantages are normalised.
+    """How rewards or advantages are normalised: x̂ = (x − mean) / (std + eps) (AReaL's `NormConfig`).
 
     Group boundaries come from the batch metadata (`TrajBatchMeta`); the fixed
     `group_size` is only a fallback when a batch carries no metadata.
     """
 
-    mean_level: str | None = "batch"
-    std_level: str | None = "batch"
-    mean_leave1out: bool = False
-    std_unbiased: bool = True
-    eps: float = 1e-5
-    group_size: int = 1
+    mean_level: str | None = field(
+        default="batch",
+        metadata={
+            "help": "Where the subtracted mean is taken: `batch` (default), `group` (each prompt's group of "
+            "rollouts, from the batch metadata; GRPO, group relative policy optimisation, arXiv:2402.03300), "
+            "`running` (cumulative over the run, as ROLL's `norm_mean_type: running`) or null (no centring)."
+        },
+    )
+    std_level: str | None = field(
+        default="batch",
+        metadata={
+            "help": "Where the std divided by is taken: `batch` (default), `group`, `running` or null (no "
+            "scaling). GRPO uses `group`; Dr. GRPO (arXiv:2503.20783) recommends null, since dividing by a "
+            "group's std favours groups of near-equal rewards."
+        },
+    )
+    mean_leave1out: bool = field(
+        default=False,
+        metadata={
+            "help": "Leave-one-out mean: each sample is centred on the mean of the other samples of its group "
+            "(or batch), the baseline mean_{j≠i} r_j of RLOO, REINFORCE leave-one-out (arXiv:2402.14740). "
+            "False (default) subtracts the plain mean, which includes the sample itself. Not allowed with "
+            "`mean_level: running`."
+        },
+    )
+    std_unbiased: bool = field(
+        default=True,
+        metadata={
+            "help": "Divide the variance by n − 1 (true, default; as torch.std and GRPO) or by n (false, "
+            "as OpenRLHF's REINFORCE++ whitening). A group of one sample uses std 1 when true."
+        },
+    )
+    eps: float = field(
+        default=1e-5,
+        metadata={
+            "help": "Added to the std before dividing, (x − mean) / (std + eps); must be > 0 when `std_level` "
+            "is set, so a group of equal values gives 0 instead of 0/0. Default 1e-5; GRPO presets use 1e-6."
+        },
+    )
+    group_size: int = field(
+        default=1,
+        metadata={
+            "help": "Fixed group size, used only when a batch carries no group metadata (`TrajBatchMeta`): "
+            "set it to the rollouts per prompt. Default 1; choosing 1 with `mean_level: group` warns, since "
+            "groups of one centre every score to 0."
+        },
+    )
 
     def __post_init__(self) -> None:
         _check_choice("NormConfig.mean_level", self.mean_level, _NORM_LEVELS)
@@ -145,8 +186,21 @@ class StageSpec:
     worker when it is initialised.
     """
 
-    implementation: str = "auto"
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    implementation: str = field(
+        default="auto",
+        metadata={
+            "help": "A built-in name of the stage (docs: *Custom advantage computation*, *Stage functions*; "
+            "docs/algorithms.md for the peer algorithms) or a dotted import path `pkg.module.function`. "
+            "`auto` (default) selects the stage's default. Paths are imported by each actor worker, never "
+            "when the config is loaded."
+        },
+    )
+    kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "JSON-serialisable keyword arguments passed to the stage function on every call. Default {}."
+        },
+    )
 
     def validate(self, stage: str) -> None:
         where = f"actor.advantage.{stage}"
@@ -182,10 +236,38 @@ class AdvantageConfig:
     selects the stage's default implementation explicitly.
     """
 
-    compute: StageSpec = field(default_factory=lambda: StageSpec("default"))
-    outcome_reward_shaping: StageSpec | None = None
-    estimator: StageSpec | None = None
-    process_adv_shaping: StageSpec | None = None
+    compute: StageSpec = field(
+        default_factory=lambda: StageSpec("default"),
+        metadata={
+            "help": "The whole computation: `default` runs the built-in pipeline with the three stages "
+            "below; a dotted import path replaces the whole computation and excludes the stage settings "
+            "(docs: *Custom advantage computation*, *Replacing the whole computation*)."
+        },
+    )
+    outcome_reward_shaping: StageSpec | None = field(
+        default=None,
+        metadata={
+            "help": "Stage 2: one reward per row from the task reward, e.g. `identity`, `opo`, `gpg`, "
+            "`passk`, `remax`, `maxrl`, `gdpo`, `krpo`, `spo`, `rae` or a dotted path. Null (default) keeps "
+            "the reward as it is (`identity`)."
+        },
+    )
+    estimator: StageSpec | None = field(
+        default=None,
+        metadata={
+            "help": "Stage 5: advantages and returns from the rewards and values, e.g. `token_gae`, "
+            "`turn_gae`, `reinforce_return`, `gigpo`, `mt_grpo`, `combine` or a dotted path. Null (default) "
+            "follows `actor.gae_timestep_unit`: token or turn GAE."
+        },
+    )
+    process_adv_shaping: StageSpec | None = field(
+        default=None,
+        metadata={
+            "help": "Stage 7: process rewards folded into the advantages: `additive`, `gvpo`, "
+            "`process_weighted`, `entropy_advantage` or a dotted path. Null (default) takes the mode in "
+            "`rollout.prm.advantage_shaping.mode` when the trainer passes one, else `additive`."
+        },
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -276,42 +358,197 @@ class PPOActorConfig:
     """Fields of AReaL's `actor` section that the advantage pipeline and PPO update read."""
 
     # Reward processing
-    reward_bias: float = 0.0
-    reward_scaling: float = 1.0
-    reward_clip: float = 20.0
-    reward_norm: NormConfig | None = None
-    overlong_reward_penalty: bool = False
-    overlong_tokens: int | None = None
-    overlong_penalty_factor: float | None = None
-    max_new_tokens: int = 1024
-    mask_no_eos_with_zero: bool = False
+    reward_bias: float = field(
+        default=0.0,
+        metadata={
+            "help": "Added to each outcome reward before scaling: clip((r + bias) * scaling, ±clip). Default 0.0."
+        },
+    )
+    reward_scaling: float = field(
+        default=1.0, metadata={"help": "Multiplies the biased outcome reward, r + reward_bias. Default 1.0."}
+    )
+    reward_clip: float = field(
+        default=20.0,
+        metadata={"help": "Clips the scaled outcome reward to ±reward_clip; > 0, `.inf` turns it off. Default 20.0."},
+    )
+    reward_norm: NormConfig | None = field(
+        default=None,
+        metadata={
+            "help": "Normalisation of the scaled outcome rewards (the `actor.reward_norm` section). Null "
+            "(default) leaves them as they are; GRPO sets `{mean_level: group, std_level: group}`."
+        },
+    )
+    overlong_reward_penalty: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO's soft overlong penalty (arXiv:2503.14476): a response longer than max_new_tokens − "
+            "overlong_tokens loses reward linearly in the excess, up to overlong_penalty_factor at the full "
+            "budget. False (default) applies none."
+        },
+    )
+    overlong_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Width of the penalty window at the end of the budget, an integer in [1, max_new_tokens]; "
+            "required when `overlong_reward_penalty` is true. Null (default) otherwise."
+        },
+    )
+    overlong_penalty_factor: float | None = field(
+        default=None,
+        metadata={
+            "help": "Reward lost by a response that uses the whole budget (>= 0); required when "
+            "`overlong_reward_penalty` is true. Null (default) otherwise."
+        },
+    )
+    max_new_tokens: int = field(
+        default=1024,
+        metadata={
+            "help": "Generated-token budget per episode: the length the overlong penalty measures against and "
+            "the default of `rollout.max_new_tokens`. Default 1024."
+        },
+    )
+    mask_no_eos_with_zero: bool = field(
+        default=False,
+        metadata={
+            "help": "Zero the outcome score and process rewards of truncated responses (cut by the budget, no "
+            "end-of-sequence token), so they are not rewarded for an unfinished answer. False (default) "
+            "keeps their rewards."
+        },
+    )
     # KL to the reference policy
-    kl_ctl: float = 0.1
-    kl_estimator: str = "k1"
+    kl_ctl: float = field(
+        default=0.1,
+        metadata={
+            "help": "Coefficient β >= 0 of the KL (Kullback-Leibler) penalty −β·KL(π_old ‖ π_ref) added to "
+            "every generated token's reward; 0 turns it off (GRPO presets). Default 0.1."
+        },
+    )
+    kl_estimator: str = field(
+        default="k1",
+        metadata={
+            "help": "Per-token KL estimator of the log-ratio r = log π_old − log π_ref: `k1` (default) r, `k2` "
+            "r²/2 or `k3` exp(−r) + r − 1 (Schulman, http://joschu.net/blog/kl-approx.html)."
+        },
+    )
     # Temporal credit assignment
-    discount: float = 1.0
-    gae_lambda: float | str = 1.0
-    gae_lambda_kwargs: dict[str, Any] = field(default_factory=dict)
-    gae_timestep_unit: str = "token"
+    discount: float = field(
+        default=1.0,
+        metadata={
+            "help": "Discount γ in [0, 1] of the returns and of GAE. Default 1.0: no discounting, as is usual "
+            "for LLM episodes."
+        },
+    )
+    gae_lambda: float | str = field(
+        default=1.0,
+        metadata={
+            "help": "λ of GAE (generalized advantage estimation, arXiv:1506.02438) in [0, 1], or a "
+            "lambda-function name (`constant`, `vapo`, `relative_position`) or import path giving one λ per "
+            "row. 1.0 (default) gives Monte-Carlo returns minus the value; the PPO preset uses 0.95."
+        },
+    )
+    gae_lambda_kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Keyword arguments of the lambda function named by `gae_lambda`, e.g. `{alpha: 0.05}` for "
+            "`vapo` (VAPO, arXiv:2504.05118); must be empty when `gae_lambda` is a number. Default {}."
+        },
+    )
+    gae_timestep_unit: str = field(
+        default="token",
+        metadata={
+            "help": "Time step of the default estimator: `token` (default; token GAE) or `turn` (turn GAE over "
+            "the generated turns; needs `turn_ids`). An explicit `advantage.estimator` overrides it."
+        },
+    )
     # Advantage post-processing
-    adv_norm: NormConfig | None = None
-    token_rewards_as_adv: bool = True
+    adv_norm: NormConfig | None = field(
+        default=None,
+        metadata={
+            "help": "Normalisation of the advantages after the estimator (the `actor.adv_norm` section). "
+            "Null (default) leaves them; PPO and REINFORCE++ whiten over the batch."
+        },
+    )
+    token_rewards_as_adv: bool = field(
+        default=True,
+        metadata={
+            "help": "True (default): process rewards (`token_rewards`) are direct token advantages, shaped in "
+            "by `process_adv_shaping` after `adv_norm`. False: they are rewards at each turn's end that enter "
+            "the estimator. `gvpo` and `process_weighted` need true."
+        },
+    )
     # Log-probabilities
-    use_decoupled_loss: bool = False
-    recompute_logprob: bool = False
+    use_decoupled_loss: bool = field(
+        default=False,
+        metadata={
+            "help": "Decoupled PPO loss of asynchronous AReaL: the ratio is taken against the proximal policy "
+            "(`prox_logp`) and each token is weighted by exp(prox_logp − logprobs), the behaviour importance "
+            "weight. False (default): the ratio is against the behaviour log-probs."
+        },
+    )
+    recompute_logprob: bool = field(
+        default=False,
+        metadata={
+            "help": "Use `prox_logp`, the log-probs recomputed by the policy before the update, as the old "
+            "log-probs instead of the sampler's `logprobs`. False (default) trusts the sampler."
+        },
+    )
     # PPO update
-    eps_clip: float = 0.2
-    eps_clip_higher: float | None = None
-    c_clip: float | None = None
-    behav_imp_weight_cap: float | None = None
-    ppo_n_minibatches: int = 1
-    # rows per forward/backward on each rank (verl: ppo_micro_batch_size_per_gpu); None: a whole minibatch.
-    # Gradients accumulate over the micro-batches into one optimiser step per minibatch, equal to the
-    # one-pass gradient; the no-grad log-prob and reference passes are chunked alike. Bounds activation memory.
-    ppo_micro_batch_size: int | None = None
-    temperature: float = 1.0
+    eps_clip: float = field(
+        default=0.2,
+        metadata={
+            "help": "PPO clip range ε > 0: the probability ratio is clipped to [1 − ε, 1 + ε] "
+            "(arXiv:1707.06347). Default 0.2."
+        },
+    )
+    eps_clip_higher: float | None = field(
+        default=None,
+        metadata={
+            "help": "Upper clip range: the ratio is clipped to [1 − eps_clip, 1 + eps_clip_higher] (DAPO's "
+            "clip-higher, arXiv:2503.14476, recommends 0.28). Null (default) uses eps_clip on both sides."
+        },
+    )
+    c_clip: float | None = field(
+        default=None,
+        metadata={
+            "help": "Dual-clip constant c > 1: the loss of a negative-advantage token is capped at −c·A "
+            "(dual-clip PPO, arXiv:1912.09729). Null (default) turns it off."
+        },
+    )
+    behav_imp_weight_cap: float | None = field(
+        default=None,
+        metadata={
+            "help": "With `use_decoupled_loss`, tokens whose behaviour importance weight exceeds this cap are "
+            "dropped from the loss. Null (default) keeps every token."
+        },
+    )
+    ppo_n_minibatches: int = field(
+        default=1,
+        metadata={
+            "help": "Optimiser steps per PPO update: the step's batch is split into this many minibatches. "
+            "Default 1, a single on-policy step (what OPO and GPG assume)."
+        },
+    )
+    ppo_micro_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Rows per forward/backward on each rank (verl's `ppo_micro_batch_size_per_gpu`): gradients "
+            "accumulate over the micro-batches into one optimiser step per minibatch, equal to the one-pass "
+            "gradient, and the log-prob and reference passes are chunked alike. Bounds activation memory. "
+            "Null (default): a whole minibatch at once."
+        },
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata={
+            "help": "Sampling temperature (> 0); the log-prob passes and the PPO loss divide the logits by it "
+            "too, so they see the sampling distribution. Default 1.0."
+        },
+    )
     # Pluggable advantage computation
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    advantage: AdvantageConfig = field(
+        default_factory=AdvantageConfig,
+        metadata={"help": "The pluggable advantage computation (the `actor.advantage` section)."},
+    )
 
     def __post_init__(self) -> None:
         self.validate()

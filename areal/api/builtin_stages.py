@@ -7,7 +7,7 @@ not listed is treated as a dotted import path.
 
 from __future__ import annotations
 
-#: Core built-ins (advantage.md §2).
+#: Core built-ins (docs: *Custom advantage computation*, *Stage functions*).
 CORE_STAGE_IMPLEMENTATIONS: dict[str, tuple[str, ...]] = {
     "compute": ("default",),
     "outcome_reward_shaping": ("auto", "identity"),

@@ -1,7 +1,7 @@
 """Config loading (YAML + dotted overrides) and the config dataclasses' public path.
 
 The actor dataclasses live in `areal.api.actor_args`, the experiment sections in
-`areal.api.train_args`; both are re-exported here, the import path of the spec
+`areal.api.train_args`; both are re-exported here, the import path of the docs
 and of AReaL. The modules form a chain without cycles:
 `config_checks` <- `actor_args` <- `task_specs` / `train_args` <- `cli_args`.
 """

@@ -71,17 +71,38 @@ _MIXED_PRECISION = (None, "bf16")
 
 @dataclass
 class LoraConfig:
-    """LoRA adapters (through `peft`): only the adapters train; the base weights stay frozen.
+    """LoRA (low-rank adaptation) adapters (Hu et al. 2021, arXiv:2106.09685) through `peft` (the `lora` extra).
 
-    `r`: adapter rank; `alpha`: scale numerator (the update is alpha / r x B A);
-    `dropout`: on the adapter's input; `target_modules`: module names to adapt
-    (peft's `target_modules`; null: peft's default for the architecture).
+    Only the adapters train; the base weights stay frozen. The KL reference is the
+    policy with its adapters disabled, and checkpoints hold the adapters
+    (`areal export` merges them).
     """
 
-    r: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0
-    target_modules: list[str] | None = None
+    r: int = field(
+        default=8,
+        metadata={
+            "help": "Adapter rank r: each adapted weight W gets a trainable update B·A of rank r; a larger r "
+            "adds capacity and memory. Default 8."
+        },
+    )
+    alpha: float = field(
+        default=16.0,
+        metadata={
+            "help": "Scale numerator (> 0): the update is (alpha / r)·B·A, so alpha / r sets its strength "
+            "(peft's `lora_alpha`). Default 16.0."
+        },
+    )
+    dropout: float = field(
+        default=0.0,
+        metadata={"help": "Dropout probability in [0, 1] on the adapter's input; 0.0 (default) turns it off."},
+    )
+    target_modules: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Names of the modules to adapt, e.g. [q_proj, v_proj] (peft's `target_modules`). Null "
+            "(default) takes peft's default for the architecture."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_int("model.lora.r", self.r, 1)
@@ -102,29 +123,79 @@ class LoraConfig:
 class ModelConfig:
     """The policy: a local Hugging Face checkpoint, or (path null) a tiny random model.
 
-    `path` is a local checkpoint directory (a `save_pretrained` folder with its
-    tokenizer, or a folder holding the GGUF file named by `gguf_file`; a GGUF
-    file path alone also works). The checkpoint brings its own architecture and
-    tokenizer, so the architecture fields (`arch`, `hidden_size`, `num_layers`,
-    `num_heads`, `intermediate_size`, `max_position_embeddings`) are errors next
-    to it; with `path: null` they size the tiny model (null: the defaults in
-    `TINY_ARCHITECTURE`; `architecture()` gives the values in force) and the
-    task's word vocabulary is its tokenizer. Hub ids are refused on purpose: runs never download.
+    The checkpoint brings its own architecture and tokenizer, so the architecture
+    fields (`arch`, `hidden_size`, `num_layers`, `num_heads`, `intermediate_size`,
+    `max_position_embeddings`) are errors next to it; with `path: null` they size
+    the tiny model (null: the defaults in `TINY_ARCHITECTURE`; `architecture()`
+    gives the values in force) and the task's word vocabulary is its tokenizer.
+    Hub ids are refused on purpose: runs never download.
     """
 
-    path: str | None = None
-    gguf_file: str | None = None
-    arch: str | None = None
-    hidden_size: int | None = None
-    num_layers: int | None = None
-    num_heads: int | None = None
-    intermediate_size: int | None = None
-    max_position_embeddings: int | None = None
-    attn_implementation: str = "eager"
-    dtype: str = "float32"
-    # bf16: forward and backward under torch.autocast (bfloat16 matmuls), weights and AdamW state stay `dtype`
-    mixed_precision: str | None = None
-    lora: LoraConfig | None = None
+    path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local checkpoint directory: a `save_pretrained` folder with its tokenizer, or the folder of "
+            "`gguf_file`. Null (default) builds a tiny randomly initialised model; hub ids are refused, since "
+            "runs never download."
+        },
+    )
+    gguf_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A GGUF file name inside `path`, or a GGUF file path alone (its folder becomes `path`); "
+            "needs the `gguf` extra, and transformers de-quantises it. Null (default): no GGUF file."
+        },
+    )
+    arch: str | None = field(
+        default=None,
+        metadata={"help": "Architecture of the tiny random model, `llama` or `qwen2`; null (default) means llama."},
+    )
+    hidden_size: int | None = field(
+        default=None,
+        metadata={"help": "Hidden size of the tiny random model, a multiple of `num_heads`; null (default) means 64."},
+    )
+    num_layers: int | None = field(
+        default=None, metadata={"help": "Transformer layers of the tiny random model; null (default) means 2."}
+    )
+    num_heads: int | None = field(
+        default=None, metadata={"help": "Attention heads of the tiny random model; null (default) means 4."}
+    )
+    intermediate_size: int | None = field(
+        default=None, metadata={"help": "MLP inner size of the tiny random model; null (default) means 128."}
+    )
+    max_position_embeddings: int | None = field(
+        default=None,
+        metadata={
+            "help": "Longest sequence (prompt plus generated tokens) the tiny random model accepts; null "
+            "(default) means 128."
+        },
+    )
+    attn_implementation: str = field(
+        default="eager",
+        metadata={
+            "help": "Attention implementation passed to transformers, `eager` (default) or `sdpa`; for the tiny "
+            "model and a checkpoint alike."
+        },
+    )
+    dtype: str = field(
+        default="float32",
+        metadata={
+            "help": "Dtype of the weights: `float32` (default), `bfloat16` or `float64`; for the tiny model and "
+            "a checkpoint alike."
+        },
+    )
+    mixed_precision: str | None = field(
+        default=None,
+        metadata={
+            "help": "`bf16`: every model forward (training, log-prob passes, critic) runs under torch.autocast "
+            "to bfloat16, while weights, gradients and AdamW state stay `dtype`; sampling is not autocast. "
+            "Null (default): no autocast."
+        },
+    )
+    lora: LoraConfig | None = field(
+        default=None,
+        metadata={"help": "LoRA adapters (the `model.lora` section); null (default) trains every weight."},
+    )
 
     def __post_init__(self) -> None:
         _check_choice("model.attn_implementation", self.attn_implementation, _ATTN)
@@ -201,17 +272,33 @@ class ModelConfig:
 
 @dataclass
 class CriticConfig:
-    """The value model for PPO: same backbone family as the policy plus a scalar head.
+    """The value model for PPO: the policy's backbone (from `model.path` when given) plus a scalar head."""
 
-    `enabled: false` is GRPO-style training (no values; advantages come from rewards).
-    """
-
-    enabled: bool = False
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    value_eps_clip: float = 0.2
-    ppo_n_minibatches: int | None = None
+    enabled: bool = field(
+        default=False,
+        metadata={
+            "help": "Train a value model, as PPO with GAE needs. False (default) is critic-free training such "
+            "as GRPO: no values, advantages come from the rewards."
+        },
+    )
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate of the critic (> 0). Default 1e-3."})
+    weight_decay: float = field(
+        default=0.0, metadata={"help": "AdamW weight decay of the critic; 0.0 (default) turns it off."}
+    )
+    grad_clip: float = field(
+        default=1.0, metadata={"help": "Largest gradient norm of a critic update (> 0). Default 1.0."}
+    )
+    value_eps_clip: float = field(
+        default=0.2,
+        metadata={
+            "help": "Value clipping of PPO: the value loss also takes the new value clipped to within "
+            "±value_eps_clip of the old one (arXiv:1707.06347). Default 0.2."
+        },
+    )
+    ppo_n_minibatches: int | None = field(
+        default=None,
+        metadata={"help": "Minibatches per critic update; null (default) takes `actor.ppo_n_minibatches`."},
+    )
 
     def __post_init__(self) -> None:
         _check_bool("critic.enabled", self.enabled)
@@ -227,19 +314,31 @@ class CriticConfig:
 class TaskConfig:
     """What the policy is trained on: a built-in task or a task plugin.
 
-    `implementation`: `arith`, `guess`, `reasoning_gym`, `dataset` (prompts from
-    `data.train`, scored only by `reward:`), or a dotted path to a factory
-    `fn(**kwargs) -> task` (see docs/training.md). `name` is an alias of
-    `implementation` (the older key). Null: `arith`, or `dataset` when
-    `data.train` is set. Built-in kwargs are validated here; a plugin's path is
-    checked for shape only and imported on every rank at trainer start-up.
-    `reward_weight` weighs the task's own score among the reward components.
+    Built-in kwargs are validated here; a plugin's path is checked for shape only
+    and imported on every rank at trainer start-up.
     """
 
-    implementation: str | None = None
-    name: str | None = None
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    reward_weight: float = 1.0
+    implementation: str | None = field(
+        default=None,
+        metadata={
+            "help": "`arith`, `guess`, `reasoning_gym`, `dataset` (prompts from `data.train`, scored only by "
+            "`reward`) or a dotted path to a factory `fn(**kwargs) -> task` (docs/training.md, *Writing a "
+            "task*). Null (default): `arith`, or `dataset` when `data.train` is set."
+        },
+    )
+    name: str | None = field(
+        default=None, metadata={"help": "The older key for `implementation` (an alias); set only one of the two."}
+    )
+    kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Keyword arguments of the task (a built-in task's are validated at load time). Default {}."},
+    )
+    reward_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "Weight of the task's own score among the reward components (metric `reward/<task>`). Default 1.0."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.name is not None and self.implementation is not None and self.name != self.implementation:
@@ -274,16 +373,30 @@ class TaskConfig:
 class RewardFunctionConfig:
     """One reward function in TRL's convention, with its weight.
 
-    `implementation` is a dotted path to `fn(prompts, completions, **columns) ->
-    list[float]` (`columns`: the row's other fields, e.g. `answer`), called with
-    `kwargs` bound; the episode reward is the weighted sum of every component.
-    `name` (default: the function's name) keys its metric `reward/<name>`.
+    The episode reward is the weighted sum of every component (the task's score included).
     """
 
-    implementation: str = ""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    weight: float = 1.0
-    name: str | None = None
+    implementation: str = field(
+        default="",
+        metadata={
+            "help": "Dotted path to `fn(prompts, completions, **columns) -> list[float]`, `columns` being the "
+            "row's other data fields (e.g. `answer`). Required."
+        },
+    )
+    kwargs: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Keyword arguments bound to the function on every call. Default {}."},
+    )
+    weight: float = field(
+        default=1.0, metadata={"help": "Weight of this component in the episode reward. Default 1.0."}
+    )
+    name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Name of the component, which keys its metric `reward/<name>`; null (default) takes the "
+            "function's name."
+        },
+    )
 
     def validate(self, where: str) -> None:
         if not is_import_path(self.implementation):
@@ -301,21 +414,39 @@ class RewardFunctionConfig:
 
 @dataclass
 class DataConfig:
-    """Prompt datasets read from local files with Hugging Face `datasets`.
+    """Prompt datasets read from local files with Hugging Face `datasets` (the `data` extra).
 
-    `train` / `eval`: a `.jsonl`/`.json`, `.parquet` or `.csv` file, or a folder
-    written by `save_to_disk` (a `DatasetDict` folder uses `train_split` /
-    `eval_split`). `prompt_key` is the prompt column (text or chat messages);
-    every other column reaches the reward functions. Training rows are drawn in
-    epochs, shuffled with the run seed when `shuffle`.
+    Training rows are drawn in epochs; every column other than the prompt reaches
+    the reward functions.
     """
 
-    train: str | None = None
-    eval: str | None = None
-    prompt_key: str = "prompt"
-    train_split: str = "train"
-    eval_split: str = "test"
-    shuffle: bool = True
+    train: str | None = field(
+        default=None,
+        metadata={
+            "help": "Training prompts: a local `.jsonl`/`.json`, `.parquet` or `.csv` file, or a folder written "
+            "by `save_to_disk`. Null (default): the task generates its own prompts."
+        },
+    )
+    eval: str | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out prompts for `eval`, in the formats of `train`. Null (default): none; a procedural "
+            "task draws fresh held-out problems instead."
+        },
+    )
+    prompt_key: str = field(
+        default="prompt",
+        metadata={"help": "Column that holds the prompt, as text or chat messages. Default `prompt`."},
+    )
+    train_split: str = field(
+        default="train", metadata={"help": "Split of a `DatasetDict` folder that `train` reads. Default `train`."}
+    )
+    eval_split: str = field(
+        default="test", metadata={"help": "Split of a `DatasetDict` folder that `eval` reads. Default `test`."}
+    )
+    shuffle: bool = field(
+        default=True, metadata={"help": "Shuffle the training rows every epoch with the run seed; true (default)."}
+    )
 
     def __post_init__(self) -> None:
         for name in ("train", "eval"):
@@ -339,19 +470,32 @@ class DataConfig:
 class EvalConfig:
     """Held-out evaluation with greedy decoding, and the per-step sample log.
 
-    Every `every` steps (null: never) the policy decodes `n_prompts` held-out
-    prompts greedily (`data.eval`, or fresh problems of a procedural task from
-    a separate seed, the same set each time) before that step's update, and
-    once more after the last update; `eval/accuracy` is the fraction of
-    episodes whose reward is >= `success_threshold`, beside `eval/reward_mean`
-    and one `eval/reward/<name>` per component. Every step rank 0 appends
-    `samples_per_step` (prompt, completion, reward) rows to `samples.jsonl`.
+    The held-out prompts are `data.eval`, or fresh problems of a procedural task
+    from a separate seed, the same set each time. Metrics: `eval/accuracy`,
+    `eval/reward_mean` and one `eval/reward/<name>` per component.
     """
 
-    every: int | None = None
-    n_prompts: int = 32
-    success_threshold: float = 1.0
-    samples_per_step: int = 4
+    every: int | None = field(
+        default=None,
+        metadata={
+            "help": "Evaluate before every N-th step's update and once more after the last update; null "
+            "(default) never evaluates."
+        },
+    )
+    n_prompts: int = field(
+        default=32, metadata={"help": "Held-out prompts decoded greedily per evaluation. Default 32."}
+    )
+    success_threshold: float = field(
+        default=1.0,
+        metadata={"help": "`eval/accuracy` counts the episodes whose reward is at least this value. Default 1.0."},
+    )
+    samples_per_step: int = field(
+        default=4,
+        metadata={
+            "help": "(prompt, completion, reward) rows that rank 0 appends to `samples.jsonl` every step; 0 "
+            "writes none. Default 4."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.every is not None:
@@ -363,12 +507,31 @@ class EvalConfig:
 
 @dataclass
 class AdvantageShapingConfig:
-    """Legacy PRM shaping parameters, passed to `compute_advantages` at call time."""
+    """Legacy PRM (process reward model) shaping parameters, passed to `compute_advantages` at call time."""
 
-    mode: str = "additive"
-    negative_scale: float = 0.2
-    zero_penalty: float = 0.4
-    zero_eps: float = 1e-6
+    mode: str = field(
+        default="additive",
+        metadata={
+            "help": "How process rewards shape the advantages: `additive` (default; A + p), `gvpo` or "
+            "`process_weighted` (docs: *Custom advantage computation*, *Process advantage shaping*). An explicit "
+            "`actor.advantage.process_adv_shaping` wins."
+        },
+    )
+    negative_scale: float = field(
+        default=0.2,
+        metadata={
+            "help": "`gvpo`: a negative advantage on a failed step (process reward < 0) is scaled by "
+            "1 + negative_scale. Default 0.2."
+        },
+    )
+    zero_penalty: float = field(
+        default=0.4,
+        metadata={"help": "`gvpo`: a near-zero advantage on a failed step becomes −zero_penalty. Default 0.4."},
+    )
+    zero_eps: float = field(
+        default=1e-6,
+        metadata={"help": "`gvpo`: advantages within ±zero_eps count as zero. Default 1e-6."},
+    )
 
     def __post_init__(self) -> None:
         _check_choice("rollout.prm.advantage_shaping.mode", self.mode, _PRM_MODES)
@@ -380,8 +543,19 @@ class AdvantageShapingConfig:
 class PRMConfig:
     """Legacy process-reward section: turns the task's process scorer on."""
 
-    enabled: bool = False
-    advantage_shaping: AdvantageShapingConfig = field(default_factory=AdvantageShapingConfig)
+    enabled: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the task's process-reward scorer, which writes per-token `token_rewards`; the task "
+            "must have one (`guess` does). False (default)."
+        },
+    )
+    advantage_shaping: AdvantageShapingConfig = field(
+        default_factory=AdvantageShapingConfig,
+        metadata={
+            "help": "How the process rewards shape the advantages (the `rollout.prm.advantage_shaping` section)."
+        },
+    )
 
     def __post_init__(self) -> None:
         _check_bool("rollout.prm.enabled", self.enabled)
@@ -389,31 +563,61 @@ class PRMConfig:
 
 @dataclass
 class RolloutConfig:
-    """How trajectories are sampled and exported each step.
+    """How trajectories are sampled and exported each step."""
 
-    `batch_size` prompts per step, `n_samples` episodes per prompt (the group).
-    `max_new_tokens` / `temperature` null take the actor's values; an explicit
-    temperature must equal the actor's because behaviour log-probs and the PPO loss
-    must be computed at the sampling temperature. `export: per_turn` writes one
-    tensor row per generated turn with `RolloutGroup` metadata (split rollouts).
-    `greedy_baseline` also runs one greedy episode per prompt and ships its reward
-    as `reward_baselines` (one per row), the baseline ReMax subtracts.
-    `filter_zero_advantage` drops the prompt groups whose advantages are 0 on every
-    generated token (e.g. GRPO groups whose samples all got the same reward) before
-    the update, which then averages its loss over the kept groups' tokens only; the
-    step's `filtered_groups` metric counts them (DAPO's dynamic sampling without
-    the re-sampling; see `areal.trainer.run.group_filter`).
-    """
-
-    batch_size: int = 16
-    n_samples: int = 8
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    export: str = "episode"
-    explicit_rollout_rewards: bool = False
-    greedy_baseline: bool = False
-    filter_zero_advantage: bool = False
-    prm: PRMConfig = field(default_factory=PRMConfig)
+    batch_size: int = field(default=16, metadata={"help": "Prompts per step. Default 16."})
+    n_samples: int = field(
+        default=8,
+        metadata={
+            "help": "Episodes sampled per prompt: the group that group-relative estimators (GRPO, RLOO, ...) "
+            "compare. Default 8; group centering needs at least 2."
+        },
+    )
+    max_new_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Generated-token budget per episode, all turns together; at most `actor.max_new_tokens`. "
+            "Null (default) takes `actor.max_new_tokens`."
+        },
+    )
+    temperature: float | None = field(
+        default=None,
+        metadata={
+            "help": "Sampling temperature; a set value must equal `actor.temperature`, because the behaviour "
+            "log-probs and the PPO loss use the sampling temperature. Null (default) takes the actor's."
+        },
+    )
+    export: str = field(
+        default="episode",
+        metadata={
+            "help": "`episode` (default): one tensor row per episode; `per_turn`: one row per generated turn "
+            "with `RolloutGroup` metadata (split rollouts)."
+        },
+    )
+    explicit_rollout_rewards: bool = field(
+        default=False,
+        metadata={
+            "help": "With `export: per_turn`, ship each episode's reward as `RolloutGroup.rewards`, the "
+            "reference of its logical rollout. False (default)."
+        },
+    )
+    greedy_baseline: bool = field(
+        default=False,
+        metadata={
+            "help": "Also run one greedy episode per prompt and ship its reward as `reward_baselines` (one per "
+            "row), the baseline ReMax (arXiv:2310.10505) subtracts. False (default)."
+        },
+    )
+    filter_zero_advantage: bool = field(
+        default=False,
+        metadata={
+            "help": "Drop the prompt groups whose advantages are 0 on every generated token (e.g. GRPO groups "
+            "whose samples all got the same reward) before the update, which then averages its loss over the "
+            "kept groups' tokens; the `filtered_groups` metric counts them. DAPO's dynamic sampling "
+            "(arXiv:2503.14476) without the re-sampling; see `areal.trainer.run.group_filter`. False (default)."
+        },
+    )
+    prm: PRMConfig = field(default_factory=PRMConfig, metadata={"help": "Process rewards (the `rollout.prm` section)."})
 
     def __post_init__(self) -> None:
         _check_int("rollout.batch_size", self.batch_size, 1)
@@ -435,46 +639,79 @@ class RolloutConfig:
 
 @dataclass
 class TrainConfig:
-    """Optimisation schedule of the policy, checkpoints and resume. Minibatches and KL live in `actor`.
+    """Optimisation schedule of the policy, checkpoints and resume. Minibatches and KL live in `actor`."""
 
-    `num_threads` is per process (per rank under torchrun); null = the CPU cores
-    this process may use divided by the ranks on this machine (torchrun's
-    LOCAL_WORLD_SIZE), so ranks never oversubscribe the cores. `log_every`: the
-    progress bar's postfix refresh, or (when stderr is not a terminal) one
-    progress line every N steps. `dist_timeout_s`
-    bounds every collective of a data-parallel run, so a dead rank makes the
-    others fail instead of waiting (null: torch's default, 30 min for gloo).
-    `debug_param_checksum` makes rank 0 write `param_checksums.jsonl`: after
-    every step, one checksum per rank of the policy (critic, reference), to
-    check that the replicas stay identical.
-    `parallel` picks torch's data-parallel engine under torchrun: `ddp`
-    (DistributedDataParallel, one full replica per rank) or `fsdp` (FSDP2
-    `fully_shard`: parameters, gradients and optimiser state sharded over the
-    ranks, plus a full copy of the policy for sampling); ignored in a single
-    process (see docs/distributed.md). `failure_timeout_s` bounds how long, once
-    a rank fails, it waits for the others to learn the cause, and how long a rank
-    that learnt of a peer's failure may take to stop before it is ended.
-
-    Checkpoints: `save_every` N writes `<run_dir>/checkpoints/step_<N>/` every N
-    steps and after the last step (0 = never); `keep_last` K keeps the newest K
-    (null = all). `resume`: null starts a new run; `auto` continues from the
-    newest complete checkpoint of the run directory (or starts a new run when
-    there is none); a path continues from that checkpoint folder.
-    """
-
-    steps: int = 500
-    lr: float = 5e-4
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    num_threads: int | None = None
-    log_every: int = 10
-    dist_timeout_s: float | None = None
-    debug_param_checksum: bool = False
-    parallel: str = "ddp"
-    failure_timeout_s: float = 30.0
-    save_every: int = 100
-    keep_last: int | None = 3
-    resume: str | None = None
+    steps: int = field(default=500, metadata={"help": "Training steps, each a rollout and an update. Default 500."})
+    lr: float = field(default=5e-4, metadata={"help": "AdamW learning rate of the policy (> 0). Default 5e-4."})
+    weight_decay: float = field(
+        default=0.0, metadata={"help": "AdamW weight decay of the policy; 0.0 (default) turns it off."}
+    )
+    grad_clip: float = field(
+        default=1.0, metadata={"help": "Largest gradient norm of a policy update (> 0). Default 1.0."}
+    )
+    num_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "Threads per process (per rank under torchrun) for torch and numba. Null (default): the CPU "
+            "cores this process may use divided by the ranks on this machine (torchrun's LOCAL_WORLD_SIZE), "
+            "so ranks never oversubscribe the cores."
+        },
+    )
+    log_every: int = field(
+        default=10,
+        metadata={
+            "help": "Refresh of the progress bar's postfix, or, when stderr is not a terminal, one progress line "
+            "every N steps. Default 10."
+        },
+    )
+    dist_timeout_s: float | None = field(
+        default=None,
+        metadata={
+            "help": "Data parallel: seconds every collective may take, so a dead rank makes the others fail "
+            "instead of waiting. Null (default): torch's default, 30 min for gloo."
+        },
+    )
+    debug_param_checksum: bool = field(
+        default=False,
+        metadata={
+            "help": "Rank 0 writes `param_checksums.jsonl`: after every step one checksum per rank of the policy "
+            "(critic, reference), to check that the replicas stay identical. False (default)."
+        },
+    )
+    parallel: str = field(
+        default="ddp",
+        metadata={
+            "help": "Data-parallel engine under torchrun: `ddp` (default; DistributedDataParallel, one full "
+            "replica per rank) or `fsdp` (fully sharded data parallel, FSDP2 `fully_shard`: parameters, "
+            "gradients and optimiser state sharded over the ranks, plus a full copy of the policy for "
+            "sampling). Ignored in a single process (docs/distributed.md)."
+        },
+    )
+    failure_timeout_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "Seconds a failed rank waits for the others to learn the cause, and that a rank which "
+            "learnt of a peer's failure may take to stop before it is ended. Default 30."
+        },
+    )
+    save_every: int = field(
+        default=100,
+        metadata={
+            "help": "Write a checkpoint to `<run_dir>/checkpoints/step_<N>/` every N steps and after the last "
+            "step; 0 never writes one. Default 100."
+        },
+    )
+    keep_last: int | None = field(
+        default=3, metadata={"help": "Keep the newest K checkpoints; null keeps all of them. Default 3."}
+    )
+    resume: str | None = field(
+        default=None,
+        metadata={
+            "help": "Null (default) starts a new run; `auto` continues from the newest complete checkpoint of "
+            "the run directory (or starts a new run when there is none); a path continues from that "
+            "checkpoint folder."
+        },
+    )
 
     def __post_init__(self) -> None:
         _check_int("train.steps", self.steps, 1)
@@ -524,25 +761,55 @@ class OutputConfig:
     """Where and how a run reports: the run directory `<dir>/<experiment_name>/<trial_name>/`.
 
     A run refuses to start where a run already is unless `train.resume` is set
-    or `overwrite` is true (which deletes that run directory first).
-    `loggers`: any of `jsonl` (metrics.jsonl), `tensorboard` (event files in
-    `tensorboard/`, via torch.utils.tensorboard) and `wandb` (Weights & Biases,
-    `pip install 'areal[wandb]'`; in `wandb_mode` offline by default, files in
-    `wandb/`, project `wandb_project` or `areal`). Only rank 0 logs.
-    `plot_smoothing` is the EMA weight of the smoothed curves in curves.png
-    (0 = raw only). `save_checkpoint` is the retired end-of-run checkpoint
-    switch: periodic checkpoints are `train.save_every`.
+    or `overwrite` is true. Only rank 0 logs.
     """
 
-    dir: str = "runs"
-    plot: bool = True
-    progress_bar: bool = True
-    overwrite: bool = False
-    loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
-    wandb_project: str | None = None
-    wandb_mode: str = "offline"
-    plot_smoothing: float = 0.9
-    save_checkpoint: bool = False
+    dir: str = field(
+        default="runs",
+        metadata={"help": "Root of the run directories `<dir>/<experiment_name>/<trial_name>/`. Default `runs`."},
+    )
+    plot: bool = field(
+        default=True,
+        metadata={"help": "Draw the metric curves to `curves.png` in the run directory at the end; true (default)."},
+    )
+    progress_bar: bool = field(
+        default=True, metadata={"help": "Show a progress bar of the steps on rank 0; true (default)."}
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata={
+            "help": "Delete an existing run directory at the same path and start afresh, instead of refusing to "
+            "start. False (default)."
+        },
+    )
+    loggers: list[str] = field(
+        default_factory=lambda: ["jsonl", "tensorboard"],
+        metadata={
+            "help": "Metric sinks, any of `jsonl` (metrics.jsonl), `tensorboard` (event files in `tensorboard/`) "
+            "and `wandb` (Weights & Biases, `pip install 'areal[wandb]'`). Default [jsonl, tensorboard]."
+        },
+    )
+    wandb_project: str | None = field(
+        default=None, metadata={"help": "Weights & Biases project; null (default) means `areal`."}
+    )
+    wandb_mode: str = field(
+        default="offline",
+        metadata={"help": "Weights & Biases mode: `offline` (default; files in `wandb/`) or `online`."},
+    )
+    plot_smoothing: float = field(
+        default=0.9,
+        metadata={
+            "help": "Weight in [0, 1) of the exponential moving average drawn over each curve in `curves.png`; "
+            "0 draws the raw curves only. Default 0.9."
+        },
+    )
+    save_checkpoint: bool = field(
+        default=False,
+        metadata={
+            "help": "Retired end-of-run checkpoint switch: checkpoints are `train.save_every`, and true is an "
+            "error that says so. Keep false (default)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.dir, str) or not self.dir:
@@ -588,19 +855,54 @@ class ExperimentConfig:
     AReaL: one experiment, several trials, e.g. seeds or ablations).
     """
 
-    experiment_name: str = "default"
-    trial_name: str = "trial0"
-    seed: int = 1
-    actor: PPOActorConfig = field(default_factory=PPOActorConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    critic: CriticConfig = field(default_factory=CriticConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    output: OutputConfig = field(default_factory=OutputConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    reward: list[RewardFunctionConfig] = field(default_factory=list)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    experiment_name: str = field(
+        default="default",
+        metadata={"help": "Experiment name, the middle level of the run directory. Default `default`."},
+    )
+    trial_name: str = field(
+        default="trial0",
+        metadata={
+            "help": "Trial name (e.g. a seed or an ablation), the last level of the run directory. Default `trial0`."
+        },
+    )
+    seed: int = field(
+        default=1, metadata={"help": "Seed of the weights' initialisation, the problems and the sampling. Default 1."}
+    )
+    actor: PPOActorConfig = field(
+        default_factory=PPOActorConfig,
+        metadata={"help": "The PPO actor and its advantage pipeline (the `actor` section)."},
+    )
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "The policy (the `model` section)."})
+    critic: CriticConfig = field(
+        default_factory=CriticConfig, metadata={"help": "The value model (the `critic` section)."}
+    )
+    task: TaskConfig = field(
+        default_factory=TaskConfig, metadata={"help": "What the policy is trained on (the `task` section)."}
+    )
+    rollout: RolloutConfig = field(
+        default_factory=RolloutConfig, metadata={"help": "Sampling of the episodes (the `rollout` section)."}
+    )
+    train: TrainConfig = field(
+        default_factory=TrainConfig,
+        metadata={"help": "Optimisation schedule, checkpoints and resume (the `train` section)."},
+    )
+    output: OutputConfig = field(
+        default_factory=OutputConfig, metadata={"help": "Run directory, loggers and plots (the `output` section)."}
+    )
+    data: DataConfig = field(
+        default_factory=DataConfig, metadata={"help": "Prompt datasets from local files (the `data` section)."}
+    )
+    reward: list[RewardFunctionConfig] = field(
+        default_factory=list,
+        metadata={
+            "help": "Extra reward functions, each `{implementation, kwargs, weight, name}` (the `reward[]` "
+            "entries); the episode reward is the weighted sum of the task's score and theirs. Default []."
+        },
+    )
+    eval: EvalConfig = field(
+        default_factory=EvalConfig,
+        metadata={"help": "Held-out greedy evaluation and the sample log (the `eval` section)."},
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):

@@ -4,7 +4,7 @@ verl and TRL hold one row per response with R positions, position j being
 response token j, and per-token quantities stored at the token they belong to
 (verl's `values[:, j]` is the value of the state before token j). The pipeline
 wants a padded prompt+response row whose per-token fields are unshifted and
-that it aligns itself (advantage.md §3). Writing each response behind a single
+that it aligns itself (docs: *Custom advantage computation*, *The batch*). Writing each response behind a single
 placeholder prompt token makes the two layouts line up: aligned position j of
 the pipeline *is* response position j, so nothing is interpolated or rounded.
 

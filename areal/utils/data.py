@@ -1,7 +1,7 @@
 """Batch metadata, batch concatenation, normalisation and KL estimators (the public module path).
 
-The spec fixes `areal.utils.data` as the import path of these names (advantage.md
-§1); each concern lives in a module of its own and is re-exported here:
+`areal.utils.data` is the import path of these names in AReaL and in
+the docs; each concern lives in a module of its own and is re-exported here:
 
 * `areal.utils.batch_meta` - `TrajBatchMeta`, `RolloutGroup` (row -> prompt -> logical rollout layout);
 * `areal.utils.concat` - `concat_batch` (per-prompt groups -> one padded batch and its metadata);

@@ -38,7 +38,11 @@ class _GroupLayout:
 
 
 class Normalization:
-    """Mean/std normalisation at batch, group or no level (AReaL's `Normalization`).
+    """x̂ = (x − mean) / (std + eps), mean and std over the batch, the group or nothing (AReaL's `Normalization`).
+
+    With `mean_leave1out` each row's mean leaves the row's own values out, as RLOO's baseline
+    mean_{j≠i} x_j (arXiv:2402.14740); std divides by n − 1 or n per `std_unbiased`.
+    Reference code: AReaL's `areal.utils.data.Normalization`.
 
     Statistics are float64 and token-weighted by the loss mask. Groups are slices of
     consecutive rows of variable size (from the batch metadata); batch-level

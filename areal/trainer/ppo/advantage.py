@@ -1,4 +1,7 @@
-"""The advantage pipeline: the specified list of stages, in order (advantage.md §4).
+"""The advantage pipeline: the list of stages, in order.
+
+The docs give the same list with the fields each stage reads and writes (*Custom advantage
+computation*, *The default pipeline*).
 
 1. length penalty            -> `rewards.apply_length_penalty`
 2. outcome reward shaping    -> `actor.advantage.outcome_reward_shaping` (replaceable)
@@ -157,7 +160,7 @@ def _default_fields(
     resolved: ResolvedAdvantage,
     options: CallOptions,
 ) -> tuple[dict[str, Any], dict[str, float]]:
-    """The new and replaced batch fields, one block per stage of advantage.md §4, and the input magnitudes.
+    """The new and replaced batch fields, one block per stage of the default pipeline, and the input magnitudes.
 
     The fused kernels check the batch's [B, T] values as they read them and
     return the largest |values| for the output guard; the tensor steps need the

@@ -57,7 +57,11 @@ def identity_outcome(inputs: OutcomeRewardInputs) -> OutcomeResult:
 
 
 def token_gae(inputs: TemporalInputs) -> TemporalResult:
-    """Token-level GAE: every generated token is a step; KL enters the recursion."""
+    """Token-level GAE: A_t = δ_t + γλ·A_{t+1}, δ_t = r_t + γ·V_{t+1} − V_t, r_t = KL + outcome + process.
+
+    GAE (arXiv:1506.02438; verl `compute_gae_advantage_return`) over every generated
+    token, by `areal.trainer.ppo.gae.token_gae`; the KL reward enters the recursion.
+    """
     rewards = inputs.kl_rewards + inputs.outcome_rewards
     rewards += inputs.process_rewards  # in place: `rewards` is ours
     advantages, returns = gae_kernels.token_gae(
@@ -81,9 +85,10 @@ def require_turn_ids(turn_ids: torch.Tensor | None) -> None:
 
 
 def turn_gae(inputs: TemporalInputs) -> TemporalResult:
-    """Turn-level GAE: every generated turn is a step.
+    """Turn-level GAE: A_k = δ_k + γλ·A_{k+1}, δ_k = R_k + γ·V_{k+1} − V_k, R_k the turn's reward sum.
 
-    Token KL is a local actor penalty: it is added to the advantages after the
+    GAE (arXiv:1506.02438) with a generated turn as the step, by
+    `areal.trainer.ppo.gae.turn_gae`. Token KL is a local actor penalty: it is added to the advantages after the
     recursion and never reaches the critic returns.
     """
     require_turn_ids(inputs.turn_ids)
@@ -110,7 +115,10 @@ def turn_gae(inputs: TemporalInputs) -> TemporalResult:
 
 
 def additive(inputs: ProcessAdvantageInputs) -> torch.Tensor:
-    """A + direct token advantages (the legacy PRM default)."""
+    """A' = A + p_t, p_t the token's process reward (`token_rewards`); AReaL's default PRM shaping.
+
+    Source: AReaL's process-reward shaping mode `additive` (`rollout.prm.advantage_shaping.mode`).
+    """
     if inputs.token_rewards is None:
         return inputs.advantages
     return inputs.advantages + inputs.token_rewards
@@ -129,11 +137,12 @@ def gvpo(
     zero_penalty: float = 0.4,
     zero_eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Sharpen outcome advantages where the process signal marks a failed step.
+    """On failed steps (p_t < 0): A' = A·(1 + negative_scale) if A < −zero_eps, −zero_penalty if |A| ≤ zero_eps, else 0.
 
-    On active tokens whose process reward is negative: a negative advantage is
-    scaled by (1 + negative_scale), a ~zero one becomes -zero_penalty, and a
-    positive one is zeroed. Everything else is left as it is.
+    Sharpens outcome advantages where the process signal marks a failed step; every
+    other token keeps its advantage. Source: AReaL's process-reward shaping mode
+    `gvpo` (`rollout.prm.advantage_shaping`, defaults 0.2 / 0.4 / 1e-6); the docs cite
+    no paper for it.
     """
     check_gvpo_params(negative_scale, zero_penalty, zero_eps)
     advantages = inputs.advantages
@@ -146,10 +155,11 @@ def gvpo(
 
 
 def process_weighted(inputs: ProcessAdvantageInputs) -> torch.Tensor:
-    """Weight outcome advantages by process rewards p in [0, 1].
+    """A' = A·p if A ≥ 0, else p if p > 0, else A, with process rewards p in [0, 1].
 
-    A >= 0 becomes A * p; A < 0 becomes p when the step was still judged useful
-    (p > 0), otherwise stays A.
+    Weights outcome advantages by the process rewards: a negative advantage becomes p
+    when the step was still judged useful (p > 0). Source: AReaL's process-reward
+    shaping mode `process_weighted` (`rollout.prm.advantage_shaping.mode`).
     """
     advantages = inputs.advantages
     p = inputs.token_rewards

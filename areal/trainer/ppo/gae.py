@@ -50,10 +50,14 @@ def token_gae(
     lam: torch.Tensor | float,
     bootstrap: torch.Tensor | float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-level GAE: every generated (unmasked) position is one step.
+    """Token-level GAE: δ_t = r_t + γ·V_{t+1} − V_t, A_t = δ_t + γλ·A_{t+1}; returns R_t = A_t + V_t.
 
-    Masked positions are skipped: they carry the running next value and
-    advantage through. Position T-1 is always 0 (it has no next token).
+    Generalized Advantage Estimation (Schulman et al. 2015, arXiv:1506.02438), as
+    verl's `verl/trainer/ppo/core_algos.py:compute_gae_advantage_return`, with t
+    running over the generated (unmasked) positions of a row: every one is a step.
+    `discount` is γ, `lam` is λ (one per row, or a constant). Masked positions
+    are skipped: they carry the running next value and advantage through.
+    Position T-1 is always 0 (it has no next token).
     `bootstrap[b]` is the value after the row's last step (0 unless the row
     was truncated). Returns (advantages, returns = advantages + values).
     """
@@ -75,8 +79,11 @@ def turn_gae(
     lam: torch.Tensor | float,
     bootstrap: torch.Tensor | float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Turn-level GAE: every generated turn is one step.
+    """Turn-level GAE: δ_k = R_k + γ·V_{k+1} − V_k, A_k = δ_k + γλ·A_{k+1} over the turns k of a row.
 
+    Generalized Advantage Estimation (Schulman et al. 2015, arXiv:1506.02438) with
+    a generated turn as the time step, as AReaL's turn-level GAE; the recurrence is
+    the one `token_gae` runs (verl `compute_gae_advantage_return`) over turn sums.
     `turn_ids` is aligned: -1 off generated tokens, non-decreasing ids on
     them (gaps allowed). A turn's reward is the sum of the rewards on its
     generated tokens (rewards on prompt/environment positions belong to no

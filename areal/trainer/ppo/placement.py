@@ -1,4 +1,6 @@
-"""Step 4 of the default pipeline: alignment, KL rewards and reward placement (advantage.md §4).
+"""Step 4 of the default pipeline: alignment, KL rewards and reward placement.
+
+The docs describe the step (*Custom advantage computation*, *The default pipeline*, step 4).
 
 The raw batch stores token t's quantities at t; the PPO update and the
 estimators want position t to carry what predicts token t+1. These pure

@@ -1,4 +1,6 @@
-"""From config to callables: which function runs each stage (advantage.md §2).
+"""From config to callables: which function runs each stage.
+
+The docs list the names and their defaults (*Custom advantage computation*, *Stage functions*).
 
 `resolve_advantage` runs once per actor worker, in `PPOActor.__init__`, so a bad
 import path stops the worker at start-up with the stage and path in the error.

@@ -6,7 +6,7 @@ orchestrator and the built-in stages, so that `advantage.py`,
 `advantage_algorithms.py` and `peer_algorithms.py` can all import them without
 importing each other. User plugins keep importing them from their public paths:
 `areal.trainer.ppo.advantage` and `areal.trainer.ppo.advantage_algorithms`
-re-export every name (advantage.md §1).
+re-export every name (the paths the docs' *Custom advantage computation* page shows).
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ __all__ = [
 
 GAELambdaSpec = float | Callable[..., torch.Tensor]
 
-#: The only keys a full replacement may put in `AdvantageResult.extras` (advantage.md §5).
+#: The only keys a full replacement may put in `AdvantageResult.extras` (docs: *Custom advantage
+#: computation*, *Replacing the whole computation*). `mopd_behavior_logprobs` are the behaviour
+#: log-probs kept for MOPD, AReaL's multi-teacher on-policy distillation.
 ALLOWED_EXTRAS = frozenset({"input_token_loss_mask", "is_truncated", "mopd_behavior_logprobs", "prox_logp", "ref_logp"})
 
 

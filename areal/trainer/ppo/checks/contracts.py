@@ -1,4 +1,6 @@
-"""Run-time contracts for stage functions: outputs checked, inputs protected (advantage.md §5).
+"""Run-time contracts for stage functions: outputs checked, inputs protected.
+
+The docs list the rules (*Custom advantage computation*, *What is checked, and when*).
 
 Custom stages receive copies of everything they are handed (tensors, the
 metadata, the config, their kwargs), so a plugin can never reach the caller's

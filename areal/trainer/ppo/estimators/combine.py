@@ -175,7 +175,11 @@ def _distillation(inputs: TemporalInputs, term: CombineTerm) -> torch.Tensor:
 
 
 def combine(inputs: TemporalInputs, *, terms: Sequence[CombineTerm]) -> TemporalResult:
-    """Σ_i w_i A_i over the terms (see the module docstring); returns from the first estimator term."""
+    """Σ_i w_i A_i over the terms (see the module docstring); returns from the first estimator term.
+
+    The distillation term follows ROLL's `compute_advantage` with `use_opd` (docs: *Peer
+    algorithms as presets*, *Advantage combination: your own mix in YAML*).
+    """
     advantages = torch.zeros(inputs.loss_mask.shape, dtype=torch.float64, device=inputs.loss_mask.device)
     first: TemporalResult | None = None
     for term in terms:

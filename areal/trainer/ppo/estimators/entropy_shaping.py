@@ -66,7 +66,11 @@ def entropy_advantage(
     then: str = "additive",
     then_kwargs: dict[str, Any] | None = None,
 ) -> torch.Tensor:
-    """A + min(alpha * H, |A| / kappa) on generated tokens, after the `then` process shaping."""
+    """A + min(alpha * H, |A| / kappa) on generated tokens, after the `then` process shaping.
+
+    "Reasoning with Exploration: An Entropy Perspective" (arXiv:2506.14758); no reference
+    code is reproduced, the formula is the paper's definition.
+    """
     alpha = _number("alpha", alpha, low=0.0)
     kappa = _number("kappa", kappa, low=1.0)
     entropy = inputs.token_entropy

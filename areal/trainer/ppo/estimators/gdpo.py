@@ -120,6 +120,9 @@ def gdpo(
 ) -> OutcomeResult:
     """GDPO's decoupled group normalisation: sum_k w_k (r_k - mean_g r_k) / (std_g r_k + eps).
 
+    GDPO (arXiv:2601.05242); reference code: verl 0.9.1
+    `verl/trainer/ppo/core_algos.py:compute_gdpo_outcome_advantage`.
+
     `keys` picks components (default: all of `meta.reward_keys`); `weights` is a
     list aligned with them or a mapping name -> weight (default:
     `meta.reward_weights`, i.e. the reward functions' own weights, else 1);

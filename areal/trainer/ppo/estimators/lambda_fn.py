@@ -31,6 +31,8 @@ def constant(ctx: GAELambdaContext, value: float = 1.0) -> torch.Tensor:
 def vapo_length_adaptive(ctx: GAELambdaContext, alpha: float = 0.05) -> torch.Tensor:
     """VAPO: lambda = 1 - 1 / (alpha * L), clamped to [0, 1]; L = 0 gives 1.
 
+    VAPO's length-adaptive GAE (arXiv:2504.05118).
+
     Rows shorter than 1/alpha steps get lambda 0 (pure TD); longer rows
     approach 1 so the sum of the TD-error weights grows with the length.
     """
@@ -43,6 +45,9 @@ def vapo_length_adaptive(ctx: GAELambdaContext, alpha: float = 0.05) -> torch.Te
 
 def relative_position(ctx: GAELambdaContext, q: float = 0.5) -> torch.Tensor:
     """lambda = q ** (1 / (L - 1)), so the first step's weight on the last TD error is q.
+
+    This package's own rule (no paper): it fixes the weight the first step of a row gives
+    its last TD error, whatever the row's length.
 
     Rows with L <= 1 have nothing to look ahead to and get 1.
     """

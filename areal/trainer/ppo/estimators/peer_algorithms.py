@@ -173,6 +173,9 @@ def _all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
 def opo(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """OPO: subtract the length-weighted group baseline b = sum(l_i r_i) / sum(l_i).
 
+    On-Policy RL with Optimal reward baseline (arXiv:2505.23585); reference code:
+    verl `verl/trainer/ppo/core_algos.py:compute_opo_outcome_advantage`.
+
     l is the number of generated tokens of a logical rollout (all its rows). The
     length weighting approximates OPO's optimal (gradient-norm weighted)
     baseline. A singleton group is its own baseline (advantage 0); a group
@@ -212,6 +215,9 @@ def gpg(
 ) -> OutcomeResult:
     """GPG: alpha * (r - group mean) / F_norm.
 
+    Group Policy Gradient (arXiv:2504.02546); reference code: the GPG authors'
+    trainer and verl `verl/trainer/ppo/core_algos.py:compute_gpg_outcome_advantage`.
+
     `alpha` corrects the gradient for samples that carry no signal:
     `valid_groups` (the paper's alpha = B / (B - M), M = samples in groups whose
     rewards are all equal, as in the authors' code), `nonzero_rewards` (verl's
@@ -236,6 +242,10 @@ def gpg(
 
 def passk(inputs: OutcomeRewardInputs, *, norm_by_std: bool = True, eps: float = 1e-6) -> OutcomeResult:
     """pass@k advantage: only the group's best sample gets (max - second max), others 0.
+
+    "Optimizing Language Models for Inference Time Objectives using Reinforcement
+    Learning" (arXiv:2503.19595); reference code: verl
+    `verl/trainer/ppo/core_algos.py:compute_grpo_passk_outcome_advantage`.
 
     With `norm_by_std` the gap is divided by the group's unbiased std + eps (as
     verl's `compute_grpo_passk_outcome_advantage`). Ties at the top give 0. Every
@@ -296,6 +306,9 @@ def _reward_baselines(data: Any, n_rows: int, device: torch.device) -> torch.Ten
 
 def remax(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """ReMax: r - b, b = the greedy response's reward, from the batch's `reward_baselines` [B].
+
+    ReMax (Li et al. 2023, arXiv:2310.10505); reference code: verl
+    `verl/trainer/ppo/core_algos.py:compute_remax_outcome_advantage`.
 
     No group statistics; rows of one logical rollout must share their baseline.
     """
@@ -381,6 +394,9 @@ def credit_to_steps(rewards: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
 def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
     """REINFORCE / REINFORCE++ return: G_t = r_t + discount * G_next over generated tokens.
 
+    REINFORCE++ (arXiv:2501.03262); reference code: OpenRLHF's `reinforce` advantage and verl
+    `verl/trainer/ppo/core_algos.py:compute_reinforce_plus_plus_outcome_advantage`.
+
     r = KL + outcome + folded process rewards (REINFORCE++ keeps the KL penalty
     in the token reward). Non-generated positions are not time steps: they are
     skipped, and a reward sitting on one is credited to the latest generated
@@ -405,6 +421,9 @@ def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
 
 def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None = None) -> TemporalResult:
     """Turn-level REINFORCE: G_k = R_k + turn_discount * G_{k+1} over generated turns.
+
+    The REINFORCE return (Williams 1992) with a generated turn as the time step, as
+    `turn_gae` takes turns; no paper or reference code defines this variant.
 
     R_k sums the outcome and folded process rewards of turn k; a reward outside
     every turn (e.g. a score after trailing environment tokens) belongs to the

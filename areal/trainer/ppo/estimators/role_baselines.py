@@ -118,7 +118,11 @@ def ema_sequence(
 
 
 def rae(inputs: OutcomeRewardInputs, *, state: StageState, decay: float = 0.95) -> OutcomeResult:
-    """RAE: r - b_{game, role}, b the (game, role) EMA before this sample; see the module docstring."""
+    """RAE: r - b_{game, role}, b the (game, role) EMA before this sample; see the module docstring.
+
+    SPIRAL's role-conditioned advantage estimation (arXiv:2506.24119); reference code:
+    the authors' `spiral/utils.py:EMA` and `train_spiral.py:prepare_trajectories`.
+    """
     if (
         isinstance(decay, bool)
         or not isinstance(decay, (int, float))

@@ -147,6 +147,9 @@ def krpo(
 ) -> OutcomeResult:
     """KRPO: (r - x_k) / (sqrt(P_k) + eps), x_k, P_k the Kalman posterior after the group's k-th sample.
 
+    Kalman-filter enhanced GRPO (arXiv:2505.07527); reference code: the authors'
+    `group_advantages`.
+
     Defaults are the authors' (Q 1e-5, R 1e-2, x0 0, P0 1, eps 1e-8). With
     `carry_over` each prompt's filter starts from its state after its previous
     visit (a prompt seen for the first time starts from x0, P0); the state is
@@ -350,6 +353,9 @@ def spo(
     eps: float = 1e-8,
 ) -> OutcomeResult:
     """Single-stream SPO: A = r - v(x), v(x) = alpha / (alpha + beta) of the prompt's Beta tracker.
+
+    Single-stream Policy Optimization (arXiv:2509.13232); reference code: the authors'
+    verl recipe (`spo_ray_trainer.py`).
 
     Rewards must lie in [0, 1] (success rates). After the advantages are taken,
     each prompt's tracker is updated with the step's samples of it: alpha = rho

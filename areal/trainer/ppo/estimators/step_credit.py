@@ -263,7 +263,10 @@ def gigpo(
     eps: float = 1e-6,
     allow_singletons: bool = False,
 ) -> TemporalResult:
-    """GiGPO: episode-level group advantage + step_weight x anchor-state step advantage.
+    """GiGPO: A = A_episode + step_weight x A_step, A_step from the steps sharing an anchor state.
+
+    Group-in-Group Policy Optimization (arXiv:2505.10978); reference code: verl-agent
+    `core_gigpo.py:compute_gigpo_outcome_advantage`.
 
     `mode`: `mean_norm` subtracts the group means (the authors' default),
     `mean_std_norm` also divides by the unbiased std + eps. `episode_stats`:
@@ -324,6 +327,8 @@ def mt_grpo(
     allow_singletons: bool = False,
 ) -> TemporalResult:
     """MT-GRPO-style turn-level advantage: A_outcome + turn_weight x normalised turn rewards.
+
+    Multi-turn GRPO (arXiv:2505.11821); reference code: the authors' `MTGRPOEnvTrainer`.
 
     The outcome is normalised over the prompt group's rollouts, (o - mean) / (std
     + eps), each turn's reward over the group's rollouts that reached that turn

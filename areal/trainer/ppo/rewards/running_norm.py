@@ -106,6 +106,9 @@ def running_normalise(
 ) -> torch.Tensor:
     """float32 ((x − μ)·mask) / (std + eps) with the running μ, std updated by this step's values first.
 
+    Reference code: ROLL `roll/utils/functionals.py:RunningMoments.update` and `reward_norm`
+    (the update formula is in the module docstring).
+
     The values entering the statistics are x's active entries (mask > 0), or
     `observed` when given (one value per logical rollout for split rewards).
     `mean_level: null` keeps x uncentred, `std_level: null` unscaled.

@@ -42,7 +42,11 @@ def overlong_penalty(
     overlong_tokens: int,
     overlong_penalty_factor: float,
 ) -> torch.Tensor:
-    """DAPO-style soft length penalty, applied to a new tensor (never in place)."""
+    """r' = r + min(0, −(l − (max_new_tokens − overlong_tokens)) / overlong_tokens · factor).
+
+    l is the row's number of generated tokens and `factor` is `overlong_penalty_factor`:
+    DAPO's soft overlong punishment (arXiv:2503.14476); applied to a new tensor (never in place).
+    """
     lengths = loss_mask.sum(dim=-1)
     exceed = lengths - (max_new_tokens - overlong_tokens)
     penalty = torch.clamp(-exceed / overlong_tokens * overlong_penalty_factor, max=0)
@@ -50,7 +54,7 @@ def overlong_penalty(
 
 
 def scale_scores(rewards: torch.Tensor, *, bias: float, scaling: float, clip: float) -> torch.Tensor:
-    """clip((r + bias) * scaling, ±clip)."""
+    """clip((r + bias) * scaling, ±clip): AReaL's `reward_bias`, `reward_scaling`, `reward_clip`."""
     return torch.clip((rewards + bias) * scaling, min=-clip, max=clip)
 
 
@@ -95,14 +99,14 @@ def normalize_rollout_rewards(
     shaped_references: torch.Tensor | None = None,
     reduce_group=None,
 ) -> torch.Tensor:
-    """Normalise row scores against one reference per logical rollout.
+    """Row score s → (s − mean) / (std + eps), mean and std over one reference per logical rollout.
 
-    The statistics come from the references (one per logical rollout, grouped by
-    `meta.logical_group_sizes`); every row is then mapped through its rollout's
-    baseline and scale. Explicit references bypass the row length penalty; a
-    rollout without one takes its rows' common value, and rows that differ are
-    an error. `shaped_references` (from a custom outcome stage) replace all
-    references.
+    AReaL's `Normalization` applied to split rollouts: the statistics come from the
+    references (one per logical rollout, grouped by `meta.logical_group_sizes`);
+    every row is then mapped through its rollout's baseline and scale. Explicit
+    references bypass the row length penalty; a rollout without one takes its
+    rows' common value, and rows that differ are an error. `shaped_references`
+    (from a custom outcome stage) replace all references.
     """
     if norm.mean_level is None and norm.std_level is None:
         return scale_scores(row_rewards, bias=bias, scaling=scaling, clip=clip).float()
@@ -192,7 +196,9 @@ def normalise_scores(
     meta_complete: bool,
     running: StageState | None = None,
 ) -> torch.Tensor:
-    """Step 3: bias/scale/clip, then reward normalisation (per logical rollout when split).
+    """Step 3: r' = clip((r + bias)·scaling, ±clip), then (r' − mean) / (std + eps) per `reward_norm`.
+
+    AReaL's reward scaling and `Normalization`; statistics per logical rollout when split.
 
     `running`: the state of `reward_norm` at level running (its statistics see one
     value per logical rollout: the scaled score of the rollout's first row).
