@@ -44,3 +44,28 @@ def _keep_thread_counts() -> Iterator[None]:
         numba.set_num_threads(numba_before or numba.config.NUMBA_NUM_THREADS)
     if torch.get_num_threads() != torch_before:
         torch.set_num_threads(torch_before)
+
+
+#: Tests that run for tens of seconds (launchers of 2-rank jobs, Ray, whole benchmark scripts), by module
+#: path. pytest-xdist hands its work units out in collection order, so these go first: a long test that
+#: starts last keeps one worker busy while the others have run out of work.
+LONG_FIRST = (
+    "tests/integrations/test_verl_ray.py",
+    "tests/trainer/run/test_resume_distributed.py",
+    "tests/trainer/parallel/test_distributed_failures.py",
+    "tests/bench/test_bench_scripts.py",
+    "tests/bench/test_compare_estimators.py",
+    "tests/bench/test_estimator_suite.py",
+    "tests/trainer/parallel/test_distributed_training.py",
+    "tests/trainer/run/test_stateful_distributed.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the long tests of `LONG_FIRST` first, in its order; every other test keeps its place after them."""
+    rank = {path: i for i, path in enumerate(LONG_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        return rank.get(item.nodeid.split("::", 1)[0], len(LONG_FIRST))
+
+    items.sort(key=key)  # stable: the order within a module and among the rest is pytest's
