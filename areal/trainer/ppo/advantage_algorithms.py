@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from areal.api.stage_registry import STAGE_REGISTRY, register_stage
 from areal.trainer.ppo import gae as gae_kernels
 from areal.trainer.ppo.stage_types import (
     GAELambdaSpec,
@@ -46,6 +47,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
+@register_stage("outcome_reward_shaping", "identity")
 def identity_outcome(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """Keep the (length-penalised) task reward as is, integer dtype included."""
     return OutcomeResult(rewards=inputs.data["rewards"])
@@ -56,6 +58,7 @@ def identity_outcome(inputs: OutcomeRewardInputs) -> OutcomeResult:
 # ---------------------------------------------------------------------------
 
 
+@register_stage("estimator", "token_gae")
 def token_gae(inputs: TemporalInputs) -> TemporalResult:
     """Token-level GAE: every generated token is a step; KL enters the recursion."""
     rewards = inputs.kl_rewards + inputs.outcome_rewards
@@ -80,6 +83,7 @@ def require_turn_ids(turn_ids: torch.Tensor | None) -> None:
         )
 
 
+@register_stage("estimator", "turn_gae")
 def turn_gae(inputs: TemporalInputs) -> TemporalResult:
     """Turn-level GAE: every generated turn is a step.
 
@@ -109,6 +113,7 @@ def turn_gae(inputs: TemporalInputs) -> TemporalResult:
 # ---------------------------------------------------------------------------
 
 
+@register_stage("process_adv_shaping", "additive")
 def additive(inputs: ProcessAdvantageInputs) -> torch.Tensor:
     """A + direct token advantages (the legacy PRM default)."""
     if inputs.token_rewards is None:
@@ -122,6 +127,7 @@ def check_gvpo_params(negative_scale: float, zero_penalty: float, zero_eps: floa
             raise ValueError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
 
 
+@register_stage("process_adv_shaping", "gvpo")
 def gvpo(
     inputs: ProcessAdvantageInputs,
     *,
@@ -145,6 +151,7 @@ def gvpo(
     return shaped.masked_fill(failed & (advantages > zero_eps), 0.0)
 
 
+@register_stage("process_adv_shaping", "process_weighted")
 def process_weighted(inputs: ProcessAdvantageInputs) -> torch.Tensor:
     """Weight outcome advantages by process rewards p in [0, 1].
 
@@ -167,6 +174,7 @@ def process_weighted(inputs: ProcessAdvantageInputs) -> torch.Tensor:
     return torch.where(active, shaped, advantages)
 
 
-BUILTIN_OUTCOME = {"identity": identity_outcome}
-BUILTIN_ESTIMATORS = {"token_gae": token_gae, "turn_gae": turn_gae}
-BUILTIN_PROCESS = {"additive": additive, "gvpo": gvpo, "process_weighted": process_weighted}
+#: This module's built-ins by stage, read back from the registry (which holds every built-in).
+BUILTIN_OUTCOME = STAGE_REGISTRY.defined_in("outcome_reward_shaping", __name__)
+BUILTIN_ESTIMATORS = STAGE_REGISTRY.defined_in("estimator", __name__)
+BUILTIN_PROCESS = STAGE_REGISTRY.defined_in("process_adv_shaping", __name__)

@@ -18,10 +18,11 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
+from areal.api.stage_registry import STAGE_REGISTRY
 from areal.trainer.ppo import advantage_algorithms as algos
 from areal.trainer.ppo.checks.aux_fields import declared_fields
 from areal.trainer.ppo.checks.contracts import ResolvedStage, call_stage, check_temporal_result
-from areal.trainer.ppo.estimators import (
+from areal.trainer.ppo.estimators import (  # noqa: F401  (imported for their @register_stage functions)
     combine,
     entropy_shaping,
     gdpo,
@@ -92,20 +93,11 @@ class ResolvedAdvantage:
         return rows
 
 
-OUTCOME_BUILTINS = {
-    **algos.BUILTIN_OUTCOME,
-    **peer_algorithms.OUTCOME,
-    **gdpo.OUTCOME,
-    **stateful_baselines.OUTCOME,
-    **role_baselines.OUTCOME,
-}
-ESTIMATOR_BUILTINS = {
-    **algos.BUILTIN_ESTIMATORS,
-    **peer_algorithms.ESTIMATORS,
-    **step_credit.ESTIMATORS,
-    **token_baseline.ESTIMATORS,
-}
-PROCESS_BUILTINS = {**algos.BUILTIN_PROCESS, **entropy_shaping.PROCESS}
+# Every built-in stage module is imported above, so the registry is complete here; `functions` checks
+# it against the names the config accepts (derived from the same decorators).
+OUTCOME_BUILTINS = STAGE_REGISTRY.functions("outcome_reward_shaping")
+ESTIMATOR_BUILTINS = STAGE_REGISTRY.functions("estimator")
+PROCESS_BUILTINS = STAGE_REGISTRY.functions("process_adv_shaping")
 
 
 def wants_state(fn: Callable[..., Any]) -> bool:

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
 __all__ = [
@@ -174,6 +175,7 @@ def _distillation(inputs: TemporalInputs, term: CombineTerm) -> torch.Tensor:
     return -(kl * mask.to(torch.float64))
 
 
+@register_stage("estimator", "combine")
 def combine(inputs: TemporalInputs, *, terms: Sequence[CombineTerm]) -> TemporalResult:
     """Σ_i w_i A_i over the terms (see the module docstring); returns from the first estimator term."""
     advantages = torch.zeros(inputs.loss_mask.shape, dtype=torch.float64, device=inputs.loss_mask.device)

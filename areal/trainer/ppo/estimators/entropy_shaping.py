@@ -24,10 +24,11 @@ from typing import Any
 
 import torch
 
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo import advantage_algorithms as algos
 from areal.trainer.ppo.stage_types import ProcessAdvantageInputs
 
-__all__ = ["ENTROPY_THEN", "entropy_advantage", "PROCESS"]
+__all__ = ["ENTROPY_THEN", "entropy_advantage"]
 
 ENTROPY_THEN = ("additive", "gvpo", "process_weighted", "none")
 _WHERE = "process_adv_shaping 'entropy_advantage'"
@@ -58,6 +59,7 @@ def _then(inputs: ProcessAdvantageInputs, then: Any, then_kwargs: Any) -> torch.
     return algos.BUILTIN_PROCESS[then](inputs, **then_kwargs)
 
 
+@register_stage("process_adv_shaping", "entropy_advantage")
 def entropy_advantage(
     inputs: ProcessAdvantageInputs,
     *,
@@ -82,4 +84,3 @@ def entropy_advantage(
 
 
 entropy_advantage.batch_fields = ("token_entropy",)  # the trainer computes it for stages that read it
-PROCESS = {"entropy_advantage": entropy_advantage}

@@ -21,12 +21,13 @@ from typing import Any
 
 import torch
 
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import logical_rollouts
 from areal.trainer.ppo.rewards.components import component_weights
 from areal.trainer.ppo.rewards.scores import logical_layout
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
 
-__all__ = ["gdpo", "OUTCOME"]
+__all__ = ["gdpo"]
 
 _WHERE = "outcome_reward_shaping 'gdpo'"
 
@@ -109,6 +110,7 @@ def _group_stats(x: torch.Tensor, group: torch.Tensor, sizes: torch.Tensor) -> t
     return mean, torch.where(sizes[:, None] > 1, std, torch.ones_like(std))
 
 
+@register_stage("outcome_reward_shaping", "gdpo")
 def gdpo(
     inputs: OutcomeRewardInputs,
     *,
@@ -155,6 +157,3 @@ def gdpo(
     rollouts = ((rollout_values - mean[rollout_group]) / scale[rollout_group]) @ w
     references = rollouts.to(torch.float32) if meta.rollout_groups is not None else None
     return OutcomeResult(rewards=rows.to(torch.float32), normalization_rewards=references)
-
-
-OUTCOME = {"gdpo": gdpo}

@@ -1,6 +1,6 @@
 """Stage functions that express peer frameworks' estimators (OPO, GPG, pass@k, ReMax, MaxRL, REINFORCE).
 
-Registered by name in `areal.api.builtin_stages.PEER_STAGE_IMPLEMENTATIONS`, so a
+Registered by name with `@register_stage` (`areal.api.stage_registry`), so a
 config can say `outcome_reward_shaping: {implementation: gpg}` or
 `estimator: {implementation: reinforce_return}`. Together with `reward_norm` and
 `adv_norm` they let every algorithm in `docs/algorithms.md` be a preset of the one
@@ -22,13 +22,13 @@ Everything is vectorised: no Python loop over rows, tokens or groups.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo import gae as gae_kernels
 from areal.trainer.ppo.rewards.scores import logical_layout
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs, TemporalInputs, TemporalResult
@@ -46,8 +46,6 @@ __all__ = [
     "credit_to_steps",
     "reinforce_return",
     "turn_reinforce_return",
-    "OUTCOME",
-    "ESTIMATORS",
 ]
 
 GPG_ALPHA_MODES: tuple[str, ...] = ("valid_groups", "nonzero_rewards", "none")
@@ -170,6 +168,7 @@ def _all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 
 
+@register_stage("outcome_reward_shaping", "opo")
 def opo(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """OPO: subtract the length-weighted group baseline b = sum(l_i r_i) / sum(l_i).
 
@@ -203,6 +202,7 @@ def _gpg_alpha(lr: LogicalRollouts, mode: str) -> torch.Tensor:
     return total / torch.clamp(valid, min=1.0)
 
 
+@register_stage("outcome_reward_shaping", "gpg")
 def gpg(
     inputs: OutcomeRewardInputs,
     *,
@@ -234,6 +234,7 @@ def gpg(
     return _shaped(rows, rollouts, lr)
 
 
+@register_stage("outcome_reward_shaping", "passk")
 def passk(inputs: OutcomeRewardInputs, *, norm_by_std: bool = True, eps: float = 1e-6) -> OutcomeResult:
     """pass@k advantage: only the group's best sample gets (max - second max), others 0.
 
@@ -294,6 +295,7 @@ def _reward_baselines(data: Any, n_rows: int, device: torch.device) -> torch.Ten
     return value
 
 
+@register_stage("outcome_reward_shaping", "remax")
 def remax(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """ReMax: r - b, b = the greedy response's reward, from the batch's `reward_baselines` [B].
 
@@ -335,6 +337,7 @@ def _maxrl_scale(lr: LogicalRollouts, mean: torch.Tensor, eps: float) -> torch.T
     return torch.where(scale == 0, torch.ones_like(scale), scale)
 
 
+@register_stage("outcome_reward_shaping", "maxrl")
 def maxrl(inputs: OutcomeRewardInputs, *, eps: float = 1e-6) -> OutcomeResult:
     """MaxRL: A = (r - mean_g) / (mean_g + eps); a singleton group keeps its raw reward.
 
@@ -378,6 +381,7 @@ def credit_to_steps(rewards: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     return credited[:, :n_pos].to(torch.float32)
 
 
+@register_stage("estimator", "reinforce_return")
 def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
     """REINFORCE / REINFORCE++ return: G_t = r_t + discount * G_next over generated tokens.
 
@@ -403,6 +407,7 @@ def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
     return TemporalResult(advantages=returns, returns=returns.clone(), total_rewards=rewards)
 
 
+@register_stage("estimator", "turn_reinforce_return")
 def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None = None) -> TemporalResult:
     """Turn-level REINFORCE: G_k = R_k + turn_discount * G_{k+1} over generated turns.
 
@@ -439,10 +444,3 @@ def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None
         returns=turn_returns,
         total_rewards=rewards + inputs.kl_rewards,
     )
-
-
-OUTCOME: dict[str, Callable[..., Any]] = {"opo": opo, "gpg": gpg, "passk": passk, "remax": remax, "maxrl": maxrl}
-ESTIMATORS: dict[str, Callable[..., Any]] = {
-    "reinforce_return": reinforce_return,
-    "turn_reinforce_return": turn_reinforce_return,
-}

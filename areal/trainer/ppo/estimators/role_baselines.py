@@ -32,12 +32,13 @@ from typing import Any
 
 import torch
 
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import logical_rollouts
 from areal.trainer.ppo.estimators.prompt_table import table_lookup, table_merge
 from areal.trainer.ppo.stage_state import StageState, distributed_world, gather_rows
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
 
-__all__ = ["GAME_IDS", "ROLE_IDS", "ema_sequence", "rae", "OUTCOME"]
+__all__ = ["GAME_IDS", "ROLE_IDS", "ema_sequence", "rae"]
 
 ROLE_IDS, GAME_IDS = "role_ids", "game_ids"
 _KEYS, _VALUES = "keys", "values"
@@ -117,6 +118,7 @@ def ema_sequence(
     return baseline, unique, value
 
 
+@register_stage("outcome_reward_shaping", "rae")
 def rae(inputs: OutcomeRewardInputs, *, state: StageState, decay: float = 0.95) -> OutcomeResult:
     """RAE: r - b_{game, role}, b the (game, role) EMA before this sample; see the module docstring."""
     if (
@@ -160,4 +162,3 @@ def _rank() -> int:
 
 
 rae.batch_fields = (ROLE_IDS, GAME_IDS)
-OUTCOME = {"rae": rae}

@@ -28,13 +28,14 @@ from typing import Any
 
 import torch
 
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import LogicalRollouts, logical_rollouts
 from areal.trainer.ppo.estimators.prompt_table import group_prompt_keys, table_lookup, table_merge
 from areal.trainer.ppo.stage_state import StageState, distributed_world, gather_rows
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
 from areal.utils.call_agreement import before_collective
 
-__all__ = ["SPO_RHO_MODES", "kalman_pass", "krpo", "spo", "OUTCOME"]
+__all__ = ["SPO_RHO_MODES", "kalman_pass", "krpo", "spo"]
 
 SPO_RHO_MODES = ("constant", "kl")
 _KEYS, _VALUES = "prompt_keys", "values"
@@ -134,6 +135,7 @@ def _krpo_params(
     )
 
 
+@register_stage("outcome_reward_shaping", "krpo")
 def krpo(
     inputs: OutcomeRewardInputs,
     *,
@@ -335,6 +337,7 @@ def _batch_whiten(rows: torch.Tensor, rollouts: torch.Tensor, eps: float) -> tup
     return (rows - mean) / std, (rollouts - mean) / std
 
 
+@register_stage("outcome_reward_shaping", "spo")
 def spo(
     inputs: OutcomeRewardInputs,
     *,
@@ -421,4 +424,3 @@ def _update_spo(
 
 krpo.batch_fields = ("prompt_keys",)
 spo.batch_fields = ("prompt_keys", "policy_drift")
-OUTCOME = {"krpo": krpo, "spo": spo}

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
 __all__ = [
@@ -53,7 +54,6 @@ __all__ = [
     "gigpo",
     "mt_grpo",
     "step_layout",
-    "ESTIMATORS",
 ]
 
 GIGPO_MODES = ("mean_norm", "mean_std_norm")
@@ -253,6 +253,7 @@ def _anchor_groups(steps: StepLayout, anchors: torch.Tensor) -> tuple[torch.Tens
     return inverse, unique.shape[0]
 
 
+@register_stage("estimator", "gigpo")
 def gigpo(
     inputs: TemporalInputs,
     *,
@@ -314,6 +315,7 @@ def _episode_advantages(
     return normalise_within(episode, steps.rollout_group, n_groups, by_std=by_std, eps=eps)[steps.rollout]
 
 
+@register_stage("estimator", "mt_grpo")
 def mt_grpo(
     inputs: TemporalInputs,
     *,
@@ -383,4 +385,3 @@ def _leave_one_out_to_go(
 
 
 gigpo.batch_fields = ("anchor_ids",)
-ESTIMATORS = {"gigpo": gigpo, "mt_grpo": mt_grpo}
