@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
 from areal.utils.indices import as_int, index_from_counts, int_tuple
 
 __all__ = ["RolloutGroup", "TrajBatchMeta"]
@@ -128,7 +129,7 @@ def _check_reward_names(keys: Any, weights: Any) -> tuple[tuple[str, ...] | None
         )
     out = []
     for i, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or w != w or w in (float("inf"), float("-inf")):
+        if not is_number(w):
             raise ValueError(f"TrajBatchMeta.reward_weights[{i}]: got {w!r}, expected a finite number")
         out.append(float(w))
     return keys, tuple(out)

@@ -8,10 +8,9 @@ same types is a drop-in replacement (`actor.advantage.<stage>`).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from areal.api.config_checks import is_number
 from areal.api.stage_registry import STAGE_REGISTRY, register_stage
 from areal.trainer.ppo import gae as gae_kernels
 from areal.trainer.ppo.stage_types import (
@@ -123,7 +122,7 @@ def additive(inputs: ProcessAdvantageInputs) -> torch.Tensor:
 
 def check_gvpo_params(negative_scale: float, zero_penalty: float, zero_eps: float, *, where: str = "gvpo") -> None:
     for name, value in (("negative_scale", negative_scale), ("zero_penalty", zero_penalty), ("zero_eps", zero_eps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if not is_number(value, low=0.0):
             raise ValueError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
 
 

@@ -40,6 +40,7 @@ from areal.api.cli_args import NormConfig, PPOActorConfig
 from areal.trainer.ppo.checks.batch_checks import BatchStats, all_finite
 from areal.trainer.ppo.stage_resolution import CallOptions, ResolvedAdvantage, select_process
 from areal.utils.call_agreement import before_collective
+from areal.utils.collectives import collectives_active
 from areal.utils.data import TrajBatchMeta
 
 __all__ = ["GuardContext", "NonFiniteOutputError", "SAFE_MAGNITUDE", "guard_outputs", "magnitudes", "output_bounds"]
@@ -160,7 +161,7 @@ def _crosses_ranks(cfg: PPOActorConfig) -> bool:
     norms = [n for n in (cfg.reward_norm, cfg.adv_norm) if n is not None]
     if not any("batch" in (n.mean_level, n.std_level) for n in norms):
         return False
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return collectives_active() and dist.get_world_size() > 1
 
 
 def magnitudes(rewards: torch.Tensor, ctx: GuardContext) -> dict[str, float]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 
 from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
+from areal.api.config_checks import is_number
 from areal.api.stage_registry import STAGE_REGISTRY
 from areal.trainer.ppo import advantage_algorithms as algos
 from areal.trainer.ppo.checks.aux_fields import declared_fields
@@ -257,7 +257,7 @@ class CallOptions:
             raise ValueError(f"advantage_shaping_mode: got {mode!r}, expected one of {list(PRM_MODES)}")
         for name in ("gvpo_negative_scale", "gvpo_zero_penalty", "gvpo_zero_eps"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            if not is_number(value, low=0.0):
                 raise ValueError(f"{name}: got {value!r}, expected a finite number >= 0")
 
     def legacy_gvpo(self) -> dict[str, float]:

@@ -95,7 +95,7 @@ class TemporalInputs:
     gae_lambda: GAELambdaSpec  # a float or a resolved lambda function
     gae_lambda_kwargs: Mapping[str, Any] = field(default_factory=dict)
     gae_lambda_source: str = "actor.gae_lambda"
-    meta: Any = None  # TrajBatchMeta
+    meta: TrajBatchMeta | None = None
     anchor_ids: torch.Tensor | None = None  # [B, T] long anchor-state key of each generated token's turn, or None
     old_logp: torch.Tensor | None = None  # [B, T] the PPO ratio's old log-probs x loss_mask (the pipeline sets it)
     sum_pi_squared: torch.Tensor | None = None  # [B, T] aligned Σπ² x loss_mask, or None
@@ -143,7 +143,7 @@ class ProcessAdvantageInputs:
     advantages: torch.Tensor  # [B, T] after advantage normalisation
     token_rewards: torch.Tensor | None  # [B, T] aligned direct token rewards x loss_mask, or None
     loss_mask: torch.Tensor  # [B, T] aligned float mask
-    meta: Any = None  # TrajBatchMeta
+    meta: TrajBatchMeta | None = None
     token_entropy: torch.Tensor | None = None  # [B, T] aligned behaviour-policy entropies x loss_mask, or None
 
 

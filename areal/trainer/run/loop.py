@@ -76,6 +76,7 @@ from areal.trainer.run.run_dir import RunDirectoryError, prepare_run_dir, shared
 from areal.trainer.run.run_summary import start_block
 from areal.trainer.run.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
 from areal.trainer.run.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
+from areal.utils.batch_meta import TrajBatchMeta
 from areal.utils.data import concat_batch
 
 logger = logging.getLogger("areal.trainer")
@@ -323,7 +324,7 @@ class Trainer:
             return reference_logprobs(self.reference, ids, mask, temperature, wanted=wanted)
 
     @staged("advantages")
-    def compute_advantages(self, batch: dict[str, Any], meta: Any) -> dict[str, Any]:
+    def compute_advantages(self, batch: dict[str, Any], meta: TrajBatchMeta | None) -> dict[str, Any]:
         shaping = self.cfg.rollout.prm.advantage_shaping
         return self.actor.compute_advantages(
             batch,

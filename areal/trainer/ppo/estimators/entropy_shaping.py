@@ -19,11 +19,11 @@ so GRPO + GVPO + entropy shaping is one config.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
 from areal.api.stage_registry import register_stage
 from areal.trainer.ppo import advantage_algorithms as algos
 from areal.trainer.ppo.stage_types import ProcessAdvantageInputs
@@ -35,13 +35,7 @@ _WHERE = "process_adv_shaping 'entropy_advantage'"
 
 
 def _number(name: str, value: Any, *, low: float, strict: bool = False) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < low
-        or (strict and value == low)
-    ):
+    if not is_number(value, low=low, low_open=strict):
         raise ValueError(f"{_WHERE}: {name} must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
     return float(value)
 

@@ -28,11 +28,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from areal.api.config_checks import is_number
 from areal.api.stage_registry import register_stage
 from areal.trainer.ppo import gae as gae_kernels
 from areal.trainer.ppo.rewards.scores import logical_layout
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs, TemporalInputs, TemporalResult
 from areal.utils.call_agreement import before_collective
+from areal.utils.collectives import collectives_active
 
 __all__ = [
     "GPG_ALPHA_MODES",
@@ -149,14 +151,14 @@ def _check_flag(where: str, name: str, value: Any) -> None:
 
 
 def _check_eps(where: str, eps: Any) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+    if not is_number(eps, low=0.0):
         raise ValueError(f"{where}: eps must be a finite number >= 0, got {eps!r}")
     return float(eps)
 
 
 def _all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     """Sum over data-parallel ranks when torch.distributed runs (batch-level statistics)."""
-    if dist.is_available() and dist.is_initialized():
+    if collectives_active():
         values = values.clone()
         before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
@@ -425,7 +427,7 @@ def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None
             "turn_ids [B, T] (turn index on generated tokens, -1 elsewhere)"
         )
     gamma = inputs.discount if turn_discount is None else turn_discount
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+    if not is_number(gamma, low=0.0, high=1.0):
         raise ValueError(f"{where}: turn_discount must be a number in [0, 1], got {turn_discount!r}")
     rewards = inputs.outcome_rewards + inputs.process_rewards
     steps = inputs.turn_ids >= 0

@@ -27,11 +27,11 @@ vectorised over all (game, role) pairs.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
 from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import logical_rollouts
 from areal.trainer.ppo.estimators.prompt_table import table_lookup, table_merge
@@ -121,12 +121,7 @@ def ema_sequence(
 @register_stage("outcome_reward_shaping", "rae")
 def rae(inputs: OutcomeRewardInputs, *, state: StageState, decay: float = 0.95) -> OutcomeResult:
     """RAE: r - b_{game, role}, b the (game, role) EMA before this sample; see the module docstring."""
-    if (
-        isinstance(decay, bool)
-        or not isinstance(decay, (int, float))
-        or not math.isfinite(decay)
-        or not 0.0 < decay < 1.0
-    ):
+    if not is_number(decay, low=0.0, high=1.0, low_open=True, high_open=True):
         raise ValueError(f"{_WHERE}: decay must be a number in (0, 1) (the authors' check), got {decay!r}")
     lr = logical_rollouts(inputs, "rae")
     keys = _rollout_keys(inputs, lr.row_rollout, lr.n_rollouts)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
 from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import LogicalRollouts, logical_rollouts
 from areal.trainer.ppo.estimators.prompt_table import group_prompt_keys, table_lookup, table_merge
@@ -46,7 +47,7 @@ def _where(name: str) -> str:
 
 
 def _number(where: str, name: str, value: Any, *, low: float | None = None, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value):
         raise ValueError(f"{where}: {name} must be a finite number, got {value!r}")
     if positive and value <= 0:
         raise ValueError(f"{where}: {name} must be > 0, got {value!r}")

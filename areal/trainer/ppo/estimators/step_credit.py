@@ -36,12 +36,12 @@ the advantage (MT-GRPO). Loops run over the position of a step inside a rollout
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
 from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
@@ -211,13 +211,7 @@ def _check_groups(steps: StepLayout, where: str, allow_singletons: Any) -> None:
 
 
 def _check_number(where: str, name: str, value: Any, low: float, high: float | None = None) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < low
-        or (high is not None and value > high)
-    ):
+    if not is_number(value, low=low, high=high):
         bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
         raise ValueError(f"{where}: {name} must be a finite number {bound}, got {value!r}")
     return float(value)

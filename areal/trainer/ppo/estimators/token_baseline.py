@@ -34,11 +34,11 @@ over rows, groups or tokens.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
 from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import credit_to_steps
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
@@ -54,7 +54,7 @@ def _check_inputs(inputs: TemporalInputs, name: str, handle_zero_tail: Any, eps:
     where = _where(name)
     if not isinstance(handle_zero_tail, bool):
         raise ValueError(f"{where}: handle_zero_tail must be true or false, got {handle_zero_tail!r}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+    if not is_number(eps, low=0.0, low_open=True):
         raise ValueError(f"{where}: eps must be a finite number > 0, got {eps!r}")
     if inputs.discount != 1.0:
         raise ValueError(
