@@ -136,6 +136,38 @@ def _check_norm_eps(field: str, norm: NormConfig | None) -> None:
 
 STAGE_NAMES: tuple[str, ...] = ("outcome_reward_shaping", "estimator", "process_adv_shaping")
 GVPO_PARAMS: tuple[str, ...] = ("negative_scale", "zero_penalty", "zero_eps")
+#: The call-time process-reward shaping modes (`AdvantageShaping.mode`).
+PRM_MODES: tuple[str, ...] = ("additive", "gvpo", "process_weighted")
+
+
+def check_gvpo_values(values: Mapping[str, Any], field: str) -> None:
+    """Each GVPO parameter in `values` is a finite number >= 0; `field` names it, with `{name}` for the key."""
+    for name, value in values.items():
+        _check_number(field.format(name=name), value, low=0.0)
+
+
+@dataclass(frozen=True)
+class AdvantageShaping:
+    """The call-time process-reward shaping: a mode and GVPO's parameters, which travel together.
+
+    The defaults written here are the only copy: the config section
+    (`rollout.prm.advantage_shaping`), `PPOActor.compute_advantages`, the built-in
+    `gvpo` stage and `AdvantageInputs` all take them from this class.
+    """
+
+    mode: str = "additive"
+    negative_scale: float = 0.2
+    zero_penalty: float = 0.4
+    zero_eps: float = 1e-6
+
+    def validate(self, mode_field: str = "advantage_shaping_mode", field: str = "gvpo_{name}") -> None:
+        """Checked on every call, whether or not the batch has process rewards to shape."""
+        _check_choice(mode_field, self.mode, PRM_MODES)
+        check_gvpo_values(self.gvpo_kwargs(), field)
+
+    def gvpo_kwargs(self) -> dict[str, float]:
+        """The keyword arguments of the `gvpo` stage function."""
+        return {name: getattr(self, name) for name in GVPO_PARAMS}
 
 
 @dataclass
@@ -229,8 +261,7 @@ class AdvantageConfig:
                     f"actor.advantage.process_adv_shaping.kwargs: unknown gvpo parameters {unknown}, "
                     f"expected a subset of {list(GVPO_PARAMS)}{did_you_mean(unknown, GVPO_PARAMS)}"
                 )
-            for name, value in process.kwargs.items():
-                _check_number(f"actor.advantage.process_adv_shaping.kwargs.{name}", value, low=0.0)
+            check_gvpo_values(process.kwargs, "actor.advantage.process_adv_shaping.kwargs.{name}")
         for stage, names in (
             ("process_adv_shaping", ("additive", "process_weighted")),
             ("outcome_reward_shaping", ("identity",)),

@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal.api.actor_args import PPOActorConfig
+from areal.api.actor_args import AdvantageShaping, PPOActorConfig
 from areal.api.config_checks import (
     ConfigError,
     check_bool,
@@ -33,7 +33,6 @@ from areal.api.task_specs import BUILTIN_TASKS, task_has_process_scorer, validat
 _ARCHS = ("llama", "qwen2")
 _ATTN = ("eager", "sdpa")
 _DTYPES = ("float32", "bfloat16", "float64")
-_PRM_MODES = ("additive", "gvpo", "process_weighted")
 _EXPORTS = ("episode", "per_turn")
 _PARALLEL = ("ddp", "fsdp")
 _DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -370,15 +369,17 @@ class EvalConfig:
 class AdvantageShapingConfig:
     """Legacy PRM shaping parameters, passed to `compute_advantages` at call time."""
 
-    mode: str = "additive"
-    negative_scale: float = 0.2
-    zero_penalty: float = 0.4
-    zero_eps: float = 1e-6
+    mode: str = AdvantageShaping.mode
+    negative_scale: float = AdvantageShaping.negative_scale
+    zero_penalty: float = AdvantageShaping.zero_penalty
+    zero_eps: float = AdvantageShaping.zero_eps
 
     def __post_init__(self) -> None:
-        _check_choice("rollout.prm.advantage_shaping.mode", self.mode, _PRM_MODES)
-        for name in ("negative_scale", "zero_penalty", "zero_eps"):
-            _check_float(f"rollout.prm.advantage_shaping.{name}", getattr(self, name), 0.0)
+        self.shaping().validate("rollout.prm.advantage_shaping.mode", "rollout.prm.advantage_shaping.{name}")
+
+    def shaping(self) -> AdvantageShaping:
+        """The frozen call-time object `PPOActor.compute_advantages(shaping=...)` takes."""
+        return AdvantageShaping(self.mode, self.negative_scale, self.zero_penalty, self.zero_eps)
 
 
 @dataclass

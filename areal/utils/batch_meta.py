@@ -11,7 +11,7 @@ Everything is immutable and validated on construction, with errors naming the fi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -144,7 +144,10 @@ class TrajBatchMeta:
     when no prompt has split rollouts; otherwise one entry per prompt, None for a
     prompt whose every row is its own rollout. `reward_keys` names the K
     components of an [B, K] `rewards` tensor and `reward_weights` their weights
-    in the scalar reward (None: ones); both are None for a [B] reward.
+    in the scalar reward (None: ones); both are None for a [B] reward. `complete`
+    is False for the metadata the advantage pipeline makes up for a bare batch
+    (a fixed group size, no logical rollouts): group statistics then fall back to
+    the legacy layout, and shaped references are refused.
     """
 
     n_trajs: int
@@ -153,6 +156,7 @@ class TrajBatchMeta:
     rollout_groups: tuple[RolloutGroup | None, ...] | None = None
     reward_keys: tuple[str, ...] | None = None
     reward_weights: tuple[float, ...] | None = None
+    complete: bool = field(default=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         n_trajs = as_int(self.n_trajs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from areal.api.config_checks import is_number
+from areal.api.cli_args import AdvantageShaping, check_gvpo_values
 from areal.api.stage_registry import STAGE_REGISTRY, register_stage
 from areal.trainer.ppo import gae as gae_kernels
 from areal.trainer.ppo.stage_types import (
@@ -121,18 +121,17 @@ def additive(inputs: ProcessAdvantageInputs) -> torch.Tensor:
 
 
 def check_gvpo_params(negative_scale: float, zero_penalty: float, zero_eps: float, *, where: str = "gvpo") -> None:
-    for name, value in (("negative_scale", negative_scale), ("zero_penalty", zero_penalty), ("zero_eps", zero_eps)):
-        if not is_number(value, low=0.0):
-            raise ValueError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
+    values = {"negative_scale": negative_scale, "zero_penalty": zero_penalty, "zero_eps": zero_eps}
+    check_gvpo_values(values, f"{where}: {{name}}")
 
 
 @register_stage("process_adv_shaping", "gvpo")
 def gvpo(
     inputs: ProcessAdvantageInputs,
     *,
-    negative_scale: float = 0.2,
-    zero_penalty: float = 0.4,
-    zero_eps: float = 1e-6,
+    negative_scale: float = AdvantageShaping.negative_scale,
+    zero_penalty: float = AdvantageShaping.zero_penalty,
+    zero_eps: float = AdvantageShaping.zero_eps,
 ) -> torch.Tensor:
     """Sharpen outcome advantages where the process signal marks a failed step.
 

@@ -36,9 +36,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from areal.api.cli_args import NormConfig, PPOActorConfig
+from areal.api.cli_args import AdvantageShaping, NormConfig, PPOActorConfig
 from areal.trainer.ppo.checks.batch_checks import BatchStats, all_finite
-from areal.trainer.ppo.stage_resolution import CallOptions, ResolvedAdvantage, select_process
+from areal.trainer.ppo.stage_resolution import ResolvedAdvantage, select_process
 from areal.utils.call_agreement import before_collective
 from areal.utils.collectives import collectives_active
 from areal.utils.data import TrajBatchMeta
@@ -72,16 +72,15 @@ class NonFiniteOutputError(ValueError):
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GuardContext:
-    """Everything the guard may look at besides the output fields."""
+    """Everything the guard may look at besides the output fields (built by keyword: six of them)."""
 
     config: PPOActorConfig
     resolved: ResolvedAdvantage
-    options: CallOptions
+    options: AdvantageShaping
     stats: BatchStats
-    meta: TrajBatchMeta
-    meta_complete: bool
+    meta: TrajBatchMeta  # `meta.complete`: False when synthesised for a bare batch
     has_token_rewards: bool
 
 
@@ -191,7 +190,7 @@ def score_bound(mags: Mapping[str, float], ctx: GuardContext) -> Bound:
     raw = _scaled(mags["rewards"], cfg)
     if cfg.reward_norm is None:
         return raw
-    if ctx.meta_complete:
+    if ctx.meta.complete:
         if ctx.resolved.outcome.implementation != "identity":
             return UNKNOWN  # it may have returned shaped references, which the guard does not see
         refs = _scaled(mags["references"], cfg)

@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
-from areal.api.config_checks import is_number
+from areal.api.cli_args import GVPO_PARAMS, PRM_MODES, AdvantageShaping, PPOActorConfig, StageSpec
 from areal.api.stage_registry import STAGE_REGISTRY
 from areal.trainer.ppo import advantage_algorithms as algos
 from areal.trainer.ppo.checks.aux_fields import declared_fields
@@ -46,8 +45,6 @@ __all__ = [
     "resolve_advantage",
     "select_process",
 ]
-
-PRM_MODES = ("additive", "gvpo", "process_weighted")
 
 
 @dataclass(frozen=True)
@@ -241,41 +238,18 @@ def default_estimator(resolved: ResolvedAdvantage, config: PPOActorConfig) -> Re
     return ResolvedStage("estimator", name, algos.BUILTIN_ESTIMATORS[name], custom=False)
 
 
-@dataclass(frozen=True)
-class CallOptions:
-    """Call-time PRM selection (the legacy interface the trainer passes through)."""
-
-    advantage_shaping_mode: str = "additive"
-    gvpo_negative_scale: float = 0.2
-    gvpo_zero_penalty: float = 0.4
-    gvpo_zero_eps: float = 1e-6
-
-    def validate(self) -> None:
-        """Checked on every call, whether or not the batch has process rewards to shape."""
-        mode = self.advantage_shaping_mode
-        if mode not in PRM_MODES:
-            raise ValueError(f"advantage_shaping_mode: got {mode!r}, expected one of {list(PRM_MODES)}")
-        for name in ("gvpo_negative_scale", "gvpo_zero_penalty", "gvpo_zero_eps"):
-            value = getattr(self, name)
-            if not is_number(value, low=0.0):
-                raise ValueError(f"{name}: got {value!r}, expected a finite number >= 0")
-
-    def legacy_gvpo(self) -> dict[str, float]:
-        return {
-            "negative_scale": self.gvpo_negative_scale,
-            "zero_penalty": self.gvpo_zero_penalty,
-            "zero_eps": self.gvpo_zero_eps,
-        }
+#: The call-time PRM selection the trainer passes through (deprecated name of `AdvantageShaping`).
+CallOptions = AdvantageShaping
 
 
 def select_process(
-    resolved: ResolvedAdvantage, config: PPOActorConfig, options: CallOptions
+    resolved: ResolvedAdvantage, config: PPOActorConfig, options: AdvantageShaping
 ) -> tuple[ResolvedStage, dict[str, Any]]:
     """Explicit config wins over the call-time mode; explicit GVPO kwargs override legacy ones."""
     options.validate()
     stage = resolved.process
     if stage is None:
-        mode = options.advantage_shaping_mode
+        mode = options.mode
         if mode in ("gvpo", "process_weighted") and not config.token_rewards_as_adv:
             raise ValueError(f"advantage_shaping_mode={mode!r} requires actor.token_rewards_as_adv=true (got false)")
         if mode == "process_weighted" and config.mask_no_eos_with_zero:
@@ -283,9 +257,9 @@ def select_process(
                 "advantage_shaping_mode='process_weighted' requires actor.mask_no_eos_with_zero=false (got true)"
             )
         stage = ResolvedStage("process_adv_shaping", mode, algos.BUILTIN_PROCESS[mode], custom=False)
-        return stage, (options.legacy_gvpo() if mode == "gvpo" else {})
+        return stage, (options.gvpo_kwargs() if mode == "gvpo" else {})
     if stage.implementation == "gvpo" and not stage.custom:
-        merged = options.legacy_gvpo()
+        merged = options.gvpo_kwargs()
         merged.update({k: v for k, v in stage.kwargs.items() if k in GVPO_PARAMS})
         algos.check_gvpo_params(**merged, where="actor.advantage.process_adv_shaping (gvpo)")
         return stage, merged

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from areal.api.cli_args import PPOActorConfig
+from areal.api.cli_args import AdvantageShaping, PPOActorConfig
 from areal.trainer.ppo import gae as gae_kernels
 from areal.utils.data import TrajBatchMeta
 
@@ -159,12 +159,28 @@ class AdvantageInputs:
     data: Mapping[str, Any]
     config: PPOActorConfig
     meta: TrajBatchMeta
-    advantage_shaping_mode: str = "additive"
-    gvpo_negative_scale: float = 0.2
-    gvpo_zero_penalty: float = 0.4
-    gvpo_zero_eps: float = 1e-6
-    #: False when `meta` was synthesised for a bare batch (legacy fixed group size).
-    meta_is_complete: bool = True
+    shaping: AdvantageShaping = AdvantageShaping()  # the call-time process-reward shaping
+
+    @property
+    def advantage_shaping_mode(self) -> str:
+        return self.shaping.mode
+
+    @property
+    def gvpo_negative_scale(self) -> float:
+        return self.shaping.negative_scale
+
+    @property
+    def gvpo_zero_penalty(self) -> float:
+        return self.shaping.zero_penalty
+
+    @property
+    def gvpo_zero_eps(self) -> float:
+        return self.shaping.zero_eps
+
+    @property
+    def meta_is_complete(self) -> bool:
+        """False when `meta` was synthesised for a bare batch (legacy fixed group size)."""
+        return self.meta.complete
 
 
 @dataclass(frozen=True)

@@ -325,15 +325,7 @@ class Trainer:
 
     @staged("advantages")
     def compute_advantages(self, batch: dict[str, Any], meta: TrajBatchMeta | None) -> dict[str, Any]:
-        shaping = self.cfg.rollout.prm.advantage_shaping
-        return self.actor.compute_advantages(
-            batch,
-            meta,
-            advantage_shaping_mode=shaping.mode,
-            gvpo_negative_scale=shaping.negative_scale,
-            gvpo_zero_penalty=shaping.zero_penalty,
-            gvpo_zero_eps=shaping.zero_eps,
-        )
+        return self.actor.compute_advantages(batch, meta, shaping=self.cfg.rollout.prm.advantage_shaping)
 
     @staged("evaluation")
     def evaluate(self, updates: int) -> dict[str, float]:

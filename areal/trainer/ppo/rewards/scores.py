@@ -160,19 +160,17 @@ def _has_explicit_references(meta: TrajBatchMeta) -> bool:
     return any(g is not None and g.rewards is not None for g in (meta.rollout_groups or ()))
 
 
-def _check_shaped_references(
-    outcome: OutcomeResult, stage: ResolvedStage, meta: TrajBatchMeta, meta_complete: bool
-) -> None:
+def _check_shaped_references(outcome: OutcomeResult, stage: ResolvedStage, meta: TrajBatchMeta) -> None:
     """Shaped references need full metadata; explicit references need shaped ones from a custom stage."""
     shaped_refs = outcome.normalization_rewards
-    if shaped_refs is not None and not meta_complete:
+    if shaped_refs is not None and not meta.complete:
         raise StageContractError(
             stage.stage,
             stage.implementation,
             "returned normalization_rewards, but the batch has no complete concat_batch metadata; shaped "
             "references need the TrajBatchMeta produced by concat_batch",
         )
-    if stage.custom and shaped_refs is None and meta_complete and _has_explicit_references(meta):
+    if stage.custom and shaped_refs is None and meta.complete and _has_explicit_references(meta):
         raise StageContractError(
             stage.stage,
             stage.implementation,
@@ -189,7 +187,6 @@ def normalise_scores(
     stage: ResolvedStage,
     config: PPOActorConfig,
     meta: TrajBatchMeta,
-    meta_complete: bool,
     running: StageState | None = None,
 ) -> torch.Tensor:
     """Step 3: bias/scale/clip, then reward normalisation (per logical rollout when split).
@@ -203,7 +200,7 @@ def normalise_scores(
     if running is not None:
         scores = scale_scores(outcome.rewards, **scale_kw)
         observed = None
-        if meta_complete and meta.rollout_groups is not None:
+        if meta.complete and meta.rollout_groups is not None:
             rows = meta.logical_row_index(scores.device)
             first = torch.full((meta.n_logical,), scores.shape[0], dtype=torch.long, device=scores.device)
             first = first.scatter_reduce(0, rows, torch.arange(scores.shape[0], device=scores.device), reduce="amin")
@@ -211,11 +208,11 @@ def normalise_scores(
         return running_normalise(scores, None, config.reward_norm, running, observed)
     warn_singleton_centering(config.reward_norm, meta)
     norm = Normalization(config.reward_norm)
-    _check_shaped_references(outcome, stage, meta, meta_complete)
+    _check_shaped_references(outcome, stage, meta)
     shaped_refs = outcome.normalization_rewards
-    if meta_complete and (meta.rollout_groups is not None or shaped_refs is not None):
+    if meta.complete and (meta.rollout_groups is not None or shaped_refs is not None):
         return normalize_rollout_rewards(
             outcome.rewards, norm, meta, **scale_kw, unpenalized_rewards=unpenalized, shaped_references=shaped_refs
         )
-    group_sizes = list(meta.traj_group_sizes) if meta_complete else None
+    group_sizes = list(meta.traj_group_sizes) if meta.complete else None
     return norm(scale_scores(outcome.rewards, **scale_kw), group_sizes=group_sizes)
