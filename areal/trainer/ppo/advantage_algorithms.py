@@ -62,7 +62,7 @@ def token_gae(inputs: TemporalInputs) -> TemporalResult:
     """Token-level GAE: every generated token is a step; KL enters the recursion."""
     rewards = inputs.kl_rewards + inputs.outcome_rewards
     rewards += inputs.process_rewards  # in place: `rewards` is ours
-    advantages, returns = gae_kernels.token_gae(
+    advantages, returns = gae_kernels.token_gae_tensors(
         rewards,
         inputs.values,
         inputs.loss_mask,
@@ -91,7 +91,7 @@ def turn_gae(inputs: TemporalInputs) -> TemporalResult:
     """
     require_turn_ids(inputs.turn_ids)
     rewards = inputs.outcome_rewards + inputs.process_rewards
-    advantages, returns = gae_kernels.turn_gae(
+    advantages, returns = gae_kernels.turn_gae_tensors(
         rewards,
         inputs.values,
         inputs.loss_mask,

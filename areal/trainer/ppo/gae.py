@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +30,8 @@ __all__ = [
     "check_turn_ids_type",
     "compute_gae_lambda",
     "count_turns",
-    "token_gae",
-    "turn_gae",
+    "token_gae_tensors",
+    "turn_gae_tensors",
     "validate_turn_ids",
 ]
 
@@ -43,7 +44,7 @@ _ALIGNED_FIELD = "turn_ids (aligned)"
 # ---------------------------------------------------------------------------
 
 
-def token_gae(
+def token_gae_tensors(
     rewards: torch.Tensor,
     values: torch.Tensor,
     loss_mask: torch.Tensor,
@@ -67,7 +68,7 @@ def token_gae(
     return run_token_gae(r, v, m, coef, boot, discount)
 
 
-def turn_gae(
+def turn_gae_tensors(
     rewards: torch.Tensor,
     values: torch.Tensor,
     loss_mask: torch.Tensor,
@@ -450,3 +451,16 @@ def _describe(x: Any) -> str:
     if isinstance(x, torch.Tensor):
         return f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
     return type(x).__name__
+
+
+#: Former names, still importable (with a DeprecationWarning) for code written against them.
+_DEPRECATED_NAMES = {"token_gae": "token_gae_tensors", "turn_gae": "turn_gae_tensors"}
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a former name to its new one, with a DeprecationWarning."""
+    if name in _DEPRECATED_NAMES:
+        new = _DEPRECATED_NAMES[name]
+        warnings.warn(f"{__name__}.{name} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -45,7 +45,7 @@ class AlignedBatch:
     seqlens: torch.Tensor  # [B] long, attention-mask lengths
     truncated: torch.Tensor  # [B] bool
     values: torch.Tensor  # [B, T] critic values, or an expanded zero view
-    mopd_behavior_logprobs: torch.Tensor | None  # aligned masked behaviour log-probs, detached
+    mopd_behavior_logprobs: torch.Tensor | None  # aligned masked behaviour log-probs, detached (AReaL's batch key)
 
     @property
     def rows(self) -> torch.Tensor:

@@ -123,9 +123,9 @@ def rae(inputs: OutcomeRewardInputs, *, state: StageState, decay: float = 0.95) 
     """RAE: r - b_{game, role}, b the (game, role) EMA before this sample; see the module docstring."""
     if not is_number(decay, low=0.0, high=1.0, low_open=True, high_open=True):
         raise ValueError(f"{_WHERE}: decay must be a number in (0, 1) (the authors' check), got {decay!r}")
-    lr = logical_rollouts(inputs, "rae")
-    keys = _rollout_keys(inputs, lr.row_rollout, lr.n_rollouts)
-    device = lr.rewards.device
+    logical = logical_rollouts(inputs, "rae")
+    keys = _rollout_keys(inputs, logical.row_rollout, logical.n_rollouts)
+    device = logical.rewards.device
     table_keys = state.get(_KEYS)
     if table_keys is None:
         table_keys = torch.zeros(0, dtype=torch.long)
@@ -139,14 +139,14 @@ def rae(inputs: OutcomeRewardInputs, *, state: StageState, decay: float = 0.95) 
         return table_lookup(table_keys, table_values, unique, zero)[0][:, 0]
 
     rank = torch.full_like(keys, _rank())
-    all_keys, all_rewards, all_ranks = gather_rows(keys, lr.rewards, rank)
+    all_keys, all_rewards, all_ranks = gather_rows(keys, logical.rewards, rank)
     baseline, unique, final = ema_sequence(all_keys, all_rewards, start, float(decay))
     own = baseline[all_ranks == _rank()]
     merged_keys, merged_values = table_merge(table_keys, table_values, unique, final[:, None])
     state.set(_KEYS, merged_keys.cpu())
     state.set(_VALUES, merged_values.cpu())
-    rows = inputs.data["rewards"].to(torch.float64) - own[lr.row_rollout]
-    references = (lr.rewards - own).to(torch.float32) if lr.split else None
+    rows = inputs.data["rewards"].to(torch.float64) - own[logical.row_rollout]
+    references = (logical.rewards - own).to(torch.float32) if logical.split else None
     return OutcomeResult(rewards=rows.to(torch.float32), normalization_rewards=references)
 
 

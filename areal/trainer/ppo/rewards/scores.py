@@ -83,7 +83,7 @@ def logical_layout(
     return starts, member, reference, torch.cat(given).to(device)
 
 
-def normalize_rollout_rewards(
+def normalise_rollout_rewards(
     row_rewards: torch.Tensor,
     norm: Normalization,
     meta: TrajBatchMeta,
@@ -211,8 +211,21 @@ def normalise_scores(
     _check_shaped_references(outcome, stage, meta)
     shaped_refs = outcome.normalization_rewards
     if meta.complete and (meta.rollout_groups is not None or shaped_refs is not None):
-        return normalize_rollout_rewards(
+        return normalise_rollout_rewards(
             outcome.rewards, norm, meta, **scale_kw, unpenalized_rewards=unpenalized, shaped_references=shaped_refs
         )
     group_sizes = list(meta.traj_group_sizes) if meta.complete else None
     return norm(scale_scores(outcome.rewards, **scale_kw), group_sizes=group_sizes)
+
+
+#: Former names, still importable (with a DeprecationWarning) for code written against them.
+_DEPRECATED_NAMES = {"normalize_rollout_rewards": "normalise_rollout_rewards"}
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a former name to its new one, with a DeprecationWarning."""
+    if name in _DEPRECATED_NAMES:
+        new = _DEPRECATED_NAMES[name]
+        warnings.warn(f"{__name__}.{name} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

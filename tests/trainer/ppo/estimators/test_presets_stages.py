@@ -17,7 +17,7 @@ from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.advantage import OutcomeRewardInputs
 from areal.trainer.ppo.advantage_algorithms import TemporalInputs
 from areal.trainer.ppo.estimators import peer_algorithms as peer
-from areal.trainer.ppo.gae import token_gae
+from areal.trainer.ppo.gae import token_gae_tensors
 from areal.utils.data import RolloutGroup, TrajBatchMeta
 from areal.utils.dynamic_import import PluginResolutionError
 
@@ -323,7 +323,9 @@ def test_reinforce_return_is_critic_free_token_gae_with_lambda_one(seed, gamma):
     )
     out = PPOActor(cfg).compute_advantages(batch, meta)
     mask = out["loss_mask"]
-    expected, _ = token_gae(out["tot_rewards"], torch.zeros_like(mask), mask, discount=gamma, lam=1.0, bootstrap=0.0)
+    expected, _ = token_gae_tensors(
+        out["tot_rewards"], torch.zeros_like(mask), mask, discount=gamma, lam=1.0, bootstrap=0.0
+    )
     torch.testing.assert_close(out["advantages"], expected * mask, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out["returns"], out["advantages"])
 
