@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 
 from areal.api.config_checks import is_number, is_real
+from areal.utils.renamed import renamed_attributes
 
 from .kernels import FUSED_TURN_KERNELS, run_token_gae, select_backend
 from .kernels.torch_ref import accumulation_dtype
@@ -454,13 +454,4 @@ def _describe(x: Any) -> str:
 
 
 #: Former names, still importable (with a DeprecationWarning) for code written against them.
-_DEPRECATED_NAMES = {"token_gae": "token_gae_tensors", "turn_gae": "turn_gae_tensors"}
-
-
-def __getattr__(name: str) -> Any:
-    """Resolve a former name to its new one, with a DeprecationWarning."""
-    if name in _DEPRECATED_NAMES:
-        new = _DEPRECATED_NAMES[name]
-        warnings.warn(f"{__name__}.{name} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, {"token_gae": "token_gae_tensors", "turn_gae": "turn_gae_tensors"})

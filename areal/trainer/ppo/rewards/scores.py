@@ -17,6 +17,7 @@ from areal.trainer.ppo.rewards.running_norm import running_normalise
 from areal.trainer.ppo.stage_state import StageState
 from areal.trainer.ppo.stage_types import OutcomeResult
 from areal.utils.data import Normalization, TrajBatchMeta
+from areal.utils.renamed import renamed_attributes
 
 
 def apply_length_penalty(data: Mapping[str, Any], config: PPOActorConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -219,13 +220,4 @@ def normalise_scores(
 
 
 #: Former names, still importable (with a DeprecationWarning) for code written against them.
-_DEPRECATED_NAMES = {"normalize_rollout_rewards": "normalise_rollout_rewards"}
-
-
-def __getattr__(name: str) -> Any:
-    """Resolve a former name to its new one, with a DeprecationWarning."""
-    if name in _DEPRECATED_NAMES:
-        new = _DEPRECATED_NAMES[name]
-        warnings.warn(f"{__name__}.{name} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = renamed_attributes(__name__, {"normalize_rollout_rewards": "normalise_rollout_rewards"})
