@@ -39,7 +39,7 @@ from reference_loops import (  # noqa: E402
     reference_turn_gae,
 )
 
-from areal.trainer.ppo.gae import token_gae, turn_gae  # noqa: E402
+from areal.trainer.ppo.gae import token_gae_tensors, turn_gae_tensors  # noqa: E402
 from areal.trainer.ppo.kernels import BACKEND_ENV, available_backends  # noqa: E402
 
 DEFAULT_SIZES = [(b, t) for b in (64, 256, 1024) for t in (1024, 8192, 32768)]
@@ -139,7 +139,7 @@ import time
 t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
-from areal.trainer.ppo.gae import token_gae, turn_gae
+from areal.trainer.ppo.gae import token_gae_tensors, turn_gae_tensors
 from areal.trainer.ppo.kernels.numba_cpu import PARALLEL_MIN_ELEMENTS
 times = [time.perf_counter() - t1]
 for n_rows, n_pos in ((2, 8), (64, PARALLEL_MIN_ELEMENTS // 64)):  # serial, then parallel kernels
@@ -149,10 +149,10 @@ for n_rows, n_pos in ((2, 8), (64, PARALLEL_MIN_ELEMENTS // 64)):  # serial, the
     ids[:, 4:6] = 1
     lam, boot = torch.ones(n_rows), torch.zeros(n_rows)
     t0 = time.perf_counter()
-    token_gae(x, x, x, discount=0.9, lam=lam, bootstrap=boot)
+    token_gae_tensors(x, x, x, discount=0.9, lam=lam, bootstrap=boot)
     times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    turn_gae(x, x, (ids >= 0).float(), ids, discount=0.9, lam=lam, bootstrap=boot)
+    turn_gae_tensors(x, x, (ids >= 0).float(), ids, discount=0.9, lam=lam, bootstrap=boot)
     times.append(time.perf_counter() - t0)
 print(" ".join(f"{t:.3f}" for t in times))
 """
@@ -199,8 +199,8 @@ def bench_gae(sizes: list[tuple[int, int]], reps: int, ref_reps: int) -> list[di
         result = dict(size=(n_rows, n_pos), copy=copy, ref_token=ref_tok, ref_turn=ref_turn)
         line_tok, line_turn = "", ""
         for backend in backends:
-            tok = with_backend(backend, lambda: token_gae(r, v, m, discount=0.99, lam=lam, bootstrap=boot))
-            trn = with_backend(backend, lambda: turn_gae(r, v, m, ids, discount=0.99, lam=lam, bootstrap=boot))
+            tok = with_backend(backend, lambda: token_gae_tensors(r, v, m, discount=0.99, lam=lam, bootstrap=boot))
+            trn = with_backend(backend, lambda: turn_gae_tensors(r, v, m, ids, discount=0.99, lam=lam, bootstrap=boot))
             _check_close(f"{backend} token", tok()[0], want_tok)
             _check_close(f"{backend} turn", trn()[0], want_turn)
             n = reps if backend != "torch" else min(reps, 3)  # the fallback is slow on CPU

@@ -18,7 +18,7 @@ On CUDA:
    GAE on the GPU) against the fused CPU pipeline, four configurations.
 4. Speed at 1024 x 32768: the Triton kernel against one device-to-device copy
    of the inputs it reads (rewards, values, mask), with CUDA events; prints
-   RATIO, the bandwidths and the GPU name; the public `token_gae`, turn GAE and
+   RATIO, the bandwidths and the GPU name; the public `token_gae_tensors`, turn GAE and
    the pure-torch scan for context.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 nothing could run (no
@@ -115,14 +115,14 @@ def check_token(device: str, shapes: list, sweep: list, report: Callable[[str, b
 
 def check_turn(shapes: list, report: Callable[[str, bool], None], device: str = "cuda") -> None:
     """CUDA turn GAE (scatter + Triton over turns) against the numba CPU turn kernel."""
-    from areal.trainer.ppo.gae import turn_gae
+    from areal.trainer.ppo.gae import turn_gae_tensors
 
     for n_rows, n_pos in shapes:
         b = make_batch(n_rows, n_pos, seed=7 * n_rows + n_pos, device=device)
         kw = dict(discount=0.97, lam=b["lam"], bootstrap=b["bootstrap"])
-        adv, ret = turn_gae(b["rewards"], b["values"], b["turn_mask"], b["turn_ids"], **kw)
+        adv, ret = turn_gae_tensors(b["rewards"], b["values"], b["turn_mask"], b["turn_ids"], **kw)
         cpu = {k: v.cpu() for k, v in b.items()}
-        want_adv, want_ret = turn_gae(
+        want_adv, want_ret = turn_gae_tensors(
             cpu["rewards"],
             cpu["values"],
             cpu["turn_mask"],
@@ -176,7 +176,7 @@ def cuda_time(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> tupl
 
 def bench_big(sweep: list) -> None:
     """Triton token GAE at 1024 x 32768 against a device-to-device copy of its inputs."""
-    from areal.trainer.ppo.gae import token_gae, turn_gae
+    from areal.trainer.ppo.gae import token_gae_tensors, turn_gae_tensors
     from areal.trainer.ppo.kernels import BACKEND_ENV
     from areal.trainer.ppo.kernels.triton_gae import default_config, token_gae_triton
 
@@ -202,16 +202,16 @@ def bench_big(sweep: list) -> None:
             f"{'triton ' + str(cfg) + tag:<46}{best * 1e3:9.3f} {med * 1e3:9.3f}"
             f"   {5 * n_bytes / best / 1e9:7.0f} GB/s   {best / copy_best:5.2f}x copy"
         )
-    api_best, _ = cuda_time(lambda: token_gae(r, v, m, discount=0.99, lam=lam, bootstrap=boot))
+    api_best, _ = cuda_time(lambda: token_gae_tensors(r, v, m, discount=0.99, lam=lam, bootstrap=boot))
     turn_best, _ = cuda_time(
-        lambda: turn_gae(r, v, b["turn_mask"], b["turn_ids"], discount=0.99, lam=lam, bootstrap=boot), reps=5
+        lambda: turn_gae_tensors(r, v, b["turn_mask"], b["turn_ids"], discount=0.99, lam=lam, bootstrap=boot), reps=5
     )
     os.environ[BACKEND_ENV] = "torch"
-    scan_best, _ = cuda_time(lambda: token_gae(r, v, m, discount=0.99, lam=lam, bootstrap=boot), reps=5)
+    scan_best, _ = cuda_time(lambda: token_gae_tensors(r, v, m, discount=0.99, lam=lam, bootstrap=boot), reps=5)
     os.environ.pop(BACKEND_ENV)
     for label, t in (
-        ("public token_gae (auto backend)", api_best),
-        ("turn_gae (scatter + triton)", turn_best),
+        ("public token_gae_tensors (auto backend)", api_best),
+        ("turn_gae_tensors (scatter + triton)", turn_best),
         ("pure-torch backend (log-depth scan)", scan_best),
     ):
         print(f"{label:<46}{t * 1e3:9.3f}   {t / copy_best:5.2f}x copy")

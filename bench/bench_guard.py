@@ -39,14 +39,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_advantage import make_rollout_batch, parse_sizes, set_threads  # noqa: E402
 
-from areal.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
+from areal.api.cli_args import (  # noqa: E402
+    AdvantageShaping,  # noqa: E402
+    NormConfig,
+    PPOActorConfig,
+)
 from areal.trainer.ppo import advantage as advantage_module  # noqa: E402
 from areal.trainer.ppo.actor import PPOActor  # noqa: E402
 from areal.trainer.ppo.checks.batch_checks import _finite_magnitude, all_finite, check_batch  # noqa: E402
 from areal.trainer.ppo.fused import use_fused  # noqa: E402
 from areal.trainer.ppo.kernels import fused_cpu  # noqa: E402
 from areal.trainer.ppo.output_guard import GUARDED_FIELDS, GuardContext, guard_outputs  # noqa: E402
-from areal.trainer.ppo.stage_resolution import CallOptions  # noqa: E402
 
 CONFIGS: dict[str, Callable[[], PPOActorConfig]] = {
     "bench default (kl 0.1, token GAE, batch adv_norm)": lambda: PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig()),
@@ -69,7 +72,9 @@ def measure(cfg: PPOActorConfig, n_rows: int, n_pos: int, rounds: int) -> dict[s
     actor.compute_advantages(batch)  # warm-up: compiled kernels
     stats = check_batch(batch, recompute_prox=False)
     meta = advantage_module._synthesise_meta(cfg, n_rows)
-    ctx = GuardContext(cfg, actor.resolved, CallOptions(), stats, meta, False, False)
+    ctx = GuardContext(
+        config=cfg, resolved=actor.resolved, options=AdvantageShaping(), stats=stats, meta=meta, has_token_rewards=False
+    )
     real_guard = advantage_module.guard_outputs
     holder: dict[str, float] = {}
 

@@ -19,9 +19,11 @@ from areal.api.builtin_stages import BUILTIN_STAGE_IMPLEMENTATIONS
 from areal.api.config_checks import ConfigError
 from areal.api.config_checks import check_bool as _check_bool
 from areal.api.config_checks import check_choice as _check_choice
+from areal.api.config_checks import check_int as _check_int
 from areal.api.config_checks import check_json_value as _check_json_value
 from areal.api.config_checks import check_number as _check_number
 from areal.api.config_checks import is_import_path as _is_import_path
+from areal.api.config_checks import is_integer as _is_integer
 from areal.api.config_values import plain
 from areal.utils.suggest import did_you_mean
 
@@ -101,8 +103,7 @@ class NormConfig:
             )
         _check_bool("NormConfig.std_unbiased", self.std_unbiased)
         _check_number("NormConfig.eps", self.eps, low=0.0)
-        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
-            raise ConfigError(f"NormConfig.group_size: got {self.group_size!r}, expected an integer >= 1")
+        _check_int("NormConfig.group_size", self.group_size, 1)
 
 
 _NORM_FIELDS = tuple(f.name for f in dataclasses.fields(NormConfig))
@@ -176,6 +177,38 @@ def _check_norm_eps(field: str, norm: NormConfig | None) -> None:
 
 STAGE_NAMES: tuple[str, ...] = ("outcome_reward_shaping", "estimator", "process_adv_shaping")
 GVPO_PARAMS: tuple[str, ...] = ("negative_scale", "zero_penalty", "zero_eps")
+#: The call-time process-reward shaping modes (`AdvantageShaping.mode`).
+PRM_MODES: tuple[str, ...] = ("additive", "gvpo", "process_weighted")
+
+
+def check_gvpo_values(values: Mapping[str, Any], field: str) -> None:
+    """Each GVPO parameter in `values` is a finite number >= 0; `field` names it, with `{name}` for the key."""
+    for name, value in values.items():
+        _check_number(field.format(name=name), value, low=0.0)
+
+
+@dataclass(frozen=True)
+class AdvantageShaping:
+    """The call-time process-reward shaping: a mode and GVPO's parameters, which travel together.
+
+    The defaults written here are the only copy: the config section
+    (`rollout.prm.advantage_shaping`), `PPOActor.compute_advantages`, the built-in
+    `gvpo` stage and `AdvantageInputs` all take them from this class.
+    """
+
+    mode: str = "additive"
+    negative_scale: float = 0.2
+    zero_penalty: float = 0.4
+    zero_eps: float = 1e-6
+
+    def validate(self, mode_field: str = "advantage_shaping_mode", field: str = "gvpo_{name}") -> None:
+        """Checked on every call, whether or not the batch has process rewards to shape."""
+        _check_choice(mode_field, self.mode, PRM_MODES)
+        check_gvpo_values(self.gvpo_kwargs(), field)
+
+    def gvpo_kwargs(self) -> dict[str, float]:
+        """The keyword arguments of the `gvpo` stage function."""
+        return {name: getattr(self, name) for name in GVPO_PARAMS}
 
 
 @dataclass
@@ -310,8 +343,7 @@ class AdvantageConfig:
                     f"actor.advantage.process_adv_shaping.kwargs: unknown gvpo parameters {unknown}, "
                     f"expected a subset of {list(GVPO_PARAMS)}{did_you_mean(unknown, GVPO_PARAMS)}"
                 )
-            for name, value in process.kwargs.items():
-                _check_number(f"actor.advantage.process_adv_shaping.kwargs.{name}", value, low=0.0)
+            check_gvpo_values(process.kwargs, "actor.advantage.process_adv_shaping.kwargs.{name}")
         for stage, names in (
             ("process_adv_shaping", ("additive", "process_weighted")),
             ("outcome_reward_shaping", ("identity",)),
@@ -589,14 +621,9 @@ class PPOActorConfig:
         if not isinstance(self.gae_lambda_kwargs, dict):
             raise ConfigError(f"{p}gae_lambda_kwargs: got {self.gae_lambda_kwargs!r}, expected a mapping")
         self.gae_lambda_kwargs = _check_json_value(p + "gae_lambda_kwargs", self.gae_lambda_kwargs)
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ConfigError(f"{p}max_new_tokens: got {self.max_new_tokens!r}, expected an integer >= 1")
+        _check_int(p + "max_new_tokens", self.max_new_tokens, 1)
         if self.overlong_reward_penalty:
-            if (
-                isinstance(self.overlong_tokens, bool)
-                or not isinstance(self.overlong_tokens, int)
-                or not 1 <= self.overlong_tokens <= self.max_new_tokens
-            ):
+            if not _is_integer(self.overlong_tokens, low=1, high=self.max_new_tokens):
                 raise ConfigError(
                     f"{p}overlong_tokens: got {self.overlong_tokens!r}, expected an integer in "
                     f"[1, max_new_tokens={self.max_new_tokens}] when overlong_reward_penalty is true"
@@ -621,17 +648,8 @@ class PPOActorConfig:
                 _check_number(p + name, getattr(self, name), low=0.0, low_open=True)
         if self.c_clip is not None:
             _check_number(p + "c_clip", self.c_clip, low=1.0, low_open=True)
-        if (
-            isinstance(self.ppo_n_minibatches, bool)
-            or not isinstance(self.ppo_n_minibatches, int)
-            or self.ppo_n_minibatches < 1
-        ):
-            raise ConfigError(f"{p}ppo_n_minibatches: got {self.ppo_n_minibatches!r}, expected an integer >= 1")
-        if self.ppo_micro_batch_size is not None and (
-            isinstance(self.ppo_micro_batch_size, bool)
-            or not isinstance(self.ppo_micro_batch_size, int)
-            or self.ppo_micro_batch_size < 1
-        ):
+        _check_int(p + "ppo_n_minibatches", self.ppo_n_minibatches, 1)
+        if self.ppo_micro_batch_size is not None and not _is_integer(self.ppo_micro_batch_size, low=1):
             raise ConfigError(
                 f"{p}ppo_micro_batch_size: got {self.ppo_micro_batch_size!r}, expected null (the whole "
                 "minibatch) or an integer >= 1 (rows per forward on each rank)"

@@ -14,16 +14,22 @@ from typing import Any, cast
 
 from areal.api.actor_args import (
     GVPO_PARAMS,
+    PRM_MODES,
     STAGE_NAMES,
     AdvantageConfig,
+    AdvantageShaping,
     NormConfig,
     PPOActorConfig,
     StageSpec,
+    check_gvpo_values,
 )
 from areal.api.config_checks import ConfigError
 from areal.api.train_args import ExperimentConfig
 
 __all__ = [
+    "PRM_MODES",
+    "AdvantageShaping",
+    "check_gvpo_values",
     "GVPO_PARAMS",
     "STAGE_NAMES",
     "AdvantageConfig",

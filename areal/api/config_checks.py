@@ -15,6 +15,41 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
 
 
+def is_real(value: Any) -> bool:
+    """An `int` or `float` that is not a bool (`True` is an int to Python, never a number to a config)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_number(
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    allow_inf: bool = False,
+) -> bool:
+    """A real number (`True`/`False` are not), never NaN, finite unless `allow_inf`, within the bounds.
+
+    The one place that says what a numeric option may hold: config sections and stage functions
+    call it and keep their own messages (which name the field and the range).
+    """
+    if not is_real(value) or math.isnan(value):
+        return False
+    if math.isinf(value) and not allow_inf:
+        return False
+    if low is not None and (value < low or (low_open and value == low)):
+        return False
+    return high is None or (value < high if high_open else value <= high)
+
+
+def is_integer(value: Any, *, low: int | None = None, high: int | None = None) -> bool:
+    """An `int` that is not a bool, within [low, high] where given."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
 def check_choice(field: str, value: Any, choices: tuple) -> None:
     if value not in choices:
         raise ConfigError(f"{field}: got {value!r}, expected one of {list(choices)}")
@@ -29,7 +64,7 @@ def check_number(
     low_open: bool = False,
     allow_inf: bool = False,
 ) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real(value):
         raise ConfigError(f"{field}: got {value!r} ({type(value).__name__}), expected a number")
     if math.isnan(value) or (math.isinf(value) and not allow_inf):
         raise ConfigError(f"{field}: got {value!r}, expected a finite number")
@@ -46,7 +81,7 @@ def check_bool(field: str, value: Any) -> None:
 
 
 def check_int(field: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_integer(value, low=low):
         raise ConfigError(f"{field}: got {value!r}, expected an integer >= {low}")
 
 

@@ -12,12 +12,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal.api.config_checks import ConfigError, check_json_value, is_import_path
+from areal.api.config_checks import ConfigError, check_json_value, is_import_path, is_integer
 from areal.utils.suggest import did_you_mean
 
 
 def _int_in(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_integer(value, low=low, high=high):
         raise ConfigError(f"task.kwargs.{name}: got {value!r}, expected an integer in [{low}, {high}]")
 
 

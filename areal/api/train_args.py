@@ -17,25 +17,29 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal.api.actor_args import PPOActorConfig
-from areal.api.config_checks import ConfigError, check_bool, check_int, check_kwargs, check_number, is_import_path
+from areal.api.actor_args import AdvantageShaping, PPOActorConfig
+from areal.api.config_checks import (
+    ConfigError,
+    check_bool,
+    check_int,
+    check_kwargs,
+    check_number,
+    is_import_path,
+    is_integer,
+    is_number,
+)
 from areal.api.task_specs import BUILTIN_TASKS, task_has_process_scorer, validate_task
 
 _ARCHS = ("llama", "qwen2")
 _ATTN = ("eager", "sdpa")
 _DTYPES = ("float32", "bfloat16", "float64")
-_PRM_MODES = ("additive", "gvpo", "process_weighted")
 _EXPORTS = ("episode", "per_turn")
 _PARALLEL = ("ddp", "fsdp")
 _DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    check_int(name, value, low)
-
-
 def _check_float(name: str, value: Any, low: float, *, open_low: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if not is_number(value, allow_inf=True):
         raise ConfigError(f"{name}: got {value!r}, expected a number")
     if math.isinf(value):  # an infinite learning rate, clip or timeout is never meant
         raise ConfigError(f"{name}: got {value!r}, expected a finite number")
@@ -233,7 +237,7 @@ class ModelConfig:
         arch = self.architecture()
         _check_choice("model.arch", arch["arch"], _ARCHS)
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
-            _check_int(f"model.{name}", arch[name], 1)
+            check_int(f"model.{name}", arch[name], 1)
         if arch["hidden_size"] % arch["num_heads"]:
             raise ConfigError(
                 f"model.hidden_size: got {arch['hidden_size']}, expected a multiple of "
@@ -307,7 +311,7 @@ class CriticConfig:
         _check_float("critic.grad_clip", self.grad_clip, 0.0, open_low=True)
         _check_float("critic.value_eps_clip", self.value_eps_clip, 0.0, open_low=True)
         if self.ppo_n_minibatches is not None:
-            _check_int("critic.ppo_n_minibatches", self.ppo_n_minibatches, 1)
+            check_int("critic.ppo_n_minibatches", self.ppo_n_minibatches, 1)
 
 
 @dataclass
@@ -499,10 +503,10 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.every is not None:
-            _check_int("eval.every", self.every, 1)
-        _check_int("eval.n_prompts", self.n_prompts, 1)
+            check_int("eval.every", self.every, 1)
+        check_int("eval.n_prompts", self.n_prompts, 1)
         check_number("eval.success_threshold", self.success_threshold)
-        _check_int("eval.samples_per_step", self.samples_per_step, 0)
+        check_int("eval.samples_per_step", self.samples_per_step, 0)
 
 
 @dataclass
@@ -510,7 +514,7 @@ class AdvantageShapingConfig:
     """Legacy PRM (process reward model) shaping parameters, passed to `compute_advantages` at call time."""
 
     mode: str = field(
-        default="additive",
+        default=AdvantageShaping.mode,
         metadata={
             "help": "How process rewards shape the advantages: `additive` (default; A + p), `gvpo` or "
             "`process_weighted` (docs: *Custom advantage computation*, *Process advantage shaping*). An explicit "
@@ -518,25 +522,27 @@ class AdvantageShapingConfig:
         },
     )
     negative_scale: float = field(
-        default=0.2,
+        default=AdvantageShaping.negative_scale,
         metadata={
             "help": "`gvpo`: a negative advantage on a failed step (process reward < 0) is scaled by "
             "1 + negative_scale. Default 0.2."
         },
     )
     zero_penalty: float = field(
-        default=0.4,
+        default=AdvantageShaping.zero_penalty,
         metadata={"help": "`gvpo`: a near-zero advantage on a failed step becomes −zero_penalty. Default 0.4."},
     )
     zero_eps: float = field(
-        default=1e-6,
+        default=AdvantageShaping.zero_eps,
         metadata={"help": "`gvpo`: advantages within ±zero_eps count as zero. Default 1e-6."},
     )
 
     def __post_init__(self) -> None:
-        _check_choice("rollout.prm.advantage_shaping.mode", self.mode, _PRM_MODES)
-        for name in ("negative_scale", "zero_penalty", "zero_eps"):
-            _check_float(f"rollout.prm.advantage_shaping.{name}", getattr(self, name), 0.0)
+        self.shaping().validate("rollout.prm.advantage_shaping.mode", "rollout.prm.advantage_shaping.{name}")
+
+    def shaping(self) -> AdvantageShaping:
+        """The frozen call-time object `PPOActor.compute_advantages(shaping=...)` takes."""
+        return AdvantageShaping(self.mode, self.negative_scale, self.zero_penalty, self.zero_eps)
 
 
 @dataclass
@@ -620,10 +626,10 @@ class RolloutConfig:
     prm: PRMConfig = field(default_factory=PRMConfig, metadata={"help": "Process rewards (the `rollout.prm` section)."})
 
     def __post_init__(self) -> None:
-        _check_int("rollout.batch_size", self.batch_size, 1)
-        _check_int("rollout.n_samples", self.n_samples, 1)
+        check_int("rollout.batch_size", self.batch_size, 1)
+        check_int("rollout.n_samples", self.n_samples, 1)
         if self.max_new_tokens is not None:
-            _check_int("rollout.max_new_tokens", self.max_new_tokens, 1)
+            check_int("rollout.max_new_tokens", self.max_new_tokens, 1)
         if self.temperature is not None:
             _check_float("rollout.temperature", self.temperature, 0.0, open_low=True)
         _check_choice("rollout.export", self.export, _EXPORTS)
@@ -714,21 +720,21 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        _check_int("train.steps", self.steps, 1)
+        check_int("train.steps", self.steps, 1)
         _check_float("train.lr", self.lr, 0.0, open_low=True)
         _check_float("train.weight_decay", self.weight_decay, 0.0)
         _check_float("train.grad_clip", self.grad_clip, 0.0, open_low=True)
         if self.num_threads is not None:
-            _check_int("train.num_threads", self.num_threads, 1)
-        _check_int("train.log_every", self.log_every, 1)
+            check_int("train.num_threads", self.num_threads, 1)
+        check_int("train.log_every", self.log_every, 1)
         if self.dist_timeout_s is not None:
             _check_float("train.dist_timeout_s", self.dist_timeout_s, 0.0, open_low=True)
         _check_bool("train.debug_param_checksum", self.debug_param_checksum)
         _check_choice("train.parallel", self.parallel, _PARALLEL)
         _check_float("train.failure_timeout_s", self.failure_timeout_s, 0.0, open_low=True)
-        _check_int("train.save_every", self.save_every, 0)
+        check_int("train.save_every", self.save_every, 0)
         if self.keep_last is not None:
-            _check_int("train.keep_last", self.keep_last, 1)
+            check_int("train.keep_last", self.keep_last, 1)
         self._check_resume()
 
     def _check_resume(self) -> None:
@@ -905,7 +911,7 @@ class ExperimentConfig:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if not is_integer(self.seed):
             raise ConfigError(f"seed: got {self.seed!r}, expected an integer")
         for key in ("experiment_name", "trial_name"):
             name = getattr(self, key)

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from areal.utils.data import TrajBatchMeta
+
+if TYPE_CHECKING:
+    from areal.trainer.ppo.actor import PPOActor
 
 __all__ = [
     "ResponseBatch",
@@ -215,7 +218,7 @@ def to_response(batch: PipelineBatch, value: torch.Tensor, response_mask: torch.
     return out * response_mask.to(out.dtype)
 
 
-def response_advantages(actor: Any, batch: ResponseBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def response_advantages(actor: PPOActor, batch: ResponseBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """Run `actor.compute_advantages` on a response-only batch: (advantages, returns), each [B, R]."""
     converted = to_pipeline(batch)
     out = actor.compute_advantages(converted.data, converted.meta)

@@ -11,11 +11,12 @@ Everything is immutable and validated on construction, with errors naming the fi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
 from areal.utils.indices import as_int, index_from_counts, int_tuple
 
 __all__ = ["RolloutGroup", "TrajBatchMeta"]
@@ -128,7 +129,7 @@ def _check_reward_names(keys: Any, weights: Any) -> tuple[tuple[str, ...] | None
         )
     out = []
     for i, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or w != w or w in (float("inf"), float("-inf")):
+        if not is_number(w):
             raise ValueError(f"TrajBatchMeta.reward_weights[{i}]: got {w!r}, expected a finite number")
         out.append(float(w))
     return keys, tuple(out)
@@ -143,7 +144,10 @@ class TrajBatchMeta:
     when no prompt has split rollouts; otherwise one entry per prompt, None for a
     prompt whose every row is its own rollout. `reward_keys` names the K
     components of an [B, K] `rewards` tensor and `reward_weights` their weights
-    in the scalar reward (None: ones); both are None for a [B] reward.
+    in the scalar reward (None: ones); both are None for a [B] reward. `complete`
+    is False for the metadata the advantage pipeline makes up for a bare batch
+    (a fixed group size, no logical rollouts): group statistics then fall back to
+    the legacy layout, and shaped references are refused.
     """
 
     n_trajs: int
@@ -152,6 +156,7 @@ class TrajBatchMeta:
     rollout_groups: tuple[RolloutGroup | None, ...] | None = None
     reward_keys: tuple[str, ...] | None = None
     reward_weights: tuple[float, ...] | None = None
+    complete: bool = field(default=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         n_trajs = as_int(self.n_trajs)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from areal.utils.collectives import collectives_active
+
 __all__ = ["CallFailure", "FailedRank", "agreement", "before_collective", "one_exchange", "raised_by_collective"]
 
 _DIST_FILES = ("torch/distributed/", "torch/nn/parallel/distributed.py")
@@ -92,7 +94,7 @@ def raised_by_collective(exc: BaseException) -> bool:
 
 
 def _live() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return collectives_active() and dist.get_world_size() > 1
 
 
 def _exchange(call: _Call, exc: BaseException | None) -> None:

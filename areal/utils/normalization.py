@@ -19,13 +19,14 @@ import torch.distributed as dist
 from areal.api.cli_args import NormConfig
 from areal.utils import norm_kernels
 from areal.utils.call_agreement import before_collective, one_exchange
+from areal.utils.collectives import collectives_active
 from areal.utils.indices import index_from_counts, int_tuple
 
 __all__ = ["Normalization"]
 
 
 def _dist_active() -> bool:
-    return dist.is_available() and dist.is_initialized()
+    return collectives_active()
 
 
 @dataclass(frozen=True)

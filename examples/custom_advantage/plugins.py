@@ -18,7 +18,7 @@ from areal.trainer.ppo.advantage import (
     compute_default_advantages,
 )
 from areal.trainer.ppo.advantage_algorithms import ProcessAdvantageInputs, TemporalInputs, TemporalResult
-from areal.trainer.ppo.gae import compute_gae_lambda, token_gae
+from areal.trainer.ppo.gae import compute_gae_lambda, token_gae_tensors
 
 
 def scale_outcome(inputs: OutcomeRewardInputs, *, factor: float) -> OutcomeResult:
@@ -65,7 +65,7 @@ def token_gae_turn_lambda(inputs: TemporalInputs) -> TemporalResult:
         source=inputs.gae_lambda_source,
     )
     rewards = inputs.kl_rewards + inputs.outcome_rewards + inputs.process_rewards
-    advantages, returns = token_gae(
+    advantages, returns = token_gae_tensors(
         rewards,
         inputs.values,
         inputs.loss_mask,

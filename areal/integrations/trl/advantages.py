@@ -3,10 +3,9 @@
 GRPOTrainer gathers every process's rewards, computes the advantages of the whole
 generation batch identically in every process, and keeps its own rows. The
 pipeline does the same here, so its batch-level statistics must not be
-all-reduced a second time: `single_process_collectives` hides the process group
-for the duration of the call (the pipeline's reductions all-reduce exactly when
-`torch.distributed.is_initialized()`), which makes every rank compute on the full
-batch what one process would.
+all-reduced a second time: the call runs inside `single_process_collectives`
+(`areal.utils.collectives`), which turns the pipeline's reductions off for that
+call, so every rank computes on the full batch what one process would.
 
 Groups are TRL's: consecutive blocks of `num_generations` completions in the
 gathered order. A completion every reward function scored `None` (NaN) is left
@@ -15,16 +14,16 @@ out of its group, as TRL leaves it out of the baseline, and gets advantage 0.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
-from unittest import mock
+from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
 
 from areal.integrations.response_layout import ResponseBatch, response_advantages
+from areal.utils.collectives import single_process_collectives
+
+if TYPE_CHECKING:
+    from areal.trainer.ppo.actor import PPOActor
 
 __all__ = ["GatheredRollouts", "weighted_rewards", "group_advantages", "process_rows", "single_process_collectives"]
 
@@ -49,17 +48,7 @@ def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> t
     return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
 
 
-@contextlib.contextmanager
-def single_process_collectives() -> Iterator[None]:
-    """Within the block `torch.distributed.is_initialized()` is False (see the module docstring)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        yield
-        return
-    with mock.patch.object(dist, "is_initialized", lambda: False):
-        yield
-
-
-def group_advantages(actor: Any, rollouts: GatheredRollouts) -> torch.Tensor:
+def group_advantages(actor: PPOActor, rollouts: GatheredRollouts) -> torch.Tensor:
     """[N, C] advantages of the gathered batch from `actor` (a `PPOActor`), 0 off the loss mask."""
     N, C = rollouts.loss_mask.shape
     k = rollouts.num_generations

@@ -17,10 +17,9 @@ advantages exactly:
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from areal.api.config_checks import is_number
 from areal.trainer.ppo.advantage import OutcomeResult, OutcomeRewardInputs
 
 __all__ = ["batch_std_scale"]
@@ -28,7 +27,7 @@ __all__ = ["batch_std_scale"]
 
 def batch_std_scale(inputs: OutcomeRewardInputs, *, eps: float = 1e-4) -> OutcomeResult:
     """r / (std(r) + eps), std unbiased over every row of the batch (TRL's `nanstd`; 0 for one row)."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+    if not is_number(eps, low=0.0):
         raise ValueError(f"batch_std_scale: eps must be a finite number >= 0, got {eps!r}")
     rewards = inputs.data["rewards"].to(torch.float64)
     std = rewards.std() if rewards.numel() > 1 else torch.zeros((), dtype=torch.float64)

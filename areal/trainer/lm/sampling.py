@@ -52,6 +52,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from areal.api.config_checks import is_integer
 from areal.trainer.lm.logprobs import shared_prefix_mode
 
 
@@ -87,7 +88,7 @@ def check_request(contexts: Sequence[Sequence[int]], max_new_tokens: Sequence[in
     bad = [i for i, c in enumerate(contexts) if len(c) == 0]
     if bad:
         raise ValueError(f"sample_continuations: contexts {bad} are empty; every context needs at least one token")
-    caps = [i for i, n in enumerate(max_new_tokens) if isinstance(n, bool) or not isinstance(n, int) or n < 0]
+    caps = [i for i, n in enumerate(max_new_tokens) if not is_integer(n, low=0)]
     if caps:
         raise ValueError(f"sample_continuations: max_new_tokens{caps} are not integers >= 0")
     if not temperature > 0:

@@ -33,6 +33,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from areal.api.config_checks import is_integer, is_number
+
 __all__ = [
     "DistContext",
     "all_gather_objects",
@@ -60,13 +62,13 @@ _BACKENDS = ("gloo", "nccl")
 
 
 def _check_world_size(world_size: Any) -> int:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+    if not is_integer(world_size, low=1):
         raise ValueError(f"world_size: got {world_size!r}, expected an integer >= 1")
     return world_size
 
 
 def _check_rank(rank: Any, world_size: int) -> int:
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+    if not is_integer(rank, low=0, high=world_size - 1):
         raise ValueError(f"rank: got {rank!r}, expected an integer in [0, {world_size}) for world_size={world_size}")
     return rank
 
@@ -90,7 +92,7 @@ def assign_groups_to_ranks(group_token_counts: Sequence[int], world_size: int) -
         )
     counts: list[int] = []
     for i, value in enumerate(group_token_counts):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_integer(value, low=0):
             raise ValueError(f"group_token_counts[{i}]: got {value!r}, expected an integer >= 0 (tokens of group {i})")
         counts.append(value)
     if len(counts) < world_size:
@@ -122,7 +124,7 @@ def assign_prompts_to_ranks(n_prompts: int, world_size: int) -> list[list[int]]:
     minibatch of the whole batch (so the update equals the 1-process update).
     """
     world_size = _check_world_size(world_size)
-    if isinstance(n_prompts, bool) or not isinstance(n_prompts, int) or n_prompts < world_size:
+    if not is_integer(n_prompts, low=world_size):
         raise ValueError(
             f"assign_prompts_to_ranks: {n_prompts!r} prompts per step cannot be spread over {world_size} ranks "
             f"without splitting a prompt group; use rollout.batch_size >= {world_size} (the number of ranks)"
@@ -221,7 +223,7 @@ def _pick_backend(backend: str | None, device: torch.device) -> str:
 def _as_timedelta(timeout: float | timedelta | None) -> timedelta | None:
     if timeout is None or isinstance(timeout, timedelta):
         return timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 or math.isinf(timeout):
+    if not is_number(timeout, low=0.0, low_open=True):
         raise ValueError(f"init_distributed: timeout={timeout!r}, expected a positive number of seconds")
     return timedelta(seconds=float(timeout))
 

@@ -7,9 +7,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from areal.api.cli_args import ConfigError, PPOActorConfig
+from areal.api.cli_args import AdvantageShaping, ConfigError, PPOActorConfig
+from areal.api.train_args import AdvantageShapingConfig
 from areal.trainer.parallel.failures import staged
-from areal.trainer.ppo.advantage import CallOptions, ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
+from areal.trainer.ppo.advantage import ResolvedAdvantage, resolve_advantage, run_advantage_pipeline
 from areal.trainer.ppo.checks.batch_checks import BatchError
 from areal.trainer.ppo.checks.contracts import StageContractError, differences
 from areal.trainer.ppo.output_guard import NonFiniteOutputError
@@ -75,6 +76,32 @@ def pipeline_stage(exc: BaseException) -> str:
     return "the advantage pipeline"
 
 
+_LEGACY_SHAPING = {
+    "mode": "advantage_shaping_mode",
+    "negative_scale": "gvpo_negative_scale",
+    "zero_penalty": "gvpo_zero_penalty",
+    "zero_eps": "gvpo_zero_eps",
+}
+
+
+def _call_shaping(shaping: AdvantageShaping | AdvantageShapingConfig | None, **legacy: Any) -> AdvantageShaping:
+    """The call's one shaping object: `shaping` (or its config section), else the legacy keywords over the defaults."""
+    given = {name: value for name, value in legacy.items() if value is not None}
+    if shaping is None:
+        return AdvantageShaping(**given)
+    if given:
+        names = sorted(_LEGACY_SHAPING[name] for name in given)
+        raise ValueError(f"PPOActor.compute_advantages: got shaping= and {names}; pass the values one way only")
+    if isinstance(shaping, AdvantageShapingConfig):
+        return shaping.shaping()
+    if not isinstance(shaping, AdvantageShaping):
+        raise TypeError(
+            f"PPOActor.compute_advantages: shaping is a {type(shaping).__name__}, expected an AdvantageShaping "
+            "or the rollout.prm.advantage_shaping section"
+        )
+    return shaping
+
+
 class PPOActor:
     """The actor side of PPO: advantages in, policy update out.
 
@@ -112,17 +139,18 @@ class PPOActor:
         data: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         meta: TrajBatchMeta | None = None,
         *,
-        advantage_shaping_mode: str = "additive",
-        gvpo_negative_scale: float = 0.2,
-        gvpo_zero_penalty: float = 0.4,
-        gvpo_zero_eps: float = 1e-6,
+        shaping: AdvantageShaping | AdvantageShapingConfig | None = None,
+        advantage_shaping_mode: str | None = None,
+        gvpo_negative_scale: float | None = None,
+        gvpo_zero_penalty: float | None = None,
+        gvpo_zero_eps: float | None = None,
     ) -> dict[str, Any]:
         """Run the configured advantage computation and return a NEW batch dict.
 
         `data` is one padded batch (with optional `meta`) or a list of trajectory
         groups, which are concatenated with `concat_batch` (metadata derived).
-        `advantage_shaping_mode` and `gvpo_*` are the legacy call-time PRM choice;
-        an explicit `actor.advantage.process_adv_shaping` wins over it. Every
+        `shaping` is the call-time PRM choice (`rollout.prm.advantage_shaping.shaping()`);
+        `advantage_shaping_mode` and `gvpo_*` are its legacy spelling, one keyword per value. An explicit `actor.advantage.process_adv_shaping` wins over it. Every
         field the pipeline emits is a new tensor (editing it never edits the
         caller's batch); the batch's other fields are the caller's tensors.
         Without `use_decoupled_loss`, `prox_logp` is the same tensor as `logprobs`.
@@ -134,7 +162,13 @@ class PPOActor:
         """
         states = self.stage_states
         snapshots = {name: state.snapshot() for name, state in states.items()}
-        options = CallOptions(advantage_shaping_mode, gvpo_negative_scale, gvpo_zero_penalty, gvpo_zero_eps)
+        options = _call_shaping(
+            shaping,
+            mode=advantage_shaping_mode,
+            negative_scale=gvpo_negative_scale,
+            zero_penalty=gvpo_zero_penalty,
+            zero_eps=gvpo_zero_eps,
+        )
         try:
             with agreement("PPOActor.compute_advantages", pipeline_stage):
                 return self._compute_advantages(data, meta, options)
@@ -143,7 +177,7 @@ class PPOActor:
                 state.restore(snapshots[name])
             raise
 
-    def _compute_advantages(self, data: Any, meta: TrajBatchMeta | None, options: CallOptions) -> dict[str, Any]:
+    def _compute_advantages(self, data: Any, meta: TrajBatchMeta | None, options: AdvantageShaping) -> dict[str, Any]:
         self._check_config_unchanged()
         if not isinstance(data, Mapping):
             if data is None or isinstance(data, (str, bytes)) or not isinstance(data, Sequence):

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from areal.api.cli_args import AdvantageConfig, PPOActorConfig
+from areal.api.cli_args import AdvantageConfig, AdvantageShaping, PPOActorConfig
 from areal.trainer.ppo.checks.aux_fields import (
     ROLLOUT_IS_WEIGHTS,
     SUM_PI_SQUARED,
@@ -108,7 +109,7 @@ def run_advantage_pipeline(
     meta: TrajBatchMeta | None,
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
-    options: CallOptions = CallOptions(),
+    options: AdvantageShaping = AdvantageShaping(),
 ) -> dict[str, Any]:
     """Validate the batch, run the configured computation, return a NEW output dict.
 
@@ -120,21 +121,24 @@ def run_advantage_pipeline(
     n_rows, n_pos = check_batch_structure(
         data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss
     )
-    meta_complete = meta is not None
     if meta is None:
         meta = _synthesise_meta(config, n_rows)
     else:
         check_meta(meta, n_rows)
     if resolved.compute is not None:
         magnitudes = check_batch_values(data)
-        fields = _run_full_replacement(data, meta, meta_complete, config, resolved.compute, options)
+        fields = _run_full_replacement(data, meta, config, resolved.compute, options)
     else:
-        fields, magnitudes = _default_fields(data, meta, meta_complete, config, resolved, options)
-    stats = BatchStats(n_rows, n_pos, magnitudes)
-    guard_outputs(
-        fields,
-        GuardContext(config, resolved, options, stats, meta, meta_complete, data.get("token_rewards") is not None),
+        fields, magnitudes = _default_fields(data, meta, config, resolved, options)
+    context = GuardContext(
+        config=config,
+        resolved=resolved,
+        options=options,
+        stats=BatchStats(n_rows, n_pos, magnitudes),
+        meta=meta,
+        has_token_rewards=data.get("token_rewards") is not None,
     )
+    guard_outputs(fields, context)
     out = dict(data)
     out.update(unalias(fields, data))
     return out
@@ -144,7 +148,7 @@ def _synthesise_meta(config: PPOActorConfig, n_rows: int) -> TrajBatchMeta:
     """Metadata for a bare batch: the legacy fixed group size when it divides B."""
     norm = config.reward_norm or config.adv_norm
     size = norm.group_size if norm is not None and n_rows % norm.group_size == 0 else 1
-    return TrajBatchMeta.from_group_sizes([size] * (n_rows // size))
+    return dataclasses.replace(TrajBatchMeta.from_group_sizes([size] * (n_rows // size)), complete=False)
 
 
 # ---------------------------------------------------------------------------
@@ -155,10 +159,9 @@ def _synthesise_meta(config: PPOActorConfig, n_rows: int) -> TrajBatchMeta:
 def _default_fields(
     data: Mapping[str, Any],
     meta: TrajBatchMeta,
-    meta_complete: bool,
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
-    options: CallOptions,
+    options: AdvantageShaping,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """The new and replaced batch fields, one block per stage of the default pipeline, and the input magnitudes.
 
@@ -178,17 +181,17 @@ def _default_fields(
         outcome = _run_outcome(resolved.outcome, outcome_inputs)
         # 3. Reward scaling and normalisation.
         score = normalise_scores(
-            outcome, unpenalized, resolved.outcome, config, meta, meta_complete, resolved.norm_states.get("reward_norm")
+            outcome, unpenalized, resolved.outcome, config, meta, resolved.norm_states.get("reward_norm")
         )
     except Exception:
         if fused:
             check_batch_values(data)  # a bad batch is reported first, as on the tensor path
         raise
     if fused:  # 4.-6. in one fused CPU pass per row, then the normalisation passes
-        steps = run_fused_steps(data, score, config, resolved, meta, meta_complete)
+        steps = run_fused_steps(data, score, config, resolved, meta)
         magnitudes = dict(steps.input_magnitudes)
     else:
-        steps = _tensor_steps(data, score, config, resolved, meta, meta_complete)
+        steps = _tensor_steps(data, score, config, resolved, meta)
     # 7. Process advantage shaping.
     advantages = _shape_process(
         process_stage,
@@ -211,7 +214,6 @@ def _tensor_steps(
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
     meta: TrajBatchMeta,
-    meta_complete: bool,
 ) -> StepFields:
     """Steps 4-6 as tensor operations around the configured estimator stage."""
     estimator = default_estimator(resolved, config)
@@ -223,21 +225,22 @@ def _tensor_steps(
     reads = stage_reads(estimator)
     temporal_inputs = _temporal_inputs(
         aligned,
-        kl,
-        place_outcome(score, aligned, config),
-        folded,
-        config,
-        resolved,
-        meta,
-        aligned_anchor_ids(data, reads),
-        {**_token_fields(data, aligned.loss_mask, reads), **_teacher_fields(data, estimator)},
+        PlacedRewards(kl=kl, outcome=place_outcome(score, aligned, config), folded=folded),
+        config=config,
+        resolved=resolved,
+        meta=meta,
+        optional_fields={
+            "anchor_ids": aligned_anchor_ids(data, reads),
+            **_token_fields(data, aligned.loss_mask, reads),
+            **_teacher_fields(data, estimator),
+        },
     )
     del folded
     temporal = _run_temporal(estimator, temporal_inputs)
     del temporal_inputs
     # 6. Advantage normalisation.
     advantages = _normalise_advantages(
-        temporal.advantages, aligned.loss_mask, config, meta, meta_complete, resolved.norm_states.get("adv_norm")
+        temporal.advantages, aligned.loss_mask, config, meta, resolved.norm_states.get("adv_norm")
     )
     return StepFields(
         aligned.loss_mask,
@@ -275,23 +278,32 @@ def _teacher_fields(data: Mapping[str, Any], estimator: ResolvedStage) -> dict[s
     return {key: data.get(key) if key in wanted else None for key in ("ref_logp", "teacher_logp")}
 
 
+@dataclass(frozen=True)
+class PlacedRewards:
+    """The [B, T] rewards step 4 placed for the estimator (`folded` None: no process rewards)."""
+
+    kl: torch.Tensor
+    outcome: torch.Tensor
+    folded: torch.Tensor | None
+
+
 def _temporal_inputs(
     aligned: AlignedBatch,
-    kl: torch.Tensor,
-    outcome_tokens: torch.Tensor,
-    folded: torch.Tensor | None,
+    rewards: PlacedRewards,
+    *,
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
     meta: TrajBatchMeta,
-    anchor_ids: torch.Tensor | None = None,
-    token_fields: Mapping[str, torch.Tensor | None] | None = None,
+    optional_fields: Mapping[str, torch.Tensor | None],
 ) -> TemporalInputs:
+    """`optional_fields`: the TemporalInputs fields the estimator may read (anchor ids, token fields, teachers)."""
     values = aligned.values
+    folded = rewards.folded
     if folded is None:  # a zero view, no memory
         folded = torch.zeros((), dtype=torch.float32, device=values.device).expand(values.shape)
     return TemporalInputs(
-        outcome_rewards=outcome_tokens,
-        kl_rewards=reward_kl(kl, aligned),
+        outcome_rewards=rewards.outcome,
+        kl_rewards=reward_kl(rewards.kl, aligned),
         process_rewards=folded,
         values=values,
         loss_mask=aligned.loss_mask,
@@ -304,9 +316,8 @@ def _temporal_inputs(
         gae_lambda_kwargs=resolved.gae_lambda_kwargs,
         gae_lambda_source=resolved.gae_lambda_source,
         meta=meta,
-        anchor_ids=anchor_ids,
         old_logp=aligned.old_logp,
-        **(token_fields or {}),
+        **optional_fields,
     )
 
 
@@ -322,7 +333,6 @@ def _normalise_advantages(
     loss_mask: torch.Tensor,
     config: PPOActorConfig,
     meta: TrajBatchMeta,
-    meta_complete: bool,
     running: StageState | None = None,
 ) -> torch.Tensor:
     """Token-weighted by the aligned mask; groups from the metadata when it is complete; `running`: level running."""
@@ -333,8 +343,8 @@ def _normalise_advantages(
     return Normalization(config.adv_norm)(
         advantages,
         loss_mask,
-        group_sizes=list(meta.traj_group_sizes) if meta_complete else None,
-        logical_group_sizes=list(meta.logical_group_sizes) if meta_complete else None,
+        group_sizes=list(meta.traj_group_sizes) if meta.complete else None,
+        logical_group_sizes=list(meta.logical_group_sizes) if meta.complete else None,
     )
 
 
@@ -386,10 +396,7 @@ def compute_default_advantages(inputs: AdvantageInputs) -> AdvantageResult:
     A full replacement can call this and post-process, or use it as a template.
     """
     resolved = resolve_advantage(dataclasses.replace(inputs.config, advantage=AdvantageConfig()))
-    options = CallOptions(
-        inputs.advantage_shaping_mode, inputs.gvpo_negative_scale, inputs.gvpo_zero_penalty, inputs.gvpo_zero_eps
-    )
-    fields, _ = _default_fields(inputs.data, inputs.meta, inputs.meta_is_complete, inputs.config, resolved, options)
+    fields, _ = _default_fields(inputs.data, inputs.meta, inputs.config, resolved, inputs.shaping)
     extras = {k: fields[k] for k in ALLOWED_EXTRAS if k in fields}
     return AdvantageResult(
         advantages=fields["advantages"],
@@ -406,22 +413,12 @@ def compute_default_advantages(inputs: AdvantageInputs) -> AdvantageResult:
 def _run_full_replacement(
     data: Mapping[str, Any],
     meta: TrajBatchMeta,
-    meta_complete: bool,
     config: PPOActorConfig,
     stage: ResolvedStage,
-    options: CallOptions,
+    options: AdvantageShaping,
 ) -> dict[str, Any]:
     """The replacement's fields, checked against the full-replacement contract."""
-    inputs = AdvantageInputs(
-        dict(data),
-        config,
-        meta,
-        options.advantage_shaping_mode,
-        options.gvpo_negative_scale,
-        options.gvpo_zero_penalty,
-        options.gvpo_zero_eps,
-        meta_is_complete=meta_complete,
-    )
+    inputs = AdvantageInputs(dict(data), config, meta, shaping=options)
     ids = data["input_ids"]
     result = check_full_result(stage, call_stage(stage, inputs), tuple(ids.shape), ids.device)
     return {

@@ -8,10 +8,10 @@ same types is a drop-in replacement (`actor.advantage.<stage>`).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from areal.api.cli_args import AdvantageShaping, check_gvpo_values
+from areal.api.stage_registry import STAGE_REGISTRY, register_stage
 from areal.trainer.ppo import gae as gae_kernels
 from areal.trainer.ppo.stage_types import (
     GAELambdaSpec,
@@ -46,6 +46,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
+@register_stage("outcome_reward_shaping", "identity")
 def identity_outcome(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """Keep the (length-penalised) task reward as is, integer dtype included."""
     return OutcomeResult(rewards=inputs.data["rewards"])
@@ -56,6 +57,7 @@ def identity_outcome(inputs: OutcomeRewardInputs) -> OutcomeResult:
 # ---------------------------------------------------------------------------
 
 
+@register_stage("estimator", "token_gae")
 def token_gae(inputs: TemporalInputs) -> TemporalResult:
     """Token-level GAE: A_t = δ_t + γλ·A_{t+1}, δ_t = r_t + γ·V_{t+1} − V_t, r_t = KL + outcome + process.
 
@@ -64,7 +66,7 @@ def token_gae(inputs: TemporalInputs) -> TemporalResult:
     """
     rewards = inputs.kl_rewards + inputs.outcome_rewards
     rewards += inputs.process_rewards  # in place: `rewards` is ours
-    advantages, returns = gae_kernels.token_gae(
+    advantages, returns = gae_kernels.token_gae_tensors(
         rewards,
         inputs.values,
         inputs.loss_mask,
@@ -84,6 +86,7 @@ def require_turn_ids(turn_ids: torch.Tensor | None) -> None:
         )
 
 
+@register_stage("estimator", "turn_gae")
 def turn_gae(inputs: TemporalInputs) -> TemporalResult:
     """Turn-level GAE: A_k = δ_k + γλ·A_{k+1}, δ_k = R_k + γ·V_{k+1} − V_k, R_k the turn's reward sum.
 
@@ -93,7 +96,7 @@ def turn_gae(inputs: TemporalInputs) -> TemporalResult:
     """
     require_turn_ids(inputs.turn_ids)
     rewards = inputs.outcome_rewards + inputs.process_rewards
-    advantages, returns = gae_kernels.turn_gae(
+    advantages, returns = gae_kernels.turn_gae_tensors(
         rewards,
         inputs.values,
         inputs.loss_mask,
@@ -114,6 +117,7 @@ def turn_gae(inputs: TemporalInputs) -> TemporalResult:
 # ---------------------------------------------------------------------------
 
 
+@register_stage("process_adv_shaping", "additive")
 def additive(inputs: ProcessAdvantageInputs) -> torch.Tensor:
     """A' = A + p_t, p_t the token's process reward (`token_rewards`); AReaL's default PRM shaping.
 
@@ -125,17 +129,17 @@ def additive(inputs: ProcessAdvantageInputs) -> torch.Tensor:
 
 
 def check_gvpo_params(negative_scale: float, zero_penalty: float, zero_eps: float, *, where: str = "gvpo") -> None:
-    for name, value in (("negative_scale", negative_scale), ("zero_penalty", zero_penalty), ("zero_eps", zero_eps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
+    values = {"negative_scale": negative_scale, "zero_penalty": zero_penalty, "zero_eps": zero_eps}
+    check_gvpo_values(values, f"{where}: {{name}}")
 
 
+@register_stage("process_adv_shaping", "gvpo")
 def gvpo(
     inputs: ProcessAdvantageInputs,
     *,
-    negative_scale: float = 0.2,
-    zero_penalty: float = 0.4,
-    zero_eps: float = 1e-6,
+    negative_scale: float = AdvantageShaping.negative_scale,
+    zero_penalty: float = AdvantageShaping.zero_penalty,
+    zero_eps: float = AdvantageShaping.zero_eps,
 ) -> torch.Tensor:
     """On failed steps (p_t < 0): A' = A·(1 + negative_scale) if A < −zero_eps, −zero_penalty if |A| ≤ zero_eps, else 0.
 
@@ -154,6 +158,7 @@ def gvpo(
     return shaped.masked_fill(failed & (advantages > zero_eps), 0.0)
 
 
+@register_stage("process_adv_shaping", "process_weighted")
 def process_weighted(inputs: ProcessAdvantageInputs) -> torch.Tensor:
     """A' = A·p if A ≥ 0, else p if p > 0, else A, with process rewards p in [0, 1].
 
@@ -177,6 +182,7 @@ def process_weighted(inputs: ProcessAdvantageInputs) -> torch.Tensor:
     return torch.where(active, shaped, advantages)
 
 
-BUILTIN_OUTCOME = {"identity": identity_outcome}
-BUILTIN_ESTIMATORS = {"token_gae": token_gae, "turn_gae": turn_gae}
-BUILTIN_PROCESS = {"additive": additive, "gvpo": gvpo, "process_weighted": process_weighted}
+#: This module's built-ins by stage, read back from the registry (which holds every built-in).
+BUILTIN_OUTCOME = STAGE_REGISTRY.defined_in("outcome_reward_shaping", __name__)
+BUILTIN_ESTIMATORS = STAGE_REGISTRY.defined_in("estimator", __name__)
+BUILTIN_PROCESS = STAGE_REGISTRY.defined_in("process_adv_shaping", __name__)

@@ -88,7 +88,6 @@ def run_fused_steps(
     config: PPOActorConfig,
     resolved: ResolvedAdvantage,
     meta: TrajBatchMeta,
-    meta_complete: bool,
 ) -> StepFields:
     """Steps 4-6 for a batch `use_fused` accepted; raises the tensor path's error for a bad batch."""
     unit = default_estimator(resolved, config).implementation.removesuffix("_gae")
@@ -132,8 +131,8 @@ def run_fused_steps(
             advantages,
             out.loss_mask,
             row_moments=out.row_moments,
-            group_sizes=list(meta.traj_group_sizes) if meta_complete else None,
-            logical_group_sizes=list(meta.logical_group_sizes) if meta_complete else None,
+            group_sizes=list(meta.traj_group_sizes) if meta.complete else None,
+            logical_group_sizes=list(meta.logical_group_sizes) if meta.complete else None,
         )
     return StepFields(
         loss_mask=out.loss_mask,

@@ -17,6 +17,9 @@ from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number, is_real
+from areal.utils.renamed import renamed_attributes
+
 from .kernels import FUSED_TURN_KERNELS, run_token_gae, select_backend
 from .kernels.torch_ref import accumulation_dtype
 
@@ -27,8 +30,8 @@ __all__ = [
     "check_turn_ids_type",
     "compute_gae_lambda",
     "count_turns",
-    "token_gae",
-    "turn_gae",
+    "token_gae_tensors",
+    "turn_gae_tensors",
     "validate_turn_ids",
 ]
 
@@ -41,7 +44,7 @@ _ALIGNED_FIELD = "turn_ids (aligned)"
 # ---------------------------------------------------------------------------
 
 
-def token_gae(
+def token_gae_tensors(
     rewards: torch.Tensor,
     values: torch.Tensor,
     loss_mask: torch.Tensor,
@@ -69,7 +72,7 @@ def token_gae(
     return run_token_gae(r, v, m, coef, boot, discount)
 
 
-def turn_gae(
+def turn_gae_tensors(
     rewards: torch.Tensor,
     values: torch.Tensor,
     loss_mask: torch.Tensor,
@@ -307,7 +310,7 @@ def compute_gae_lambda(
     """
     _check_lambda_unit(loss_mask, turn_ids, timestep_unit, source)
     kwargs = dict(gae_lambda_kwargs or {})
-    if isinstance(gae_lambda, bool) or not (isinstance(gae_lambda, (int, float)) or callable(gae_lambda)):
+    if not (is_real(gae_lambda) or callable(gae_lambda)):
         raise ValueError(
             f"{source}: got {gae_lambda!r} ({type(gae_lambda).__name__}), expected a number in [0, 1] "
             "or a callable taking a GAELambdaContext (resolve import paths and built-in names first)"
@@ -382,7 +385,7 @@ def _check_lambda_number(value: float, source: str) -> float:
 
 def _check_lambda_result(result: Any, n_rows: int, device: torch.device, source: str) -> torch.Tensor:
     """A [B] floating tensor (or a number, broadcast), finite, in [0, 1], on `device`."""
-    if isinstance(result, (int, float)) and not isinstance(result, bool):
+    if is_real(result):
         value = _check_lambda_number(result, source)
         return torch.full((n_rows,), value, dtype=torch.float32, device=device)
     if not isinstance(result, torch.Tensor):
@@ -433,14 +436,14 @@ def _check_bt(fn: str, **tensors: Any) -> tuple[torch.Tensor, ...]:
 
 
 def _check_discount(fn: str, discount: Any) -> float:
-    if isinstance(discount, bool) or not isinstance(discount, (int, float)) or not math.isfinite(discount):
+    if not is_number(discount):
         raise ValueError(f"{fn}: discount is {discount!r}, expected a finite number")
     return float(discount)
 
 
 def _per_row(fn: str, name: str, x: Any, n_rows: int, device: torch.device) -> torch.Tensor:
     """A [B] float32 tensor on `device` from a [B] tensor or a number."""
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
+    if is_real(x):
         return torch.full((n_rows,), float(x), dtype=torch.float32, device=device)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: {name} is {type(x).__name__}, expected a [{n_rows}] float tensor")
@@ -455,3 +458,7 @@ def _describe(x: Any) -> str:
     if isinstance(x, torch.Tensor):
         return f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
     return type(x).__name__
+
+
+#: Former names, still importable (with a DeprecationWarning) for code written against them.
+__getattr__ = renamed_attributes(__name__, {"token_gae": "token_gae_tensors", "turn_gae": "turn_gae_tensors"})

@@ -36,10 +36,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from areal.api.cli_args import NormConfig, PPOActorConfig
+from areal.api.cli_args import AdvantageShaping, NormConfig, PPOActorConfig
 from areal.trainer.ppo.checks.batch_checks import BatchStats, all_finite
-from areal.trainer.ppo.stage_resolution import CallOptions, ResolvedAdvantage, select_process
+from areal.trainer.ppo.stage_resolution import ResolvedAdvantage, select_process
 from areal.utils.call_agreement import before_collective
+from areal.utils.collectives import collectives_active
 from areal.utils.data import TrajBatchMeta
 
 __all__ = ["GuardContext", "NonFiniteOutputError", "SAFE_MAGNITUDE", "guard_outputs", "magnitudes", "output_bounds"]
@@ -71,16 +72,15 @@ class NonFiniteOutputError(ValueError):
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GuardContext:
-    """Everything the guard may look at besides the output fields."""
+    """Everything the guard may look at besides the output fields (built by keyword: six of them)."""
 
     config: PPOActorConfig
     resolved: ResolvedAdvantage
-    options: CallOptions
+    options: AdvantageShaping
     stats: BatchStats
-    meta: TrajBatchMeta
-    meta_complete: bool
+    meta: TrajBatchMeta  # `meta.complete`: False when synthesised for a bare batch
     has_token_rewards: bool
 
 
@@ -160,7 +160,7 @@ def _crosses_ranks(cfg: PPOActorConfig) -> bool:
     norms = [n for n in (cfg.reward_norm, cfg.adv_norm) if n is not None]
     if not any("batch" in (n.mean_level, n.std_level) for n in norms):
         return False
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return collectives_active() and dist.get_world_size() > 1
 
 
 def magnitudes(rewards: torch.Tensor, ctx: GuardContext) -> dict[str, float]:
@@ -190,7 +190,7 @@ def score_bound(mags: Mapping[str, float], ctx: GuardContext) -> Bound:
     raw = _scaled(mags["rewards"], cfg)
     if cfg.reward_norm is None:
         return raw
-    if ctx.meta_complete:
+    if ctx.meta.complete:
         if ctx.resolved.outcome.implementation != "identity":
             return UNKNOWN  # it may have returned shaped references, which the guard does not see
         refs = _scaled(mags["references"], cfg)

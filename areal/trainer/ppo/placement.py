@@ -21,6 +21,7 @@ import torch.distributed as dist
 from areal.api.cli_args import PPOActorConfig
 from areal.trainer.ppo.checks.batch_checks import BatchError
 from areal.trainer.ppo.stage_types import TemporalResult
+from areal.utils.collectives import collectives_active
 from areal.utils.data import KLEstimator
 
 __all__ = [
@@ -46,7 +47,7 @@ class AlignedBatch:
     seqlens: torch.Tensor  # [B] long, attention-mask lengths
     truncated: torch.Tensor  # [B] bool
     values: torch.Tensor  # [B, T] critic values, or an expanded zero view
-    mopd_behavior_logprobs: torch.Tensor | None  # aligned masked behaviour log-probs, detached
+    mopd_behavior_logprobs: torch.Tensor | None  # aligned masked behaviour log-probs, detached (AReaL's batch key)
 
     @property
     def rows(self) -> torch.Tensor:
@@ -85,7 +86,7 @@ def truncation_width(n_pos: int, device: torch.device) -> int:
     batches without `is_truncated` reach this, on every rank alike (the rollout
     decides the batch's fields).
     """
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+    if not (collectives_active() and dist.get_world_size() > 1):
         return n_pos
     width = torch.tensor([n_pos], dtype=torch.int64, device=device)
     dist.all_reduce(width, op=dist.ReduceOp.MAX)

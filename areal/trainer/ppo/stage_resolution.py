@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from areal.api.cli_args import GVPO_PARAMS, PPOActorConfig, StageSpec
+from areal.api.cli_args import GVPO_PARAMS, PRM_MODES, AdvantageShaping, PPOActorConfig, StageSpec
+from areal.api.stage_registry import STAGE_REGISTRY
 from areal.trainer.ppo import advantage_algorithms as algos
 from areal.trainer.ppo.checks.aux_fields import declared_fields
 from areal.trainer.ppo.checks.contracts import ResolvedStage, call_stage, check_temporal_result
-from areal.trainer.ppo.estimators import (
+from areal.trainer.ppo.estimators import (  # noqa: F401  (imported for their @register_stage functions)
     combine,
     entropy_shaping,
     gdpo,
@@ -47,8 +47,6 @@ __all__ = [
     "resolve_advantage",
     "select_process",
 ]
-
-PRM_MODES = ("additive", "gvpo", "process_weighted")
 
 
 @dataclass(frozen=True)
@@ -94,20 +92,11 @@ class ResolvedAdvantage:
         return rows
 
 
-OUTCOME_BUILTINS = {
-    **algos.BUILTIN_OUTCOME,
-    **peer_algorithms.OUTCOME,
-    **gdpo.OUTCOME,
-    **stateful_baselines.OUTCOME,
-    **role_baselines.OUTCOME,
-}
-ESTIMATOR_BUILTINS = {
-    **algos.BUILTIN_ESTIMATORS,
-    **peer_algorithms.ESTIMATORS,
-    **step_credit.ESTIMATORS,
-    **token_baseline.ESTIMATORS,
-}
-PROCESS_BUILTINS = {**algos.BUILTIN_PROCESS, **entropy_shaping.PROCESS}
+# Every built-in stage module is imported above, so the registry is complete here; `functions` checks
+# it against the names the config accepts (derived from the same decorators).
+OUTCOME_BUILTINS = STAGE_REGISTRY.functions("outcome_reward_shaping")
+ESTIMATOR_BUILTINS = STAGE_REGISTRY.functions("estimator")
+PROCESS_BUILTINS = STAGE_REGISTRY.functions("process_adv_shaping")
 
 
 def wants_state(fn: Callable[..., Any]) -> bool:
@@ -251,41 +240,18 @@ def default_estimator(resolved: ResolvedAdvantage, config: PPOActorConfig) -> Re
     return ResolvedStage("estimator", name, algos.BUILTIN_ESTIMATORS[name], custom=False)
 
 
-@dataclass(frozen=True)
-class CallOptions:
-    """Call-time PRM selection (the legacy interface the trainer passes through)."""
-
-    advantage_shaping_mode: str = "additive"
-    gvpo_negative_scale: float = 0.2
-    gvpo_zero_penalty: float = 0.4
-    gvpo_zero_eps: float = 1e-6
-
-    def validate(self) -> None:
-        """Checked on every call, whether or not the batch has process rewards to shape."""
-        mode = self.advantage_shaping_mode
-        if mode not in PRM_MODES:
-            raise ValueError(f"advantage_shaping_mode: got {mode!r}, expected one of {list(PRM_MODES)}")
-        for name in ("gvpo_negative_scale", "gvpo_zero_penalty", "gvpo_zero_eps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name}: got {value!r}, expected a finite number >= 0")
-
-    def legacy_gvpo(self) -> dict[str, float]:
-        return {
-            "negative_scale": self.gvpo_negative_scale,
-            "zero_penalty": self.gvpo_zero_penalty,
-            "zero_eps": self.gvpo_zero_eps,
-        }
+#: The call-time PRM selection the trainer passes through (deprecated name of `AdvantageShaping`).
+CallOptions = AdvantageShaping
 
 
 def select_process(
-    resolved: ResolvedAdvantage, config: PPOActorConfig, options: CallOptions
+    resolved: ResolvedAdvantage, config: PPOActorConfig, options: AdvantageShaping
 ) -> tuple[ResolvedStage, dict[str, Any]]:
     """Explicit config wins over the call-time mode; explicit GVPO kwargs override legacy ones."""
     options.validate()
     stage = resolved.process
     if stage is None:
-        mode = options.advantage_shaping_mode
+        mode = options.mode
         if mode in ("gvpo", "process_weighted") and not config.token_rewards_as_adv:
             raise ValueError(f"advantage_shaping_mode={mode!r} requires actor.token_rewards_as_adv=true (got false)")
         if mode == "process_weighted" and config.mask_no_eos_with_zero:
@@ -293,9 +259,9 @@ def select_process(
                 "advantage_shaping_mode='process_weighted' requires actor.mask_no_eos_with_zero=false (got true)"
             )
         stage = ResolvedStage("process_adv_shaping", mode, algos.BUILTIN_PROCESS[mode], custom=False)
-        return stage, (options.legacy_gvpo() if mode == "gvpo" else {})
+        return stage, (options.gvpo_kwargs() if mode == "gvpo" else {})
     if stage.implementation == "gvpo" and not stage.custom:
-        merged = options.legacy_gvpo()
+        merged = options.gvpo_kwargs()
         merged.update({k: v for k, v in stage.kwargs.items() if k in GVPO_PARAMS})
         algos.check_gvpo_params(**merged, where="actor.advantage.process_adv_shaping (gvpo)")
         return stage, merged

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from areal.utils.call_agreement import before_collective
+from areal.utils.collectives import collectives_active
 
 __all__ = ["STATE_PARAMETER", "StageState", "StageStateError", "distributed_world", "gather_rows"]
 
@@ -173,7 +174,7 @@ class StageState:
 
 def distributed_world() -> int:
     """The number of data-parallel ranks (1 without an initialised process group)."""
-    if dist.is_available() and dist.is_initialized():
+    if collectives_active():
         return dist.get_world_size()
     return 1
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from areal.api.cli_args import PPOActorConfig
+from areal.api.cli_args import AdvantageShaping, PPOActorConfig
 from areal.trainer.ppo import gae as gae_kernels
 from areal.utils.data import TrajBatchMeta
 
@@ -97,7 +97,7 @@ class TemporalInputs:
     gae_lambda: GAELambdaSpec  # a float or a resolved lambda function
     gae_lambda_kwargs: Mapping[str, Any] = field(default_factory=dict)
     gae_lambda_source: str = "actor.gae_lambda"
-    meta: Any = None  # TrajBatchMeta
+    meta: TrajBatchMeta | None = None
     anchor_ids: torch.Tensor | None = None  # [B, T] long anchor-state key of each generated token's turn, or None
     old_logp: torch.Tensor | None = None  # [B, T] the PPO ratio's old log-probs x loss_mask (the pipeline sets it)
     sum_pi_squared: torch.Tensor | None = None  # [B, T] aligned Σπ² x loss_mask, or None
@@ -145,7 +145,7 @@ class ProcessAdvantageInputs:
     advantages: torch.Tensor  # [B, T] after advantage normalisation
     token_rewards: torch.Tensor | None  # [B, T] aligned direct token rewards x loss_mask, or None
     loss_mask: torch.Tensor  # [B, T] aligned float mask
-    meta: Any = None  # TrajBatchMeta
+    meta: TrajBatchMeta | None = None
     token_entropy: torch.Tensor | None = None  # [B, T] aligned behaviour-policy entropies x loss_mask, or None
 
 
@@ -161,12 +161,28 @@ class AdvantageInputs:
     data: Mapping[str, Any]
     config: PPOActorConfig
     meta: TrajBatchMeta
-    advantage_shaping_mode: str = "additive"
-    gvpo_negative_scale: float = 0.2
-    gvpo_zero_penalty: float = 0.4
-    gvpo_zero_eps: float = 1e-6
-    #: False when `meta` was synthesised for a bare batch (legacy fixed group size).
-    meta_is_complete: bool = True
+    shaping: AdvantageShaping = AdvantageShaping()  # the call-time process-reward shaping
+
+    @property
+    def advantage_shaping_mode(self) -> str:
+        return self.shaping.mode
+
+    @property
+    def gvpo_negative_scale(self) -> float:
+        return self.shaping.negative_scale
+
+    @property
+    def gvpo_zero_penalty(self) -> float:
+        return self.shaping.zero_penalty
+
+    @property
+    def gvpo_zero_eps(self) -> float:
+        return self.shaping.zero_eps
+
+    @property
+    def meta_is_complete(self) -> bool:
+        """False when `meta` was synthesised for a bare batch (legacy fixed group size)."""
+        return self.meta.complete
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_integer
 from areal.trainer.lm.logprobs import entropy_from_logp, sum_pi_squared_from_logp
 from areal.trainer.ppo.checks.aux_fields import BATCH_FIELDS_ATTRIBUTE, declared_fields
 
@@ -107,7 +108,7 @@ def _seat_id(problem: Any, name: str, required: bool) -> int:
         return 0
     if isinstance(value, str):
         return _key(b"game:" + value.encode("utf-8")) & 0x7FFFFFFF
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+    if not is_integer(value, low=0, high=2**31 - 1):
         raise ValueError(
             f"the problem row's {name!r} is {value!r:.60}, expected an integer in [0, 2^31)"
             + (" or a string" if name == "game_id" else "")

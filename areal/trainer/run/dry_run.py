@@ -200,15 +200,7 @@ def dry_run(cfg: Any, actor: Any, seed: int = 0, task: Any | None = None) -> Dry
     Raises whatever the pipeline raises (a stage contract error names the stage and path).
     """
     batch, meta = synthetic_batch(cfg, seed, task, stage_batch_fields(actor.resolved))
-    shaping = cfg.rollout.prm.advantage_shaping
-    actor.compute_advantages(
-        batch,
-        meta,
-        advantage_shaping_mode=shaping.mode,
-        gvpo_negative_scale=shaping.negative_scale,
-        gvpo_zero_penalty=shaping.zero_penalty,
-        gvpo_zero_eps=shaping.zero_eps,
-    )
+    actor.compute_advantages(batch, meta, shaping=cfg.rollout.prm.advantage_shaping)
     n_rows, n_pos = batch["input_ids"].shape
     return DryRunReport(n_rows, n_pos, _describe(cfg, batch, meta))
 

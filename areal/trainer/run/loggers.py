@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from areal.api.config_checks import is_real
 from areal.trainer.run.metrics import MetricsWriter, plain_value
 
 logger = logging.getLogger("areal.loggers")
@@ -39,11 +40,7 @@ class MetricSink(Protocol):
 
 def _scalars(row: Mapping[str, Any]) -> dict[str, float]:
     """The numeric metrics of a row (no step, no missing values)."""
-    return {
-        k: float(v)
-        for k, v in row.items()
-        if k != "step" and v is not None and isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
+    return {k: float(v) for k, v in row.items() if k != "step" and v is not None and is_real(v)}
 
 
 class JsonlSink:

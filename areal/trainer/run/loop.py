@@ -76,9 +76,15 @@ from areal.trainer.run.run_dir import RunDirectoryError, prepare_run_dir, shared
 from areal.trainer.run.run_summary import start_block
 from areal.trainer.run.task_setup import agree, build_runtime, make_eval_rows, make_prompt_source, resolve_task_parts
 from areal.trainer.run.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
+from areal.utils.batch_meta import TrajBatchMeta
 from areal.utils.data import concat_batch
 
 logger = logging.getLogger("areal.trainer")
+
+#: How far apart the ranks' seeds lie: rank r seeds its per-rank streams with seed + offset + RANK_SEED_STRIDE * r.
+#: A prime far above the offsets (1, 2), so no two (offset, rank) pairs share a seed, and rank 0 (the
+#: single-process run) keeps seed + offset.
+RANK_SEED_STRIDE = 1_000_003
 
 
 @dataclass
@@ -171,7 +177,9 @@ class Trainer:
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
         # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1. `generate`
         # draws from torch's global RNG: sample_continuations seeds a forked global RNG from this generator
-        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed + 1 + 1_000_003 * self.ctx.rank)
+        self.generator = torch.Generator(device=self.device).manual_seed(
+            cfg.seed + 1 + RANK_SEED_STRIDE * self.ctx.rank
+        )
         # task and reward plugins are imported here, on every rank; any rank's failure stops all of them
         parts = self.parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
         self.tokenizer = build_tokenizer(
@@ -227,7 +235,7 @@ class Trainer:
                 ),
             )
         # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
-        torch.manual_seed(cfg.seed + 2 + 1_000_003 * self.ctx.rank)
+        torch.manual_seed(cfg.seed + 2 + RANK_SEED_STRIDE * self.ctx.rank)
         # a resumed run appends to the samples it already wrote
         self.sample_log = SampleLog(self.run_dir / "samples.jsonl", append=self.plan.resume_from is not None)
         if self.ctx.is_main:
@@ -323,16 +331,8 @@ class Trainer:
             return reference_logprobs(self.reference, ids, mask, temperature, wanted=wanted)
 
     @staged("advantages")
-    def compute_advantages(self, batch: dict[str, Any], meta: Any) -> dict[str, Any]:
-        shaping = self.cfg.rollout.prm.advantage_shaping
-        return self.actor.compute_advantages(
-            batch,
-            meta,
-            advantage_shaping_mode=shaping.mode,
-            gvpo_negative_scale=shaping.negative_scale,
-            gvpo_zero_penalty=shaping.zero_penalty,
-            gvpo_zero_eps=shaping.zero_eps,
-        )
+    def compute_advantages(self, batch: dict[str, Any], meta: TrajBatchMeta | None) -> dict[str, Any]:
+        return self.actor.compute_advantages(batch, meta, shaping=self.cfg.rollout.prm.advantage_shaping)
 
     @staged("evaluation")
     def evaluate(self, updates: int) -> dict[str, float]:

@@ -22,8 +22,8 @@ from areal.trainer.ppo.gae import (
     GAELambdaInputs,
     compute_gae_lambda,
     count_turns,
-    token_gae,
-    turn_gae,
+    token_gae_tensors,
+    turn_gae_tensors,
     validate_turn_ids,
 )
 from areal.trainer.ppo.kernels import BACKEND_ENV, available_backends
@@ -144,7 +144,9 @@ def test_token_gae_hand_computed(backend):
     Row 2 (lambda 0): A1 = 1+0-1 = 0, A0 = 0+0.5-1 = -0.5; padding stays 0."""
     c = {k: torch.tensor(v, dtype=torch.float32) for k, v in TOKEN_CASE.items()}
     with use_backend(backend):
-        adv, ret = token_gae(c["rewards"], c["values"], c["mask"], discount=0.5, lam=c["lam"], bootstrap=c["bootstrap"])
+        adv, ret = token_gae_tensors(
+            c["rewards"], c["values"], c["mask"], discount=0.5, lam=c["lam"], bootstrap=c["bootstrap"]
+        )
     assert adv.dtype == torch.float32 and ret.dtype == torch.float32
     torch.testing.assert_close(adv, c["advantages"], rtol=0, atol=0)
     torch.testing.assert_close(ret, c["returns"], rtol=0, atol=0)
@@ -198,7 +200,7 @@ def test_turn_gae_hand_computed(backend, id_dtype):
     ids = c["turn_ids"].to(id_dtype)
     mask = (ids >= 0).float()
     with use_backend(backend):
-        adv, ret = turn_gae(
+        adv, ret = turn_gae_tensors(
             c["rewards"].float(),
             c["values"].float(),
             mask,
@@ -220,7 +222,7 @@ def test_turn_gae_hand_computed(backend, id_dtype):
 def test_edge_shapes(backend):
     with use_backend(backend):
         # T = 1: no step at all.
-        adv, ret = token_gae(
+        adv, ret = token_gae_tensors(
             torch.ones(2, 1),
             torch.full((2, 1), 3.0),
             torch.ones(2, 1),
@@ -230,7 +232,7 @@ def test_edge_shapes(backend):
         )
         assert adv.tolist() == [[0.0], [0.0]] and ret.tolist() == [[3.0], [3.0]]
         # B = 0.
-        adv, ret = token_gae(
+        adv, ret = token_gae_tensors(
             torch.zeros(0, 4),
             torch.zeros(0, 4),
             torch.zeros(0, 4),
@@ -239,7 +241,7 @@ def test_edge_shapes(backend):
             bootstrap=torch.zeros(0),
         )
         assert adv.shape == (0, 4) and ret.shape == (0, 4)
-        adv, ret = turn_gae(
+        adv, ret = turn_gae_tensors(
             torch.zeros(0, 4),
             torch.zeros(0, 4),
             torch.zeros(0, 4),
@@ -251,7 +253,7 @@ def test_edge_shapes(backend):
         assert adv.shape == (0, 4)
         # No turns anywhere.
         v = torch.randn(3, 6)
-        adv, ret = turn_gae(
+        adv, ret = turn_gae_tensors(
             torch.randn(3, 6),
             v,
             torch.zeros(3, 6),
@@ -268,7 +270,7 @@ def test_non_float_inputs_are_accepted():
     c = {k: torch.tensor(v, dtype=torch.float32) for k, v in TOKEN_CASE.items()}
     for backend in CPU_BACKENDS:
         with use_backend(backend):
-            adv, _ = token_gae(
+            adv, _ = token_gae_tensors(
                 c["rewards"].long(),
                 c["values"].double(),
                 c["mask"].bool(),
@@ -315,7 +317,7 @@ def token_batches(draw):
 def test_token_gae_matches_reference(backend, batch):
     inputs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     with use_backend(backend):
-        adv, ret = token_gae(
+        adv, ret = token_gae_tensors(
             inputs["rewards"],
             inputs["values"],
             inputs["mask"],
@@ -380,7 +382,7 @@ def test_turn_gae_matches_reference(backend, batch):
     mask = (batch["turn_ids"] >= 0).float()
     mask_in = mask.clone()
     with use_backend(backend):
-        adv, ret = turn_gae(
+        adv, ret = turn_gae_tensors(
             inputs["rewards"],
             inputs["values"],
             mask_in,
@@ -413,7 +415,7 @@ def test_turn_backends_agree(batch):
     for backend in CPU_BACKENDS:
         with use_backend(backend):
             outs.append(
-                turn_gae(
+                turn_gae_tensors(
                     batch["rewards"],
                     batch["values"],
                     mask,
@@ -442,7 +444,7 @@ def test_numba_parallel_kernels_on_a_large_batch():
     r, v = torch.randn(n_rows, n_pos, generator=gen), torch.randn(n_rows, n_pos, generator=gen)
     lam, boot = torch.rand(n_rows, generator=gen), torch.randn(n_rows, generator=gen)
     with use_backend("numba"):
-        adv, ret = token_gae(r, v, mask, discount=0.99, lam=lam, bootstrap=boot)
+        adv, ret = token_gae_tensors(r, v, mask, discount=0.99, lam=lam, bootstrap=boot)
     ref_adv, ref_ret = ref_token_gae(r, v, mask, 0.99, lam, boot)
     assert torch.equal(adv, ref_adv) and torch.equal(ret, ref_ret)
     new_turn = torch.rand(n_rows, n_pos, generator=gen) < 0.01
@@ -452,7 +454,7 @@ def test_numba_parallel_kernels_on_a_large_batch():
     outs = {}
     for backend in CPU_BACKENDS:
         with use_backend(backend):
-            outs[backend] = turn_gae(r, v, tmask, ids, discount=0.99, lam=lam, bootstrap=boot)
+            outs[backend] = turn_gae_tensors(r, v, tmask, ids, discount=0.99, lam=lam, bootstrap=boot)
     for adv_b, ret_b in outs.values():
         torch.testing.assert_close(adv_b, outs["numba"][0], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(ret_b, outs["numba"][1], rtol=1e-5, atol=1e-5)
@@ -482,7 +484,9 @@ def test_cuda_backends_match_reference(backend):
         lam, boot = torch.rand(n_rows, generator=gen), torch.randn(n_rows, generator=gen)
         ref_adv, ref_ret = ref_token_gae(r, v, mask, 0.97, lam, boot)
         with use_backend(backend):
-            adv, ret = token_gae(r.cuda(), v.cuda(), mask.cuda(), discount=0.97, lam=lam.cuda(), bootstrap=boot.cuda())
+            adv, ret = token_gae_tensors(
+                r.cuda(), v.cuda(), mask.cuda(), discount=0.97, lam=lam.cuda(), bootstrap=boot.cuda()
+            )
         assert adv.device.type == "cuda"
         torch.testing.assert_close(adv.cpu(), ref_adv, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(ret.cpu(), ref_ret, rtol=1e-4, atol=1e-4)
@@ -493,7 +497,7 @@ def test_cuda_backends_match_reference(backend):
         ids[:, -1] = -1
         t_ref = ref_turn_gae(r, v, ids, 0.97, lam, boot) if n_pos <= 513 else None
         with use_backend(backend):
-            t_adv, t_ret = turn_gae(
+            t_adv, t_ret = turn_gae_tensors(
                 r.cuda(),
                 v.cuda(),
                 (ids >= 0).float().cuda(),
@@ -515,21 +519,21 @@ def test_cuda_backends_match_reference(backend):
 def test_backend_env_is_validated():
     x = torch.zeros(1, 3)
     with use_backend("fortran"), pytest.raises(ValueError, match=r"AREAL_GAE_BACKEND='fortran'"):
-        token_gae(x, x, x, discount=1.0, lam=torch.ones(1), bootstrap=torch.zeros(1))
+        token_gae_tensors(x, x, x, discount=1.0, lam=torch.ones(1), bootstrap=torch.zeros(1))
     with use_backend("triton"), pytest.raises(RuntimeError, match="cannot run on device cpu"):
-        token_gae(x, x, x, discount=1.0, lam=torch.ones(1), bootstrap=torch.zeros(1))
+        token_gae_tensors(x, x, x, discount=1.0, lam=torch.ones(1), bootstrap=torch.zeros(1))
 
 
 def test_estimator_argument_errors():
     x = torch.zeros(2, 3)
     with pytest.raises(ValueError, match=r"values has shape \(2, 4\)"):
-        token_gae(x, torch.zeros(2, 4), x, discount=1.0, lam=torch.ones(2), bootstrap=torch.zeros(2))
+        token_gae_tensors(x, torch.zeros(2, 4), x, discount=1.0, lam=torch.ones(2), bootstrap=torch.zeros(2))
     with pytest.raises(ValueError, match=r"lam has shape \(3,\), expected \[2\]"):
-        token_gae(x, x, x, discount=1.0, lam=torch.ones(3), bootstrap=torch.zeros(2))
+        token_gae_tensors(x, x, x, discount=1.0, lam=torch.ones(3), bootstrap=torch.zeros(2))
     with pytest.raises(ValueError, match="discount is nan"):
-        token_gae(x, x, x, discount=math.nan, lam=torch.ones(2), bootstrap=torch.zeros(2))
+        token_gae_tensors(x, x, x, discount=math.nan, lam=torch.ones(2), bootstrap=torch.zeros(2))
     with pytest.raises(TypeError, match="rewards is list"):
-        token_gae([[0.0]], x, x, discount=1.0, lam=torch.ones(2), bootstrap=torch.zeros(2))
+        token_gae_tensors([[0.0]], x, x, discount=1.0, lam=torch.ones(2), bootstrap=torch.zeros(2))
 
 
 # ---------------------------------------------------------------------------
@@ -604,13 +608,13 @@ def test_turn_gae_rejects_inconsistent_aligned_turn_ids(backend):
     kw = dict(discount=1.0, lam=torch.ones(1), bootstrap=torch.zeros(1))
     with use_backend(backend):
         with pytest.raises(ValueError, match=r"turn_ids \(aligned\): row 0, position 2 is not a generated"):
-            turn_gae(x, x, mask, _with(ids, 0, 2, 0), **kw)
+            turn_gae_tensors(x, x, mask, _with(ids, 0, 2, 0), **kw)
         with pytest.raises(ValueError, match=r"turn_ids \(aligned\): row 0 decreases from turn id 1"):
-            turn_gae(x, x, mask, _with(ids, 0, 4, 0), **kw)
+            turn_gae_tensors(x, x, mask, _with(ids, 0, 4, 0), **kw)
         with pytest.raises(ValueError, match=r"turn_ids \(aligned\): got dtype torch.float32"):
-            turn_gae(x, x, mask, ids.float(), **kw)
+            turn_gae_tensors(x, x, mask, ids.float(), **kw)
         # The last column is never a step: a wrapped-around mask bit there is fine.
-        turn_gae(x, x, torch.cat([mask[:, :-1], torch.ones(1, 1)], 1), ids, **kw)
+        turn_gae_tensors(x, x, torch.cat([mask[:, :-1], torch.ones(1, 1)], 1), ids, **kw)
 
 
 # ---------------------------------------------------------------------------
@@ -736,8 +740,8 @@ def test_compute_gae_lambda_does_not_modify_inputs():
 
 def test_public_api_lists_the_contract():
     for name in (
-        "token_gae",
-        "turn_gae",
+        "token_gae_tensors",
+        "turn_gae_tensors",
         "validate_turn_ids",
         "count_turns",
         "compute_gae_lambda",

@@ -31,13 +31,14 @@ is built, like any stage (`stage_resolution`), so a bad name fails at start-up.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
 __all__ = [
@@ -71,7 +72,7 @@ class CombineTerm:
 
 
 def _number(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value):
         raise ValueError(f"{where}: weight must be a finite number, got {value!r}")
     return float(value)
 
@@ -174,6 +175,7 @@ def _distillation(inputs: TemporalInputs, term: CombineTerm) -> torch.Tensor:
     return -(kl * mask.to(torch.float64))
 
 
+@register_stage("estimator", "combine")
 def combine(inputs: TemporalInputs, *, terms: Sequence[CombineTerm]) -> TemporalResult:
     """Σ_i w_i A_i over the terms (see the module docstring); returns from the first estimator term.
 

@@ -19,28 +19,23 @@ so GRPO + GVPO + entropy shaping is one config.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo import advantage_algorithms as algos
 from areal.trainer.ppo.stage_types import ProcessAdvantageInputs
 
-__all__ = ["ENTROPY_THEN", "entropy_advantage", "PROCESS"]
+__all__ = ["ENTROPY_THEN", "entropy_advantage"]
 
 ENTROPY_THEN = ("additive", "gvpo", "process_weighted", "none")
 _WHERE = "process_adv_shaping 'entropy_advantage'"
 
 
 def _number(name: str, value: Any, *, low: float, strict: bool = False) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < low
-        or (strict and value == low)
-    ):
+    if not is_number(value, low=low, low_open=strict):
         raise ValueError(f"{_WHERE}: {name} must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
     return float(value)
 
@@ -58,6 +53,7 @@ def _then(inputs: ProcessAdvantageInputs, then: Any, then_kwargs: Any) -> torch.
     return algos.BUILTIN_PROCESS[then](inputs, **then_kwargs)
 
 
+@register_stage("process_adv_shaping", "entropy_advantage")
 def entropy_advantage(
     inputs: ProcessAdvantageInputs,
     *,
@@ -86,4 +82,3 @@ def entropy_advantage(
 
 
 entropy_advantage.batch_fields = ("token_entropy",)  # the trainer computes it for stages that read it
-PROCESS = {"entropy_advantage": entropy_advantage}

@@ -15,18 +15,19 @@ rollout's value.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import logical_rollouts
 from areal.trainer.ppo.rewards.components import component_weights
 from areal.trainer.ppo.rewards.scores import logical_layout
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
 
-__all__ = ["gdpo", "OUTCOME"]
+__all__ = ["gdpo"]
 
 _WHERE = "outcome_reward_shaping 'gdpo'"
 
@@ -73,7 +74,7 @@ def _select(names: tuple[str, ...], defaults: torch.Tensor, keys: Any, weights: 
             f"(one per component {chosen}), got {weights!r}"
         )
     for k, w in zip(chosen, values):
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+        if not is_number(w):
             raise ValueError(f"{_WHERE}: the weight of {k!r} must be a finite number, got {w!r}")
     return columns, torch.tensor(values, dtype=torch.float64, device=defaults.device)
 
@@ -109,6 +110,7 @@ def _group_stats(x: torch.Tensor, group: torch.Tensor, sizes: torch.Tensor) -> t
     return mean, torch.where(sizes[:, None] > 1, std, torch.ones_like(std))
 
 
+@register_stage("outcome_reward_shaping", "gdpo")
 def gdpo(
     inputs: OutcomeRewardInputs,
     *,
@@ -130,7 +132,7 @@ def gdpo(
     unbiased. A prompt group with one logical rollout has no group statistics:
     an error, or 0 with `allow_singletons: true` (the project's singleton rule).
     """
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+    if not is_number(eps, low=0.0):
         raise ValueError(f"{_WHERE}: eps must be a finite number >= 0, got {eps!r}")
     for name, flag in (("norm_by_std", norm_by_std), ("allow_singletons", allow_singletons)):
         if not isinstance(flag, bool):
@@ -158,6 +160,3 @@ def gdpo(
     rollouts = ((rollout_values - mean[rollout_group]) / scale[rollout_group]) @ w
     references = rollouts.to(torch.float32) if meta.rollout_groups is not None else None
     return OutcomeResult(rewards=rows.to(torch.float32), normalization_rewards=references)
-
-
-OUTCOME = {"gdpo": gdpo}

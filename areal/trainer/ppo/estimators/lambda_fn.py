@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_real
 from areal.trainer.ppo.gae import GAELambdaContext
 
 __all__ = ["BUILTIN_LAMBDAS", "constant", "relative_position", "vapo_length_adaptive"]
@@ -74,7 +75,7 @@ def _check_kwarg(
     low_open: bool = False,
 ) -> float:
     """A finite real number in range, else a ValueError naming the function and kwarg."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real(value):
         raise ValueError(f"{fn}: {name} is {value!r} ({type(value).__name__}), expected a number")
     value = float(value)
     too_low = low is not None and (value < low or (low_open and value == low))

@@ -1,6 +1,6 @@
 """Stage functions that express peer frameworks' estimators (OPO, GPG, pass@k, ReMax, MaxRL, REINFORCE).
 
-Registered by name in `areal.api.builtin_stages.PEER_STAGE_IMPLEMENTATIONS`, so a
+Registered by name with `@register_stage` (`areal.api.stage_registry`), so a
 config can say `outcome_reward_shaping: {implementation: gpg}` or
 `estimator: {implementation: reinforce_return}`. Together with `reward_norm` and
 `adv_norm` they let every algorithm in `docs/algorithms.md` be a preset of the one
@@ -22,17 +22,19 @@ Everything is vectorised: no Python loop over rows, tokens or groups.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from areal.api.config_checks import is_number
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo import gae as gae_kernels
 from areal.trainer.ppo.rewards.scores import logical_layout
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs, TemporalInputs, TemporalResult
 from areal.utils.call_agreement import before_collective
+from areal.utils.collectives import collectives_active
 
 __all__ = [
     "GPG_ALPHA_MODES",
@@ -46,8 +48,6 @@ __all__ = [
     "credit_to_steps",
     "reinforce_return",
     "turn_reinforce_return",
-    "OUTCOME",
-    "ESTIMATORS",
 ]
 
 GPG_ALPHA_MODES: tuple[str, ...] = ("valid_groups", "nonzero_rewards", "none")
@@ -122,26 +122,26 @@ def _group_reduce(x: torch.Tensor, group: torch.Tensor, n_groups: int, how: str)
     return out.scatter_reduce(0, group, x, reduce=how, include_self=False)
 
 
-def _group_mean(lr: LogicalRollouts) -> torch.Tensor:
-    return _group_sum(lr.rewards, lr.rollout_group, lr.n_groups) / lr.group_sizes
+def _group_mean(logical: LogicalRollouts) -> torch.Tensor:
+    return _group_sum(logical.rewards, logical.rollout_group, logical.n_groups) / logical.group_sizes
 
 
-def _group_std(lr: LogicalRollouts, mean: torch.Tensor) -> torch.Tensor:
+def _group_std(logical: LogicalRollouts, mean: torch.Tensor) -> torch.Tensor:
     """Unbiased group std (as `torch.std`); 1 for a singleton group, where it is undefined."""
-    squares = _group_sum((lr.rewards - mean[lr.rollout_group]) ** 2, lr.rollout_group, lr.n_groups)
-    std = torch.sqrt(squares / torch.clamp(lr.group_sizes - 1, min=1))
-    return torch.where(lr.group_sizes > 1, std, torch.ones_like(std))
+    squares = _group_sum((logical.rewards - mean[logical.rollout_group]) ** 2, logical.rollout_group, logical.n_groups)
+    std = torch.sqrt(squares / torch.clamp(logical.group_sizes - 1, min=1))
+    return torch.where(logical.group_sizes > 1, std, torch.ones_like(std))
 
 
-def _std_scale(lr: LogicalRollouts, eps: float) -> torch.Tensor:
+def _std_scale(logical: LogicalRollouts, eps: float) -> torch.Tensor:
     """Group std + eps as a divisor; a zero divisor (equal rewards, eps 0) becomes 1, its numerators are 0."""
-    scale = _group_std(lr, _group_mean(lr)) + eps
+    scale = _group_std(logical, _group_mean(logical)) + eps
     return torch.where(scale > 0, scale, torch.ones_like(scale))
 
 
-def _shaped(rows: torch.Tensor, rollouts: torch.Tensor, lr: LogicalRollouts) -> OutcomeResult:
+def _shaped(rows: torch.Tensor, rollouts: torch.Tensor, logical: LogicalRollouts) -> OutcomeResult:
     """Row rewards, plus the per-rollout values as references when rollouts are split."""
-    references = rollouts.to(torch.float32) if lr.split else None
+    references = rollouts.to(torch.float32) if logical.split else None
     return OutcomeResult(rewards=rows.to(torch.float32), normalization_rewards=references)
 
 
@@ -151,14 +151,14 @@ def _check_flag(where: str, name: str, value: Any) -> None:
 
 
 def _check_eps(where: str, eps: Any) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+    if not is_number(eps, low=0.0):
         raise ValueError(f"{where}: eps must be a finite number >= 0, got {eps!r}")
     return float(eps)
 
 
 def _all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     """Sum over data-parallel ranks when torch.distributed runs (batch-level statistics)."""
-    if dist.is_available() and dist.is_initialized():
+    if collectives_active():
         values = values.clone()
         before_collective()  # the ranks agree on any failure first (areal.utils.call_agreement)
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
@@ -170,6 +170,7 @@ def _all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 
 
+@register_stage("outcome_reward_shaping", "opo")
 def opo(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """OPO: subtract the length-weighted group baseline b = sum(l_i r_i) / sum(l_i).
 
@@ -181,31 +182,32 @@ def opo(inputs: OutcomeRewardInputs) -> OutcomeResult:
     baseline. A singleton group is its own baseline (advantage 0); a group
     without generated tokens falls back to the plain mean.
     """
-    lr = logical_rollouts(inputs, "opo")
+    logical = logical_rollouts(inputs, "opo")
     row_length = inputs.data["loss_mask"].to(torch.float64).sum(dim=-1)
-    length = _group_sum(row_length, lr.row_rollout, lr.n_rollouts)
-    weighted = _group_sum(length * lr.rewards, lr.rollout_group, lr.n_groups)
-    total = _group_sum(length, lr.rollout_group, lr.n_groups)
-    baseline = torch.where(total > 0, weighted / torch.clamp(total, min=1.0), _group_mean(lr))
-    rows = inputs.data["rewards"].to(torch.float64) - baseline[lr.row_group]
-    return _shaped(rows, lr.rewards - baseline[lr.rollout_group], lr)
+    length = _group_sum(row_length, logical.row_rollout, logical.n_rollouts)
+    weighted = _group_sum(length * logical.rewards, logical.rollout_group, logical.n_groups)
+    total = _group_sum(length, logical.rollout_group, logical.n_groups)
+    baseline = torch.where(total > 0, weighted / torch.clamp(total, min=1.0), _group_mean(logical))
+    rows = inputs.data["rewards"].to(torch.float64) - baseline[logical.row_group]
+    return _shaped(rows, logical.rewards - baseline[logical.rollout_group], logical)
 
 
-def _gpg_alpha(lr: LogicalRollouts, mode: str) -> torch.Tensor:
+def _gpg_alpha(logical: LogicalRollouts, mode: str) -> torch.Tensor:
     """GPG's batch factor B / B_valid (0-d float64); B_valid < 1 counts as 1 (all advantages are 0 then)."""
     if mode == "none":
-        return torch.ones((), dtype=torch.float64, device=lr.rewards.device)
+        return torch.ones((), dtype=torch.float64, device=logical.rewards.device)
     if mode == "valid_groups":
-        g, n = lr.rollout_group, lr.n_groups
-        spread = _group_reduce(lr.rewards, g, n, "amax") != _group_reduce(lr.rewards, g, n, "amin")
-        n_valid = (lr.group_sizes * spread).sum()
+        g, n = logical.rollout_group, logical.n_groups
+        spread = _group_reduce(logical.rewards, g, n, "amax") != _group_reduce(logical.rewards, g, n, "amin")
+        n_valid = (logical.group_sizes * spread).sum()
     else:
-        n_valid = (lr.rewards != 0).sum().to(torch.float64)
-    n_total = torch.full((), float(lr.n_rollouts), dtype=torch.float64, device=lr.rewards.device)
+        n_valid = (logical.rewards != 0).sum().to(torch.float64)
+    n_total = torch.full((), float(logical.n_rollouts), dtype=torch.float64, device=logical.rewards.device)
     total, valid = _all_reduce_sum(torch.stack([n_total, n_valid])).unbind(0)
     return total / torch.clamp(valid, min=1.0)
 
 
+@register_stage("outcome_reward_shaping", "gpg")
 def gpg(
     inputs: OutcomeRewardInputs,
     *,
@@ -231,15 +233,16 @@ def gpg(
         raise ValueError(f"{where}: alpha must be one of {list(GPG_ALPHA_MODES)}, got {alpha!r}")
     _check_flag(where, "f_norm", f_norm)
     eps = _check_eps(where, eps)
-    lr = logical_rollouts(inputs, "gpg")
-    mean = _group_mean(lr)
-    scale = _std_scale(lr, eps) if f_norm else torch.ones_like(mean)
-    factor = _gpg_alpha(lr, alpha)
-    rows = factor * (inputs.data["rewards"].to(torch.float64) - mean[lr.row_group]) / scale[lr.row_group]
-    rollouts = factor * (lr.rewards - mean[lr.rollout_group]) / scale[lr.rollout_group]
-    return _shaped(rows, rollouts, lr)
+    logical = logical_rollouts(inputs, "gpg")
+    mean = _group_mean(logical)
+    scale = _std_scale(logical, eps) if f_norm else torch.ones_like(mean)
+    factor = _gpg_alpha(logical, alpha)
+    rows = factor * (inputs.data["rewards"].to(torch.float64) - mean[logical.row_group]) / scale[logical.row_group]
+    rollouts = factor * (logical.rewards - mean[logical.rollout_group]) / scale[logical.rollout_group]
+    return _shaped(rows, rollouts, logical)
 
 
+@register_stage("outcome_reward_shaping", "passk")
 def passk(inputs: OutcomeRewardInputs, *, norm_by_std: bool = True, eps: float = 1e-6) -> OutcomeResult:
     """pass@k advantage: only the group's best sample gets (max - second max), others 0.
 
@@ -254,26 +257,26 @@ def passk(inputs: OutcomeRewardInputs, *, norm_by_std: bool = True, eps: float =
     where = _outcome("passk")
     _check_flag(where, "norm_by_std", norm_by_std)
     eps = _check_eps(where, eps)
-    lr = logical_rollouts(inputs, "passk")
-    small = lr.group_sizes < 2
+    logical = logical_rollouts(inputs, "passk")
+    small = logical.group_sizes < 2
     if bool(small.any()):
         group = int(small.nonzero()[0, 0])
         raise ValueError(
-            f"{where}: group {group} has {int(lr.group_sizes[group])} logical rollout(s); the pass@k "
+            f"{where}: group {group} has {int(logical.group_sizes[group])} logical rollout(s); the pass@k "
             "advantage (max minus second max) needs at least 2 samples per prompt"
         )
-    g, n = lr.rollout_group, lr.n_groups
-    index = torch.arange(lr.n_rollouts, device=g.device)
-    top = _group_reduce(lr.rewards, g, n, "amax")
-    sentinel = torch.full_like(index, lr.n_rollouts)
-    best = _group_reduce(torch.where(lr.rewards == top[g], index, sentinel), g, n, "amin")
+    g, n = logical.rollout_group, logical.n_groups
+    index = torch.arange(logical.n_rollouts, device=g.device)
+    top = _group_reduce(logical.rewards, g, n, "amax")
+    sentinel = torch.full_like(index, logical.n_rollouts)
+    best = _group_reduce(torch.where(logical.rewards == top[g], index, sentinel), g, n, "amin")
     is_best = index == best[g]
-    second = _group_reduce(lr.rewards.masked_fill(is_best, -math.inf), g, n, "amax")
+    second = _group_reduce(logical.rewards.masked_fill(is_best, -math.inf), g, n, "amax")
     gap = top - second
     if norm_by_std:
-        gap = gap / _std_scale(lr, eps)
-    rollouts = torch.where(is_best, gap[g], torch.zeros_like(lr.rewards))
-    return _shaped(rollouts[lr.row_rollout], rollouts, lr)
+        gap = gap / _std_scale(logical, eps)
+    rollouts = torch.where(is_best, gap[g], torch.zeros_like(logical.rewards))
+    return _shaped(rollouts[logical.row_rollout], rollouts, logical)
 
 
 def _reward_baselines(data: Any, n_rows: int, device: torch.device) -> torch.Tensor:
@@ -304,6 +307,7 @@ def _reward_baselines(data: Any, n_rows: int, device: torch.device) -> torch.Ten
     return value
 
 
+@register_stage("outcome_reward_shaping", "remax")
 def remax(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """ReMax: r - b, b = the greedy response's reward, from the batch's `reward_baselines` [B].
 
@@ -314,29 +318,29 @@ def remax(inputs: OutcomeRewardInputs) -> OutcomeResult:
     """
     rewards = inputs.data["rewards"]
     baselines = _reward_baselines(inputs.data, rewards.shape[0], rewards.device)
-    lr = logical_rollouts(inputs, "remax")
+    logical = logical_rollouts(inputs, "remax")
     rows_index = torch.arange(baselines.shape[0], device=baselines.device)
-    first = baselines[_group_reduce(rows_index, lr.row_rollout, lr.n_rollouts, "amin")]
-    differs = baselines != first[lr.row_rollout]
+    first = baselines[_group_reduce(rows_index, logical.row_rollout, logical.n_rollouts, "amin")]
+    differs = baselines != first[logical.row_rollout]
     if bool(differs.any()):
         row = int(differs.nonzero()[0, 0])
         raise ValueError(
             f"{_outcome('remax')}: 'reward_baselines' differ within logical rollout "
-            f"{int(lr.row_rollout[row])} (row {row}: {float(baselines[row])!r}); a rollout's rows share one baseline"
+            f"{int(logical.row_rollout[row])} (row {row}: {float(baselines[row])!r}); a rollout's rows share one baseline"
         )
     rows = rewards.to(torch.float64) - baselines
-    return _shaped(rows, lr.rewards - first, lr)
+    return _shaped(rows, logical.rewards - first, logical)
 
 
-def _maxrl_scale(lr: LogicalRollouts, mean: torch.Tensor, eps: float) -> torch.Tensor:
+def _maxrl_scale(logical: LogicalRollouts, mean: torch.Tensor, eps: float) -> torch.Tensor:
     """Per group mean + eps (1 for a singleton).
 
     A zero divisor over equal rewards (all 0 with eps 0) counts as 1, its
     numerators being 0; over different rewards it is an error naming the group.
     """
-    scale = torch.where(lr.group_sizes > 1, mean + eps, torch.ones_like(mean))
-    g, n = lr.rollout_group, lr.n_groups
-    spread = _group_reduce(lr.rewards, g, n, "amax") != _group_reduce(lr.rewards, g, n, "amin")
+    scale = torch.where(logical.group_sizes > 1, mean + eps, torch.ones_like(mean))
+    g, n = logical.rollout_group, logical.n_groups
+    spread = _group_reduce(logical.rewards, g, n, "amax") != _group_reduce(logical.rewards, g, n, "amin")
     undefined = (scale == 0) & spread
     if bool(undefined.any()):
         group = int(undefined.nonzero()[0, 0])
@@ -348,6 +352,7 @@ def _maxrl_scale(lr: LogicalRollouts, mean: torch.Tensor, eps: float) -> torch.T
     return torch.where(scale == 0, torch.ones_like(scale), scale)
 
 
+@register_stage("outcome_reward_shaping", "maxrl")
 def maxrl(inputs: OutcomeRewardInputs, *, eps: float = 1e-6) -> OutcomeResult:
     """MaxRL: A = (r - mean_g) / (mean_g + eps); a singleton group keeps its raw reward.
 
@@ -361,12 +366,12 @@ def maxrl(inputs: OutcomeRewardInputs, *, eps: float = 1e-6) -> OutcomeResult:
     group statistics applied to its own reward (as `gpg`).
     """
     eps = _check_eps(_outcome("maxrl"), eps)
-    lr = logical_rollouts(inputs, "maxrl")
-    mean = torch.where(lr.group_sizes > 1, _group_mean(lr), torch.zeros_like(lr.group_sizes))
-    scale = _maxrl_scale(lr, mean, eps)
-    rows = (inputs.data["rewards"].to(torch.float64) - mean[lr.row_group]) / scale[lr.row_group]
-    rollouts = (lr.rewards - mean[lr.rollout_group]) / scale[lr.rollout_group]
-    return _shaped(rows, rollouts, lr)
+    logical = logical_rollouts(inputs, "maxrl")
+    mean = torch.where(logical.group_sizes > 1, _group_mean(logical), torch.zeros_like(logical.group_sizes))
+    scale = _maxrl_scale(logical, mean, eps)
+    rows = (inputs.data["rewards"].to(torch.float64) - mean[logical.row_group]) / scale[logical.row_group]
+    rollouts = (logical.rewards - mean[logical.rollout_group]) / scale[logical.rollout_group]
+    return _shaped(rows, rollouts, logical)
 
 
 # ---------------------------------------------------------------------------
@@ -391,6 +396,7 @@ def credit_to_steps(rewards: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     return credited[:, :n_pos].to(torch.float32)
 
 
+@register_stage("estimator", "reinforce_return")
 def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
     """REINFORCE / REINFORCE++ return: G_t = r_t + discount * G_next over generated tokens.
 
@@ -407,7 +413,7 @@ def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
     steps = inputs.loss_mask != 0
     steps[:, -1] = False  # the last aligned position predicts nothing (as in token GAE)
     credited = credit_to_steps(rewards, steps)
-    returns, _ = gae_kernels.token_gae(
+    returns, _ = gae_kernels.token_gae_tensors(
         credited,
         torch.zeros_like(credited),
         steps.to(torch.float32),
@@ -419,6 +425,7 @@ def reinforce_return(inputs: TemporalInputs) -> TemporalResult:
     return TemporalResult(advantages=returns, returns=returns.clone(), total_rewards=rewards)
 
 
+@register_stage("estimator", "turn_reinforce_return")
 def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None = None) -> TemporalResult:
     """Turn-level REINFORCE: G_k = R_k + turn_discount * G_{k+1} over generated turns.
 
@@ -439,12 +446,12 @@ def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None
             "turn_ids [B, T] (turn index on generated tokens, -1 elsewhere)"
         )
     gamma = inputs.discount if turn_discount is None else turn_discount
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+    if not is_number(gamma, low=0.0, high=1.0):
         raise ValueError(f"{where}: turn_discount must be a number in [0, 1], got {turn_discount!r}")
     rewards = inputs.outcome_rewards + inputs.process_rewards
     steps = inputs.turn_ids >= 0
     credited = credit_to_steps(rewards, steps)  # a reward off the turns belongs to the latest turn
-    turn_returns, _ = gae_kernels.turn_gae(
+    turn_returns, _ = gae_kernels.turn_gae_tensors(
         credited,
         torch.zeros_like(credited),
         inputs.loss_mask,
@@ -458,10 +465,3 @@ def turn_reinforce_return(inputs: TemporalInputs, *, turn_discount: float | None
         returns=turn_returns,
         total_rewards=rewards + inputs.kl_rewards,
     )
-
-
-OUTCOME: dict[str, Callable[..., Any]] = {"opo": opo, "gpg": gpg, "passk": passk, "remax": remax, "maxrl": maxrl}
-ESTIMATORS: dict[str, Callable[..., Any]] = {
-    "reinforce_return": reinforce_return,
-    "turn_reinforce_return": turn_reinforce_return,
-}

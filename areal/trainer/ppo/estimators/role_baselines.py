@@ -27,17 +27,18 @@ vectorised over all (game, role) pairs.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import logical_rollouts
 from areal.trainer.ppo.estimators.prompt_table import table_lookup, table_merge
 from areal.trainer.ppo.stage_state import StageState, distributed_world, gather_rows
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
 
-__all__ = ["GAME_IDS", "ROLE_IDS", "ema_sequence", "rae", "OUTCOME"]
+__all__ = ["GAME_IDS", "ROLE_IDS", "ema_sequence", "rae"]
 
 ROLE_IDS, GAME_IDS = "role_ids", "game_ids"
 _KEYS, _VALUES = "keys", "values"
@@ -117,22 +118,18 @@ def ema_sequence(
     return baseline, unique, value
 
 
+@register_stage("outcome_reward_shaping", "rae")
 def rae(inputs: OutcomeRewardInputs, *, state: StageState, decay: float = 0.95) -> OutcomeResult:
     """RAE: r - b_{game, role}, b the (game, role) EMA before this sample; see the module docstring.
 
     SPIRAL's role-conditioned advantage estimation (arXiv:2506.24119); reference code:
     the authors' `spiral/utils.py:EMA` and `train_spiral.py:prepare_trajectories`.
     """
-    if (
-        isinstance(decay, bool)
-        or not isinstance(decay, (int, float))
-        or not math.isfinite(decay)
-        or not 0.0 < decay < 1.0
-    ):
+    if not is_number(decay, low=0.0, high=1.0, low_open=True, high_open=True):
         raise ValueError(f"{_WHERE}: decay must be a number in (0, 1) (the authors' check), got {decay!r}")
-    lr = logical_rollouts(inputs, "rae")
-    keys = _rollout_keys(inputs, lr.row_rollout, lr.n_rollouts)
-    device = lr.rewards.device
+    logical = logical_rollouts(inputs, "rae")
+    keys = _rollout_keys(inputs, logical.row_rollout, logical.n_rollouts)
+    device = logical.rewards.device
     table_keys = state.get(_KEYS)
     if table_keys is None:
         table_keys = torch.zeros(0, dtype=torch.long)
@@ -146,14 +143,14 @@ def rae(inputs: OutcomeRewardInputs, *, state: StageState, decay: float = 0.95) 
         return table_lookup(table_keys, table_values, unique, zero)[0][:, 0]
 
     rank = torch.full_like(keys, _rank())
-    all_keys, all_rewards, all_ranks = gather_rows(keys, lr.rewards, rank)
+    all_keys, all_rewards, all_ranks = gather_rows(keys, logical.rewards, rank)
     baseline, unique, final = ema_sequence(all_keys, all_rewards, start, float(decay))
     own = baseline[all_ranks == _rank()]
     merged_keys, merged_values = table_merge(table_keys, table_values, unique, final[:, None])
     state.set(_KEYS, merged_keys.cpu())
     state.set(_VALUES, merged_values.cpu())
-    rows = inputs.data["rewards"].to(torch.float64) - own[lr.row_rollout]
-    references = (lr.rewards - own).to(torch.float32) if lr.split else None
+    rows = inputs.data["rewards"].to(torch.float64) - own[logical.row_rollout]
+    references = (logical.rewards - own).to(torch.float32) if logical.split else None
     return OutcomeResult(rewards=rows.to(torch.float32), normalization_rewards=references)
 
 
@@ -164,4 +161,3 @@ def _rank() -> int:
 
 
 rae.batch_fields = (ROLE_IDS, GAME_IDS)
-OUTCOME = {"rae": rae}

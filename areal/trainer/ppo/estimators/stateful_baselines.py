@@ -28,13 +28,15 @@ from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import LogicalRollouts, logical_rollouts
 from areal.trainer.ppo.estimators.prompt_table import group_prompt_keys, table_lookup, table_merge
 from areal.trainer.ppo.stage_state import StageState, distributed_world, gather_rows
 from areal.trainer.ppo.stage_types import OutcomeResult, OutcomeRewardInputs
 from areal.utils.call_agreement import before_collective
 
-__all__ = ["SPO_RHO_MODES", "kalman_pass", "krpo", "spo", "OUTCOME"]
+__all__ = ["SPO_RHO_MODES", "kalman_pass", "krpo", "spo"]
 
 SPO_RHO_MODES = ("constant", "kl")
 _KEYS, _VALUES = "prompt_keys", "values"
@@ -45,7 +47,7 @@ def _where(name: str) -> str:
 
 
 def _number(where: str, name: str, value: Any, *, low: float | None = None, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value):
         raise ValueError(f"{where}: {name} must be a finite number, got {value!r}")
     if positive and value <= 0:
         raise ValueError(f"{where}: {name} must be > 0, got {value!r}")
@@ -134,6 +136,7 @@ def _krpo_params(
     )
 
 
+@register_stage("outcome_reward_shaping", "krpo")
 def krpo(
     inputs: OutcomeRewardInputs,
     *,
@@ -159,36 +162,38 @@ def krpo(
     q, r, x_init, p_init, eps, carry_over = _krpo_params(
         where, process_var, meas_var, init_mean, init_var, eps, carry_over
     )
-    lr = logical_rollouts(inputs, "krpo")
-    device = lr.rewards.device
-    z, valid, position = _group_matrix(lr.rollout_group, lr.rewards, lr.n_groups)
+    logical = logical_rollouts(inputs, "krpo")
+    device = logical.rewards.device
+    z, valid, position = _group_matrix(logical.rollout_group, logical.rewards, logical.n_groups)
     default = torch.tensor([x_init, p_init], dtype=torch.float64, device=device)
     if carry_over:
         keys = group_prompt_keys(inputs.data, inputs.meta, where)
         table_keys, table_values = _table(state, 2, device)
         prior, _ = table_lookup(table_keys, table_values, keys, default)
     else:
-        prior = default.expand(lr.n_groups, 2)
+        prior = default.expand(logical.n_groups, 2)
     xs, ps, _, _ = kalman_pass(z, valid, prior[:, 0], prior[:, 1], q, r)
-    baseline = xs[lr.rollout_group, position]
-    scale = torch.sqrt(ps[lr.rollout_group, position]) + eps
+    baseline = xs[logical.rollout_group, position]
+    scale = torch.sqrt(ps[logical.rollout_group, position]) + eps
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    rows = (inputs.data["rewards"].to(torch.float64) - baseline[lr.row_rollout]) / scale[lr.row_rollout]
-    rollouts = (lr.rewards - baseline) / scale
+    rows = (inputs.data["rewards"].to(torch.float64) - baseline[logical.row_rollout]) / scale[logical.row_rollout]
+    rollouts = (logical.rewards - baseline) / scale
     if carry_over:
-        _update_krpo(state, table_keys, table_values, keys, lr, default, q, r)
-    return _shaped(rows, rollouts, lr)
+        _update_krpo(state, table_keys, table_values, keys, logical, default, q, r)
+    return _shaped(rows, rollouts, logical)
 
 
-def _shaped(rows: torch.Tensor, rollouts: torch.Tensor, lr: LogicalRollouts) -> OutcomeResult:
-    references = rollouts.to(torch.float32) if lr.split else None
+def _shaped(rows: torch.Tensor, rollouts: torch.Tensor, logical: LogicalRollouts) -> OutcomeResult:
+    references = rollouts.to(torch.float32) if logical.split else None
     return OutcomeResult(rewards=rows.to(torch.float32), normalization_rewards=references)
 
 
-def _global_groups(keys: torch.Tensor, lr: LogicalRollouts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _global_groups(keys: torch.Tensor, logical: LogicalRollouts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every rank's rollouts: (group key [N], reward [N], global group id [N]), rank 0's first."""
-    rank = torch.full_like(lr.rollout_group, _rank())
-    g_keys, rewards, local, ranks = gather_rows(keys[lr.rollout_group], lr.rewards, lr.rollout_group, rank)
+    rank = torch.full_like(logical.rollout_group, _rank())
+    g_keys, rewards, local, ranks = gather_rows(
+        keys[logical.rollout_group], logical.rewards, logical.rollout_group, rank
+    )
     new = torch.ones_like(local, dtype=torch.bool)
     new[1:] = (local[1:] != local[:-1]) | (ranks[1:] != ranks[:-1])
     return g_keys, rewards, torch.cumsum(new.long(), 0) - 1
@@ -217,7 +222,7 @@ def _update_krpo(
     table_keys: torch.Tensor,
     table_values: torch.Tensor,
     keys: torch.Tensor,
-    lr: LogicalRollouts,
+    logical: LogicalRollouts,
     default: torch.Tensor,
     q: float,
     r: float,
@@ -228,7 +233,7 @@ def _update_krpo(
     state is what a filter that saw all of the step's groups of the prompt, one
     after the other, ends with.
     """
-    g_keys, rewards, gid = _global_groups(keys, lr)
+    g_keys, rewards, gid = _global_groups(keys, logical)
     n_groups = int(gid[-1]) + 1
     z, valid, _ = _group_matrix(gid, rewards, n_groups)
     group_keys = torch.zeros(n_groups, dtype=torch.long, device=g_keys.device).index_copy_(0, gid, g_keys)
@@ -253,7 +258,7 @@ def _update_krpo(
 
 def _spo_rho(
     inputs: OutcomeRewardInputs,
-    lr: LogicalRollouts,
+    logical: LogicalRollouts,
     where: str,
     mode: str,
     rho: float,
@@ -263,9 +268,9 @@ def _spo_rho(
 ) -> torch.Tensor:
     """Per logical rollout: the tracker's discount at this visit."""
     if mode == "constant":
-        return torch.full_like(lr.rewards, rho)
+        return torch.full_like(logical.rewards, rho)
     drift = inputs.data.get("policy_drift")
-    n_rows = lr.row_rollout.shape[0]
+    n_rows = logical.row_rollout.shape[0]
     if drift is None or not torch.is_tensor(drift) or tuple(drift.shape) != (n_rows,) or not drift.is_floating_point():
         raise ValueError(
             f"{where}: rho_mode 'kl' reads the batch's 'policy_drift', a float tensor [B] = [{n_rows}] holding, per "
@@ -276,8 +281,8 @@ def _spo_rho(
     if bool(bad.any()):
         row = int(bad.nonzero()[0, 0])
         raise ValueError(f"{where}: 'policy_drift'[{row}] is {float(drift[row])!r}, expected a finite number >= 0")
-    first_row = torch.zeros(lr.n_rollouts, dtype=torch.long, device=drift.device).scatter_reduce(
-        0, lr.row_rollout, torch.arange(n_rows, device=drift.device), reduce="amin", include_self=False
+    first_row = torch.zeros(logical.n_rollouts, dtype=torch.long, device=drift.device).scatter_reduce(
+        0, logical.row_rollout, torch.arange(n_rows, device=drift.device), reduce="amin", include_self=False
     )
     value = torch.pow(2.0, -drift.to(torch.float64)[first_row] / d_half)
     return value.clamp(min=rho_min, max=rho_max)
@@ -338,6 +343,7 @@ def _batch_whiten(rows: torch.Tensor, rollouts: torch.Tensor, eps: float) -> tup
     return (rows - mean) / std, (rollouts - mean) / std
 
 
+@register_stage("outcome_reward_shaping", "spo")
 def spo(
     inputs: OutcomeRewardInputs,
     *,
@@ -369,27 +375,27 @@ def spo(
     prior_alpha, prior_beta, rho, rho_mode, d_half, rho_min, rho_max, normalize, eps = _spo_params(
         where, prior_alpha, prior_beta, rho, rho_mode, d_half, rho_min, rho_max, normalize, eps
     )
-    lr = logical_rollouts(inputs, "spo")
-    outside = (lr.rewards < 0) | (lr.rewards > 1)
+    logical = logical_rollouts(inputs, "spo")
+    outside = (logical.rewards < 0) | (logical.rewards > 1)
     if bool(outside.any()):
         k = int(outside.nonzero()[0, 0])
         raise ValueError(
-            f"{where}: logical rollout {k} has reward {float(lr.rewards[k])!r}; SPO's Beta tracker "
+            f"{where}: logical rollout {k} has reward {float(logical.rewards[k])!r}; SPO's Beta tracker "
             "needs success rewards in [0, 1]"
         )
-    device = lr.rewards.device
-    keys = group_prompt_keys(inputs.data, inputs.meta, where)[lr.rollout_group]
+    device = logical.rewards.device
+    keys = group_prompt_keys(inputs.data, inputs.meta, where)[logical.rollout_group]
     table_keys, table_values = _table(state, 2, device)
     default = torch.tensor([prior_alpha, prior_beta], dtype=torch.float64, device=device)
     ab, _ = table_lookup(table_keys, table_values, keys, default)
     value = ab[:, 0] / (ab[:, 0] + ab[:, 1])
-    rows = inputs.data["rewards"].to(torch.float64) - value[lr.row_rollout]
-    rollouts = lr.rewards - value
+    rows = inputs.data["rewards"].to(torch.float64) - value[logical.row_rollout]
+    rollouts = logical.rewards - value
     if normalize:
         rows, rollouts = _batch_whiten(rows, rollouts, eps)
-    discount = _spo_rho(inputs, lr, where, rho_mode, rho, d_half, rho_min, rho_max)
-    _update_spo(state, table_keys, table_values, keys, lr.rewards, discount, default)
-    return _shaped(rows, rollouts, lr)
+    discount = _spo_rho(inputs, logical, where, rho_mode, rho, d_half, rho_min, rho_max)
+    _update_spo(state, table_keys, table_values, keys, logical.rewards, discount, default)
+    return _shaped(rows, rollouts, logical)
 
 
 def _update_spo(
@@ -427,4 +433,3 @@ def _update_spo(
 
 krpo.batch_fields = ("prompt_keys",)
 spo.batch_fields = ("prompt_keys", "policy_drift")
-OUTCOME = {"krpo": krpo, "spo": spo}

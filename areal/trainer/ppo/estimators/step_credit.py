@@ -36,12 +36,13 @@ the advantage (MT-GRPO). Loops run over the position of a step inside a rollout
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
 __all__ = [
@@ -53,7 +54,6 @@ __all__ = [
     "gigpo",
     "mt_grpo",
     "step_layout",
-    "ESTIMATORS",
 ]
 
 GIGPO_MODES = ("mean_norm", "mean_std_norm")
@@ -211,13 +211,7 @@ def _check_groups(steps: StepLayout, where: str, allow_singletons: Any) -> None:
 
 
 def _check_number(where: str, name: str, value: Any, low: float, high: float | None = None) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < low
-        or (high is not None and value > high)
-    ):
+    if not is_number(value, low=low, high=high):
         bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
         raise ValueError(f"{where}: {name} must be a finite number {bound}, got {value!r}")
     return float(value)
@@ -253,6 +247,7 @@ def _anchor_groups(steps: StepLayout, anchors: torch.Tensor) -> tuple[torch.Tens
     return inverse, unique.shape[0]
 
 
+@register_stage("estimator", "gigpo")
 def gigpo(
     inputs: TemporalInputs,
     *,
@@ -317,6 +312,7 @@ def _episode_advantages(
     return normalise_within(episode, steps.rollout_group, n_groups, by_std=by_std, eps=eps)[steps.rollout]
 
 
+@register_stage("estimator", "mt_grpo")
 def mt_grpo(
     inputs: TemporalInputs,
     *,
@@ -388,4 +384,3 @@ def _leave_one_out_to_go(
 
 
 gigpo.batch_fields = ("anchor_ids",)
-ESTIMATORS = {"gigpo": gigpo, "mt_grpo": mt_grpo}

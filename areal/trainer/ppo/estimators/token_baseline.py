@@ -34,16 +34,16 @@ over rows, groups or tokens.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from areal.api.config_checks import is_number
+from areal.api.stage_registry import register_stage
 from areal.trainer.ppo.estimators.peer_algorithms import credit_to_steps
 from areal.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
-__all__ = ["ESTIMATORS", "optimal_token_baseline", "tir_optimal_token_baseline"]
+__all__ = ["optimal_token_baseline", "tir_optimal_token_baseline"]
 
 
 def _where(name: str) -> str:
@@ -54,7 +54,7 @@ def _check_inputs(inputs: TemporalInputs, name: str, handle_zero_tail: Any, eps:
     where = _where(name)
     if not isinstance(handle_zero_tail, bool):
         raise ValueError(f"{where}: handle_zero_tail must be true or false, got {handle_zero_tail!r}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+    if not is_number(eps, low=0.0, low_open=True):
         raise ValueError(f"{where}: eps must be a finite number > 0, got {eps!r}")
     if inputs.discount != 1.0:
         raise ValueError(
@@ -142,6 +142,7 @@ def _otb(
     return TemporalResult(advantages=advantages, returns=(returns * steps).to(torch.float32), total_rewards=rewards)
 
 
+@register_stage("estimator", "optimal_token_baseline")
 def optimal_token_baseline(
     inputs: TemporalInputs, *, handle_zero_tail: bool = True, eps: float = 1e-8
 ) -> TemporalResult:
@@ -156,6 +157,7 @@ def optimal_token_baseline(
     return _otb(inputs, "optimal_token_baseline", False, handle_zero_tail, eps)
 
 
+@register_stage("estimator", "tir_optimal_token_baseline")
 def tir_optimal_token_baseline(
     inputs: TemporalInputs, *, handle_zero_tail: bool = True, eps: float = 1e-8
 ) -> TemporalResult:
@@ -172,8 +174,3 @@ def tir_optimal_token_baseline(
 
 optimal_token_baseline.batch_fields = ("sum_pi_squared", "rollout_is_weights")
 tir_optimal_token_baseline.batch_fields = ("sum_pi_squared", "rollout_is_weights")
-
-ESTIMATORS: dict[str, Callable[..., Any]] = {
-    "optimal_token_baseline": optimal_token_baseline,
-    "tir_optimal_token_baseline": tir_optimal_token_baseline,
-}

@@ -311,25 +311,51 @@ def _turn_scan(lmask, ids, pos, starts):
     return not bad, n_turns, score_turn
 
 
-def _token_pair(tot0, m0, v0, c0, boot0, adv0, ret0, tot1, m1, v1, c1, boot1, adv1, ret1, g):
+def _token_pair(
+    rewards0,
+    mask0,
+    values0,
+    coef0,
+    bootstrap0,
+    advantages0,
+    returns0,
+    rewards1,
+    mask1,
+    values1,
+    coef1,
+    bootstrap1,
+    advantages1,
+    returns1,
+    discount,
+):
     """Token GAE backwards over aligned T-2 .. 0 of two rows at once (T-1 is never a step).
+
+    Row k's [T] total rewards, loss mask and values are read; its advantages and returns
+    are written; `coef` is the row's discount * lambda and `bootstrap` the value after
+    its last step. Called by keyword (numba compiles the same code as for a positional call).
 
     The recurrence of one row is a chain of dependent float operations; two
     independent chains keep the core busy. Same float32 operations as the
     reference loop; with discount and both coefficients 1 (the default) the
     multiplications by 1 are left out, which changes no bit.
     """
-    n_pos = tot0.shape[0]
+    n_pos = rewards0.shape[0]
     one = np.float32(1.0)
-    if g == one and c0 == one and c1 == one:
-        _pair_steps_unit(tot0, m0, v0, boot0, adv0, ret0, tot1, m1, v1, boot1, adv1, ret1)
+    if discount == one and coef0 == one and coef1 == one:
+        _pair_steps_unit(
+            rewards0, mask0, values0, bootstrap0, advantages0, returns0,
+            rewards1, mask1, values1, bootstrap1, advantages1, returns1,
+        )  # fmt: skip
     else:
-        _pair_steps(tot0, m0, v0, c0, boot0, adv0, ret0, tot1, m1, v1, c1, boot1, adv1, ret1, g)
+        _pair_steps(
+            rewards0, mask0, values0, coef0, bootstrap0, advantages0, returns0,
+            rewards1, mask1, values1, coef1, bootstrap1, advantages1, returns1, discount,
+        )  # fmt: skip
     zero = np.float32(0.0)
-    adv0[n_pos - 1] = zero
-    adv1[n_pos - 1] = zero
-    ret0[n_pos - 1] = v0[n_pos - 1]
-    ret1[n_pos - 1] = v1[n_pos - 1]
+    advantages0[n_pos - 1] = zero
+    advantages1[n_pos - 1] = zero
+    returns0[n_pos - 1] = values0[n_pos - 1]
+    returns1[n_pos - 1] = values1[n_pos - 1]
 
 
 def _pair_steps(tot0, m0, v0, c0, boot0, adv0, ret0, tot1, m1, v1, c1, boot1, adv1, ret1, g):
@@ -454,21 +480,21 @@ def _token_rows(row0, out0, row1, out1, flags, kind, neg_kl_ctl, g, c0, c1, scor
     e0 |= _ids_bits(row0, flags, pos0)
     e1 |= _ids_bits(row1, flags, pos1)
     _token_pair(
-        out0[3],
-        out0[0],
-        row0[4],
-        c0,
-        boot0,
-        out0[4],
-        out0[5],
-        out1[3],
-        out1[0],
-        row1[4],
-        c1,
-        boot1,
-        out1[4],
-        out1[5],
-        g,
+        rewards0=out0[3],
+        mask0=out0[0],
+        values0=row0[4],
+        coef0=c0,
+        bootstrap0=boot0,
+        advantages0=out0[4],
+        returns0=out0[5],
+        rewards1=out1[3],
+        mask1=out1[0],
+        values1=row1[4],
+        coef1=c1,
+        bootstrap1=boot1,
+        advantages1=out1[4],
+        returns1=out1[5],
+        discount=g,
     )
     return (
         (e0, tr0, _moments(out0, flags[4]), _values_bits(row0, flags)),

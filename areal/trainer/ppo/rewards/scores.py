@@ -17,6 +17,7 @@ from areal.trainer.ppo.rewards.running_norm import running_normalise
 from areal.trainer.ppo.stage_state import StageState
 from areal.trainer.ppo.stage_types import OutcomeResult
 from areal.utils.data import Normalization, TrajBatchMeta
+from areal.utils.renamed import renamed_attributes
 
 
 def apply_length_penalty(data: Mapping[str, Any], config: PPOActorConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -87,7 +88,7 @@ def logical_layout(
     return starts, member, reference, torch.cat(given).to(device)
 
 
-def normalize_rollout_rewards(
+def normalise_rollout_rewards(
     row_rewards: torch.Tensor,
     norm: Normalization,
     meta: TrajBatchMeta,
@@ -164,19 +165,17 @@ def _has_explicit_references(meta: TrajBatchMeta) -> bool:
     return any(g is not None and g.rewards is not None for g in (meta.rollout_groups or ()))
 
 
-def _check_shaped_references(
-    outcome: OutcomeResult, stage: ResolvedStage, meta: TrajBatchMeta, meta_complete: bool
-) -> None:
+def _check_shaped_references(outcome: OutcomeResult, stage: ResolvedStage, meta: TrajBatchMeta) -> None:
     """Shaped references need full metadata; explicit references need shaped ones from a custom stage."""
     shaped_refs = outcome.normalization_rewards
-    if shaped_refs is not None and not meta_complete:
+    if shaped_refs is not None and not meta.complete:
         raise StageContractError(
             stage.stage,
             stage.implementation,
             "returned normalization_rewards, but the batch has no complete concat_batch metadata; shaped "
             "references need the TrajBatchMeta produced by concat_batch",
         )
-    if stage.custom and shaped_refs is None and meta_complete and _has_explicit_references(meta):
+    if stage.custom and shaped_refs is None and meta.complete and _has_explicit_references(meta):
         raise StageContractError(
             stage.stage,
             stage.implementation,
@@ -193,7 +192,6 @@ def normalise_scores(
     stage: ResolvedStage,
     config: PPOActorConfig,
     meta: TrajBatchMeta,
-    meta_complete: bool,
     running: StageState | None = None,
 ) -> torch.Tensor:
     """Step 3: r' = clip((r + bias)·scaling, ±clip), then (r' − mean) / (std + eps) per `reward_norm`.
@@ -209,7 +207,7 @@ def normalise_scores(
     if running is not None:
         scores = scale_scores(outcome.rewards, **scale_kw)
         observed = None
-        if meta_complete and meta.rollout_groups is not None:
+        if meta.complete and meta.rollout_groups is not None:
             rows = meta.logical_row_index(scores.device)
             first = torch.full((meta.n_logical,), scores.shape[0], dtype=torch.long, device=scores.device)
             first = first.scatter_reduce(0, rows, torch.arange(scores.shape[0], device=scores.device), reduce="amin")
@@ -217,11 +215,15 @@ def normalise_scores(
         return running_normalise(scores, None, config.reward_norm, running, observed)
     warn_singleton_centering(config.reward_norm, meta)
     norm = Normalization(config.reward_norm)
-    _check_shaped_references(outcome, stage, meta, meta_complete)
+    _check_shaped_references(outcome, stage, meta)
     shaped_refs = outcome.normalization_rewards
-    if meta_complete and (meta.rollout_groups is not None or shaped_refs is not None):
-        return normalize_rollout_rewards(
+    if meta.complete and (meta.rollout_groups is not None or shaped_refs is not None):
+        return normalise_rollout_rewards(
             outcome.rewards, norm, meta, **scale_kw, unpenalized_rewards=unpenalized, shaped_references=shaped_refs
         )
-    group_sizes = list(meta.traj_group_sizes) if meta_complete else None
+    group_sizes = list(meta.traj_group_sizes) if meta.complete else None
     return norm(scale_scores(outcome.rewards, **scale_kw), group_sizes=group_sizes)
+
+
+#: Former names, still importable (with a DeprecationWarning) for code written against them.
+__getattr__ = renamed_attributes(__name__, {"normalize_rollout_rewards": "normalise_rollout_rewards"})

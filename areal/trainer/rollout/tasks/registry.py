@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from areal.api.config_checks import is_integer
 from areal.api.task_specs import build_task_spec
 from areal.api.train_args import TaskConfig
 from areal.utils.dynamic_import import PluginResolutionError, resolve_function
@@ -67,7 +68,7 @@ def check_task_object(task: Any, path: str) -> None:
             path, "is multi_turn and has score(); a multi-turn task is scored by its environment's per-turn rewards"
         )
     cap = getattr(task, "max_turn_tokens", None)
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+    if cap is not None and not is_integer(cap, low=1):
         raise _bad(path, f"has max_turn_tokens={cap!r}, expected null or an integer >= 1")
     for attr in ("vocabulary", "stop_words"):
         words = getattr(task, attr, None)

@@ -10,13 +10,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from areal.api.builtin_stages import PEER_STAGE_IMPLEMENTATIONS
+from areal.api.builtin_stages import BUILTIN_STAGE_IMPLEMENTATIONS
 from areal.api.cli_args import PPOActorConfig, load_config
+from areal.api.stage_registry import STAGE_REGISTRY
 from areal.trainer.ppo.actor import PPOActor
 from areal.trainer.ppo.advantage import OutcomeRewardInputs
 from areal.trainer.ppo.advantage_algorithms import TemporalInputs
 from areal.trainer.ppo.estimators import peer_algorithms as peer
-from areal.trainer.ppo.gae import token_gae
+from areal.trainer.ppo.gae import token_gae_tensors
 from areal.utils.data import RolloutGroup, TrajBatchMeta
 from areal.utils.dynamic_import import PluginResolutionError
 
@@ -40,8 +41,12 @@ def close(x: torch.Tensor, expected) -> None:
 
 
 def test_registry_matches_the_functions():
-    assert set(PEER_STAGE_IMPLEMENTATIONS["outcome_reward_shaping"]) == set(peer.OUTCOME)
-    assert set(PEER_STAGE_IMPLEMENTATIONS["estimator"]) == set(peer.ESTIMATORS)
+    for stage, names in (
+        ("outcome_reward_shaping", {"opo", "gpg", "passk", "remax", "maxrl"}),
+        ("estimator", {"reinforce_return", "turn_reinforce_return"}),
+    ):
+        assert set(STAGE_REGISTRY.defined_in(stage, peer.__name__)) == names
+        assert names <= set(BUILTIN_STAGE_IMPLEMENTATIONS[stage])
     cfg = load_config(
         None,
         [
@@ -241,7 +246,9 @@ def test_reward_norm_on_top_of_a_split_stage_sees_shaped_references(seed, name, 
         advantage={"outcome_reward_shaping": name, "estimator": "reinforce_return"},
     )
     out = PPOActor(cfg).compute_advantages(batch, meta)
-    shaped = peer.OUTCOME[name](OutcomeRewardInputs(batch, cfg, meta))
+    shaped = STAGE_REGISTRY.defined_in("outcome_reward_shaping", peer.__name__)[name](
+        OutcomeRewardInputs(batch, cfg, meta)
+    )
     roll = ref.rollouts(batch, meta)
     resp = ref.responses(batch, meta)
     refs = [float(x) for x in shaped.normalization_rewards]
@@ -316,7 +323,9 @@ def test_reinforce_return_is_critic_free_token_gae_with_lambda_one(seed, gamma):
     )
     out = PPOActor(cfg).compute_advantages(batch, meta)
     mask = out["loss_mask"]
-    expected, _ = token_gae(out["tot_rewards"], torch.zeros_like(mask), mask, discount=gamma, lam=1.0, bootstrap=0.0)
+    expected, _ = token_gae_tensors(
+        out["tot_rewards"], torch.zeros_like(mask), mask, discount=gamma, lam=1.0, bootstrap=0.0
+    )
     torch.testing.assert_close(out["advantages"], expected * mask, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out["returns"], out["advantages"])
 
