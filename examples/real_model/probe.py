@@ -19,8 +19,11 @@ prompt asks for), `lenient` (the answer read out of any wording), `prefix`
 "The answer is ", then read leniently), and under sampling (temperature 1,
 `--k` samples for each of the first `--sampled-prompts` prompts) the mean
 strict success, pass@k and the fraction of prompts with a mixed group (some
-but not all samples right: the groups GRPO learns from). Low `strict` with
-high `lenient`/`prefix` is a missing format; all three low is a missing skill.
+but not all samples right: the groups GRPO learns from), the same two read
+leniently, and `constant`: the share of rows whose answer is the most common
+one (what an answer that ignores the question scores; a gain up to it can be a
+learned prior rather than the skill). Low `strict` with high
+`lenient`/`prefix` is a missing format; all three low is a missing skill.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -182,6 +186,9 @@ def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: in
         [ok and solved(r, c.strip()) for c, ok in zip(draws[i * k : (i + 1) * k], draws_done[i * k : (i + 1) * k])]
         for i, r in enumerate(picked)
     ]
+    lenient_wins = [[lenient(r, c) for c in draws[i * k : (i + 1) * k]] for i, r in enumerate(picked)]
+    # the best answer that ignores the question: the most common answer of the rows, right on this share of them
+    constant = max(Counter(r["answer"].lower() for r in rows).values()) / n
     return {
         "task": task.name,
         "n": n,
@@ -192,6 +199,9 @@ def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: in
         "sampled_mean": sum(map(sum, wins)) / (k * len(wins)),
         "pass_at_k": sum(map(any, wins)) / len(wins),
         "mixed_groups": sum(any(w) and not all(w) for w in wins) / len(wins),
+        "sampled_lenient": sum(map(sum, lenient_wins)) / (k * len(lenient_wins)),
+        "mixed_lenient": sum(any(w) and not all(w) for w in lenient_wins) / len(lenient_wins),
+        "constant": constant,
         "k": k,
         "seconds": time.perf_counter() - start,
         "examples": [(r["prompt"], c, r["answer"]) for r, c in zip(rows[:3], greedy)],
@@ -207,7 +217,8 @@ def main_skills(model: Any, tok: Any, opts: argparse.Namespace) -> None:
         print(
             f"{name}: n={r['n']} max_new={r['max_new']} strict={r['strict']:.2f} lenient={r['lenient']:.2f} "
             f"prefix={r['prefix']:.2f} sampled={r['sampled_mean']:.3f} pass@{r['k']}={r['pass_at_k']:.2f} "
-            f"mixed={r['mixed_groups']:.2f} ({r['seconds']:.0f} s)",
+            f"mixed={r['mixed_groups']:.2f} sampled_lenient={r['sampled_lenient']:.3f} "
+            f"mixed_lenient={r['mixed_lenient']:.2f} constant={r['constant']:.2f} ({r['seconds']:.0f} s)",
             flush=True,
         )
         for prompt, completion, answer in r["examples"]:
