@@ -193,7 +193,39 @@ def test_answers_separates_the_skill_from_a_learned_prior(tmp_path: Path):
     by_step = evaluations(tmp_path / "samples.jsonl")
     assert sorted(by_step) == [10, 20] and len(by_step[10]) == 4
     before, after = summary(by_step[10]), summary(by_step[20])
-    assert before["solved"] == before["chance"] == before["best_constant"] == 0.5
-    assert before["per_answer"] == {"0": 0.0, "1": 1.0, "2": 0.0}
-    assert after["solved"] == 1.0 and after["chance"] == pytest.approx(6 / 16)
-    assert after["given"] == {"1": 2, "0": 1, "2": 1}
+    assert before["strict"]["accuracy"] == before["strict"]["chance"] == before["best_constant"] == 0.5
+    assert before["strict"]["per_answer"] == {"0": 0.0, "1": 1.0, "2": 0.0}
+    assert after["strict"]["accuracy"] == 1.0 and after["strict"]["chance"] == pytest.approx(6 / 16)
+    assert after["strict"]["given"] == {"1": 2, "0": 1, "2": 1}
+    # the lenient reading takes the last integer of any wording
+    worded = summary(
+        [row(30, f"There are {a} of them.", a) | {"rewards": {"solved": 0.0, "solved_lenient": 1.0}} for a in right]
+    )
+    assert worded["strict"]["accuracy"] == 0.0 and worded["lenient"]["accuracy"] == 1.0
+    assert worded["lenient"]["given"] == {"1": 2, "0": 1, "2": 1} and worded["lenient"]["chance"] == pytest.approx(
+        6 / 16
+    )
+
+
+def test_compare_estimators_task_char_count_puts_each_preset_on_the_counting_run(tmp_path: Path):
+    from areal.api.cli_args import load_config
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import compare_estimators
+
+    opts = compare_estimators.parse_args(["--task", "char_count", "--runs-dir", str(tmp_path)])
+    assert opts.config == ROOT / "examples" / "real_model" / "char_count.yaml"
+    assert (opts.metric, opts.format_metric) == ("eval/reward/solved", "eval/reward/solved_lenient")
+    assert compare_estimators.TASKS["char_count"].doc_block == "compare_estimators:char_count"
+    from omegaconf import OmegaConf
+
+    def actor(path: Path) -> dict:
+        return OmegaConf.to_container(OmegaConf.structured(load_config(path).actor), enum_to_str=True)
+
+    grpo = compare_estimators.preset_actor("grpo")  # the run's own algorithm is GRPO's preset
+    assert {k: actor(opts.config)[k] for k in grpo} == grpo
+    run = compare_estimators.Run(opts.tag, "maxrl", 1, tmp_path)
+    generated = compare_estimators.write_config(run, opts.config)
+    assert load_config(generated).data.train.endswith("char_count_3_6/train.jsonl")
+    maxrl = compare_estimators.preset_actor("maxrl")
+    assert {k: actor(generated)[k] for k in maxrl} == maxrl and maxrl != {k: grpo.get(k) for k in maxrl}
