@@ -2,6 +2,7 @@
 
     .venv/bin/python examples/real_model/probe.py [--n 32] [--only sums_number_only ...]
     .venv/bin/python examples/real_model/probe.py --skills [--n 100] [--only spell_backward_3_6 ...]
+    .venv/bin/python examples/real_model/probe.py --skills --rows data/TASK/eval.jsonl --model CHECKPOINT
 
 Each candidate is a list of chat prompts with known integer answers, decoded
 greedily in one left-padded `generate` batch (transformers) with the
@@ -29,6 +30,7 @@ learned prior rather than the skill). Low `strict` with high
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -82,8 +84,6 @@ def reasoning_gym(name: str, n: int, **config: object) -> list[Prompt]:
 
 def held_out(n: int) -> list[Prompt]:
     """The run's own held-out set (data/eval.jsonl), with its system prompt."""
-    import json
-
     rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "eval.jsonl").read_text().splitlines()]
     return [(chat(r["prompt"], NUMBER_ONLY), r["answer"]) for r in rows[:n]]
 
@@ -159,9 +159,16 @@ def generate(model: Any, tok: Any, texts: list[str], max_new: int, samples: int 
     return tok.batch_decode(new, skip_special_tokens=True), torch.isin(new, torch.tensor(stops)).any(dim=1).tolist()
 
 
-def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: int, sampled: int) -> dict[str, Any]:
-    """strict / lenient / forced-prefix greedy accuracy on `n` rows, and sampled success on the first `sampled`."""
-    rows = skill_tasks.rows(task, seed=5, size=n)
+def probe_skill(
+    model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: int, sampled: int, given: list[dict] | None = None
+) -> dict[str, Any]:
+    """strict / lenient / forced-prefix greedy accuracy on `n` rows, and sampled success on the first `sampled`.
+
+    The rows are reasoning-gym's seed 5, or the first `n` of `given` (a run's held-out file, so that a
+    trained checkpoint is scored on questions it was not trained on).
+    """
+    rows = given[:n] if given is not None else skill_tasks.rows(task, seed=5, size=n)
+    n = len(rows)
     texts = [
         tok.apply_chat_template(
             [{"role": "system", "content": task.system_prompt}, {"role": "user", "content": r["prompt"]}],
@@ -210,10 +217,11 @@ def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: in
 
 def main_skills(model: Any, tok: Any, opts: argparse.Namespace) -> None:
     """One line per skill task (and its first greedy answers)."""
+    given = [json.loads(line) for line in opts.rows.read_text().splitlines()] if opts.rows else None
     for name, task in skill_tasks.TASKS.items():
-        if opts.only and name not in opts.only:
+        if (opts.only and name not in opts.only) or (given and name != given[0]["task"]):
             continue
-        r = probe_skill(model, tok, task, opts.n, opts.k, opts.sampled_prompts)
+        r = probe_skill(model, tok, task, opts.n, opts.k, opts.sampled_prompts, given)
         print(
             f"{name}: n={r['n']} max_new={r['max_new']} strict={r['strict']:.2f} lenient={r['lenient']:.2f} "
             f"prefix={r['prefix']:.2f} sampled={r['sampled_mean']:.3f} pass@{r['k']}={r['pass_at_k']:.2f} "
@@ -234,6 +242,7 @@ def main() -> None:
     p.add_argument("--skills", action="store_true", help="the skill tasks of skill_tasks.py instead")
     p.add_argument("--k", type=int, default=8, help="--skills: samples per prompt")
     p.add_argument("--sampled-prompts", type=int, default=8, help="--skills: prompts sampled k times")
+    p.add_argument("--rows", type=Path, default=None, help="--skills: rows of this JSONL file (its task) instead")
     opts = p.parse_args()
     torch.set_num_threads(opts.threads)
     tok = AutoTokenizer.from_pretrained(opts.model, padding_side="left")
