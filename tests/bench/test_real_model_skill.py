@@ -30,7 +30,7 @@ def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("name", [TASK, "char_count_3_6"])
+@pytest.mark.parametrize("name", [TASK, "char_count_3_6", "basic_arithmetic_1_2digit_add"])
 def test_committed_data_is_what_the_script_writes_and_held_out_shares_no_question(tmp_path: Path, name: str):
     make_data([name, "--out", str(tmp_path)])
     for split in ("train", "eval"):
@@ -41,7 +41,12 @@ def test_committed_data_is_what_the_script_writes_and_held_out_shares_no_questio
     assert len({r["prompt"] for r in held_out}) == 100
     for r in held_out:
         meta = json.loads(r["metadata"])
-        expected = meta["word"][::-1] if name == TASK else str(meta["word"].split("-").count(meta["char"]))
+        if name == TASK:
+            expected = meta["word"][::-1]
+        elif name == "char_count_3_6":
+            expected = str(meta["word"].split("-").count(meta["char"]))
+        else:  # "Calculate 48 + 16."
+            expected = str(sum(int(t) for t in r["prompt"].removeprefix("Calculate ").rstrip(".").split(" + ")))
         assert r["answer"] == expected and r["task"] == name
 
 
