@@ -159,8 +159,24 @@ def generate(model: Any, tok: Any, texts: list[str], max_new: int, samples: int 
     return tok.batch_decode(new, skip_special_tokens=True), torch.isin(new, torch.tensor(stops)).any(dim=1).tolist()
 
 
+def forced_start(task: skill_tasks.SkillTask, row: dict[str, str], equation: bool) -> str:
+    """The answer's forced start: the task's prefix, or with `equation` the sum's own "a + b =" (basic_arithmetic)."""
+    if not equation:
+        return task.prefix
+    if task.dataset != "basic_arithmetic":
+        raise SystemExit(f"--equation-prefix: {task.name} is {task.dataset}, expected a basic_arithmetic task")
+    return row["prompt"].removeprefix("Calculate ").rstrip(".") + " ="
+
+
 def probe_skill(
-    model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: int, sampled: int, given: list[dict] | None = None
+    model: Any,
+    tok: Any,
+    task: skill_tasks.SkillTask,
+    n: int,
+    k: int,
+    sampled: int,
+    given: list[dict] | None = None,
+    equation: bool = False,
 ) -> dict[str, Any]:
     """strict / lenient / forced-prefix greedy accuracy on `n` rows, and sampled success on the first `sampled`.
 
@@ -186,7 +202,8 @@ def probe_skill(
 
     start = time.perf_counter()
     greedy, done = generate(model, tok, texts, task.max_new_tokens)
-    forced, _ = generate(model, tok, [t + task.prefix for t in texts], task.max_new_tokens)
+    starts = [forced_start(task, r, equation) for r in rows]
+    forced, _ = generate(model, tok, [t + start for t, start in zip(texts, starts)], task.max_new_tokens)
     picked = rows[:sampled]
     draws, draws_done = generate(model, tok, texts[:sampled], task.max_new_tokens, samples=k)
     wins = [
@@ -202,7 +219,7 @@ def probe_skill(
         "max_new": task.max_new_tokens,
         "strict": sum(ok and solved(r, c.strip()) for r, c, ok in zip(rows, greedy, done)) / n,
         "lenient": sum(lenient(r, c) for r, c in zip(rows, greedy)) / n,
-        "prefix": sum(lenient(r, task.prefix + c) for r, c in zip(rows, forced)) / n,
+        "prefix": sum(lenient(r, start + c) for r, start, c in zip(rows, starts, forced)) / n,
         "sampled_mean": sum(map(sum, wins)) / (k * len(wins)),
         "pass_at_k": sum(map(any, wins)) / len(wins),
         "mixed_groups": sum(any(w) and not all(w) for w in wins) / len(wins),
@@ -221,7 +238,7 @@ def main_skills(model: Any, tok: Any, opts: argparse.Namespace) -> None:
     for name, task in skill_tasks.TASKS.items():
         if (opts.only and name not in opts.only) or (given and name != given[0]["task"]):
             continue
-        r = probe_skill(model, tok, task, opts.n, opts.k, opts.sampled_prompts, given)
+        r = probe_skill(model, tok, task, opts.n, opts.k, opts.sampled_prompts, given, opts.equation_prefix)
         print(
             f"{name}: n={r['n']} max_new={r['max_new']} strict={r['strict']:.2f} lenient={r['lenient']:.2f} "
             f"prefix={r['prefix']:.2f} sampled={r['sampled_mean']:.3f} pass@{r['k']}={r['pass_at_k']:.2f} "
@@ -242,6 +259,7 @@ def main() -> None:
     p.add_argument("--skills", action="store_true", help="the skill tasks of skill_tasks.py instead")
     p.add_argument("--k", type=int, default=8, help="--skills: samples per prompt")
     p.add_argument("--sampled-prompts", type=int, default=8, help="--skills: prompts sampled k times")
+    p.add_argument("--equation-prefix", action="store_true", help="--skills: force 'a + b =' (sums) as the start")
     p.add_argument("--rows", type=Path, default=None, help="--skills: rows of this JSONL file (its task) instead")
     opts = p.parse_args()
     torch.set_num_threads(opts.threads)
