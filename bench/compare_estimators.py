@@ -5,13 +5,16 @@ Usage:
     .venv/bin/python bench/compare_estimators.py --estimators grpo --seeds 1 2   # a part
     .venv/bin/python bench/compare_estimators.py --report-only          # table + plot from the results file
     .venv/bin/python bench/compare_estimators.py --task spell_backward   # the skill task (grpo rloo dr_grpo ...)
+    .venv/bin/python bench/compare_estimators.py --task char_count       # counting a letter (grpo rloo dr_grpo maxrl)
 
 `--task` picks the run (TASKS): `sums` is `examples/real_model/grpo_smollm2.yaml`
 (SmolLM2-135M-Instruct, one-digit sums, two reward components: `correct` and
 `number_only`; GDPO normalises the two separately, the others their weighted
 sum); `spell_backward` is `examples/real_model/spell_backward.yaml` (reversing a
 word, reasoning-gym's `score_answer` as the reward; accuracy `solved`, the
-format-fixed accuracy `solved_lenient`). Every run is the task's config with the
+format-fixed accuracy `solved_lenient`); `char_count` is
+`examples/real_model/char_count.yaml` (counting a letter in 3-6 dashed letters,
+the same reward and accuracy columns). Every run is the task's config with the
 `actor:` section of the preset `preset:<estimator>` (areal/presets/) on top, so the runs
 differ only in the advantage estimator.
 
@@ -96,6 +99,16 @@ TASKS = {
         "spell_backward",
         "format-fixed accuracy (solved_lenient)",
         f"{DOC_BLOCK}:spell_backward",
+    ),
+    # counting a letter in 3-6 dashed letters; one trained component as in spell_backward
+    "char_count": TaskRun(
+        ROOT / "examples" / "real_model" / "char_count.yaml",
+        "eval/reward/solved",
+        "eval/reward/solved_lenient",
+        ("grpo", "rloo", "dr_grpo", "maxrl"),
+        "char_count",
+        "format-fixed accuracy (solved_lenient)",
+        f"{DOC_BLOCK}:char_count",
     ),
 }
 #: The tiny random-init model and a few tokens: the CI check that the script still runs end to end.

@@ -2,6 +2,7 @@
 
     .venv/bin/python examples/real_model/probe.py [--n 32] [--only sums_number_only ...]
     .venv/bin/python examples/real_model/probe.py --skills [--n 100] [--only spell_backward_3_6 ...]
+    .venv/bin/python examples/real_model/probe.py --skills --rows data/TASK/eval.jsonl --model CHECKPOINT
 
 Each candidate is a list of chat prompts with known integer answers, decoded
 greedily in one left-padded `generate` batch (transformers) with the
@@ -19,16 +20,21 @@ prompt asks for), `lenient` (the answer read out of any wording), `prefix`
 "The answer is ", then read leniently), and under sampling (temperature 1,
 `--k` samples for each of the first `--sampled-prompts` prompts) the mean
 strict success, pass@k and the fraction of prompts with a mixed group (some
-but not all samples right: the groups GRPO learns from). Low `strict` with
-high `lenient`/`prefix` is a missing format; all three low is a missing skill.
+but not all samples right: the groups GRPO learns from), the same two read
+leniently, and `constant`: the share of rows whose answer is the most common
+one (what an answer that ignores the question scores; a gain up to it can be a
+learned prior rather than the skill). Low `strict` with high
+`lenient`/`prefix` is a missing format; all three low is a missing skill.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,8 +84,6 @@ def reasoning_gym(name: str, n: int, **config: object) -> list[Prompt]:
 
 def held_out(n: int) -> list[Prompt]:
     """The run's own held-out set (data/eval.jsonl), with its system prompt."""
-    import json
-
     rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "eval.jsonl").read_text().splitlines()]
     return [(chat(r["prompt"], NUMBER_ONLY), r["answer"]) for r in rows[:n]]
 
@@ -155,9 +159,32 @@ def generate(model: Any, tok: Any, texts: list[str], max_new: int, samples: int 
     return tok.batch_decode(new, skip_special_tokens=True), torch.isin(new, torch.tensor(stops)).any(dim=1).tolist()
 
 
-def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: int, sampled: int) -> dict[str, Any]:
-    """strict / lenient / forced-prefix greedy accuracy on `n` rows, and sampled success on the first `sampled`."""
-    rows = skill_tasks.rows(task, seed=5, size=n)
+def forced_start(task: skill_tasks.SkillTask, row: dict[str, str], equation: bool) -> str:
+    """The answer's forced start: the task's prefix, or with `equation` the sum's own "a + b =" (basic_arithmetic)."""
+    if not equation:
+        return task.prefix
+    if task.dataset != "basic_arithmetic":
+        raise SystemExit(f"--equation-prefix: {task.name} is {task.dataset}, expected a basic_arithmetic task")
+    return row["prompt"].removeprefix("Calculate ").rstrip(".") + " ="
+
+
+def probe_skill(
+    model: Any,
+    tok: Any,
+    task: skill_tasks.SkillTask,
+    n: int,
+    k: int,
+    sampled: int,
+    given: list[dict] | None = None,
+    equation: bool = False,
+) -> dict[str, Any]:
+    """strict / lenient / forced-prefix greedy accuracy on `n` rows, and sampled success on the first `sampled`.
+
+    The rows are reasoning-gym's seed 5, or the first `n` of `given` (a run's held-out file, so that a
+    trained checkpoint is scored on questions it was not trained on).
+    """
+    rows = given[:n] if given is not None else skill_tasks.rows(task, seed=5, size=n)
+    n = len(rows)
     texts = [
         tok.apply_chat_template(
             [{"role": "system", "content": task.system_prompt}, {"role": "user", "content": r["prompt"]}],
@@ -175,23 +202,30 @@ def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: in
 
     start = time.perf_counter()
     greedy, done = generate(model, tok, texts, task.max_new_tokens)
-    forced, _ = generate(model, tok, [t + task.prefix for t in texts], task.max_new_tokens)
+    starts = [forced_start(task, r, equation) for r in rows]
+    forced, _ = generate(model, tok, [t + start for t, start in zip(texts, starts)], task.max_new_tokens)
     picked = rows[:sampled]
     draws, draws_done = generate(model, tok, texts[:sampled], task.max_new_tokens, samples=k)
     wins = [
         [ok and solved(r, c.strip()) for c, ok in zip(draws[i * k : (i + 1) * k], draws_done[i * k : (i + 1) * k])]
         for i, r in enumerate(picked)
     ]
+    lenient_wins = [[lenient(r, c) for c in draws[i * k : (i + 1) * k]] for i, r in enumerate(picked)]
+    # the best answer that ignores the question: the most common answer of the rows, right on this share of them
+    constant = max(Counter(r["answer"].lower() for r in rows).values()) / n
     return {
         "task": task.name,
         "n": n,
         "max_new": task.max_new_tokens,
         "strict": sum(ok and solved(r, c.strip()) for r, c, ok in zip(rows, greedy, done)) / n,
         "lenient": sum(lenient(r, c) for r, c in zip(rows, greedy)) / n,
-        "prefix": sum(lenient(r, task.prefix + c) for r, c in zip(rows, forced)) / n,
+        "prefix": sum(lenient(r, start + c) for r, start, c in zip(rows, starts, forced)) / n,
         "sampled_mean": sum(map(sum, wins)) / (k * len(wins)),
         "pass_at_k": sum(map(any, wins)) / len(wins),
         "mixed_groups": sum(any(w) and not all(w) for w in wins) / len(wins),
+        "sampled_lenient": sum(map(sum, lenient_wins)) / (k * len(lenient_wins)),
+        "mixed_lenient": sum(any(w) and not all(w) for w in lenient_wins) / len(lenient_wins),
+        "constant": constant,
         "k": k,
         "seconds": time.perf_counter() - start,
         "examples": [(r["prompt"], c, r["answer"]) for r, c in zip(rows[:3], greedy)],
@@ -200,14 +234,16 @@ def probe_skill(model: Any, tok: Any, task: skill_tasks.SkillTask, n: int, k: in
 
 def main_skills(model: Any, tok: Any, opts: argparse.Namespace) -> None:
     """One line per skill task (and its first greedy answers)."""
+    given = [json.loads(line) for line in opts.rows.read_text().splitlines()] if opts.rows else None
     for name, task in skill_tasks.TASKS.items():
-        if opts.only and name not in opts.only:
+        if (opts.only and name not in opts.only) or (given and name != given[0]["task"]):
             continue
-        r = probe_skill(model, tok, task, opts.n, opts.k, opts.sampled_prompts)
+        r = probe_skill(model, tok, task, opts.n, opts.k, opts.sampled_prompts, given, opts.equation_prefix)
         print(
             f"{name}: n={r['n']} max_new={r['max_new']} strict={r['strict']:.2f} lenient={r['lenient']:.2f} "
             f"prefix={r['prefix']:.2f} sampled={r['sampled_mean']:.3f} pass@{r['k']}={r['pass_at_k']:.2f} "
-            f"mixed={r['mixed_groups']:.2f} ({r['seconds']:.0f} s)",
+            f"mixed={r['mixed_groups']:.2f} sampled_lenient={r['sampled_lenient']:.3f} "
+            f"mixed_lenient={r['mixed_lenient']:.2f} constant={r['constant']:.2f} ({r['seconds']:.0f} s)",
             flush=True,
         )
         for prompt, completion, answer in r["examples"]:
@@ -223,6 +259,8 @@ def main() -> None:
     p.add_argument("--skills", action="store_true", help="the skill tasks of skill_tasks.py instead")
     p.add_argument("--k", type=int, default=8, help="--skills: samples per prompt")
     p.add_argument("--sampled-prompts", type=int, default=8, help="--skills: prompts sampled k times")
+    p.add_argument("--equation-prefix", action="store_true", help="--skills: force 'a + b =' (sums) as the start")
+    p.add_argument("--rows", type=Path, default=None, help="--skills: rows of this JSONL file (its task) instead")
     opts = p.parse_args()
     torch.set_num_threads(opts.threads)
     tok = AutoTokenizer.from_pretrained(opts.model, padding_side="left")

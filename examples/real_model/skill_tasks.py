@@ -56,6 +56,8 @@ TASKS: dict[str, SkillTask] = {
     for t in (
         SkillTask("spell_backward_3_6", "spell_backward", {"min_word_len": 3, "max_word_len": 6}, "word", 12),
         SkillTask("char_count_verl", "char_count", {"min_length": 5, "max_length": 10, "max_count": 4}),
+        SkillTask("char_count_3_6", "char_count", {"min_length": 3, "max_length": 6, "max_count": 3}),
+        SkillTask("spell_backward_3", "spell_backward", {"min_word_len": 3, "max_word_len": 3}, "word", 8),
         SkillTask(
             "basic_arithmetic_2digit_add",
             "basic_arithmetic",
@@ -63,6 +65,19 @@ TASKS: dict[str, SkillTask] = {
                 "min_terms": 2,
                 "max_terms": 2,
                 "min_digits": 2,
+                "max_digits": 2,
+                "operators": ["+"],
+                "allow_parentheses": False,
+                "allow_negation": False,
+            },
+        ),
+        SkillTask(
+            "basic_arithmetic_1_2digit_add",
+            "basic_arithmetic",
+            {
+                "min_terms": 2,
+                "max_terms": 2,
+                "min_digits": 1,
                 "max_digits": 2,
                 "operators": ["+"],
                 "allow_parentheses": False,
@@ -92,7 +107,7 @@ TASKS: dict[str, SkillTask] = {
 def rows(task: SkillTask, seed: int, size: int) -> list[dict[str, str]]:
     """`size` rows of `task` generated from `seed` (deterministic)."""
     if task.dataset == "char_count":
-        return char_count_rows(seed, size, **task.config)
+        return char_count_rows(seed, size, name=task.name, **task.config)
     import reasoning_gym as rg
 
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in task.config.items()}
@@ -107,7 +122,9 @@ def rows(task: SkillTask, seed: int, size: int) -> list[dict[str, str]]:
     ]
 
 
-def char_count_rows(seed: int, size: int, min_length: int, max_length: int, max_count: int) -> list[dict[str, str]]:
+def char_count_rows(
+    seed: int, size: int, min_length: int, max_length: int, max_count: int, name: str = "char_count_verl"
+) -> list[dict[str, str]]:
     """verl's char_count: a random a-z word of uniform length with the target letter 0..max_count times."""
     rng, out = random.Random(seed), []
     for _ in range(size):
@@ -122,7 +139,7 @@ def char_count_rows(seed: int, size: int, min_length: int, max_length: int, max_
             {
                 "prompt": f"How many {target} are there in word {word}?",
                 "answer": str(count),
-                "task": "char_count_verl",
+                "task": name,
                 "metadata": json.dumps({"word": word, "char": target}),
             }
         )

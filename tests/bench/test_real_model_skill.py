@@ -30,15 +30,24 @@ def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_committed_data_is_what_the_script_writes_and_held_out_shares_no_question(tmp_path: Path):
-    make_data([TASK, "--out", str(tmp_path)])
+@pytest.mark.parametrize("name", [TASK, "char_count_3_6", "basic_arithmetic_1_2digit_add"])
+def test_committed_data_is_what_the_script_writes_and_held_out_shares_no_question(tmp_path: Path, name: str):
+    make_data([name, "--out", str(tmp_path)])
     for split in ("train", "eval"):
-        assert (tmp_path / TASK / f"{split}.jsonl").read_text() == (DATA / TASK / f"{split}.jsonl").read_text()
-    train, held_out = _read(DATA / TASK / "train.jsonl"), _read(DATA / TASK / "eval.jsonl")
+        assert (tmp_path / name / f"{split}.jsonl").read_text() == (DATA / name / f"{split}.jsonl").read_text()
+    train, held_out = _read(DATA / name / "train.jsonl"), _read(DATA / name / "eval.jsonl")
     assert (len(train), len(held_out)) == (2000, 100)
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in held_out}
     assert len({r["prompt"] for r in held_out}) == 100
-    assert all(r["answer"] == json.loads(r["metadata"])["word"][::-1] for r in held_out)
+    for r in held_out:
+        meta = json.loads(r["metadata"])
+        if name == TASK:
+            expected = meta["word"][::-1]
+        elif name == "char_count_3_6":
+            expected = str(meta["word"].split("-").count(meta["char"]))
+        else:  # "Calculate 48 + 16."
+            expected = str(sum(int(t) for t in r["prompt"].removeprefix("Calculate ").rstrip(".").split(" + ")))
+        assert r["answer"] == expected and r["task"] == name
 
 
 @pytest.mark.parametrize("name", sorted(skill_tasks.TASKS))
@@ -166,3 +175,62 @@ def test_compare_estimators_runs_the_skill_task_and_reports_the_format_fixed_acc
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = doc.read_text()
     assert "\nsums\n" in page and "old" not in page and "| grpo | 1 |" in page  # only the task's block changed
+
+
+def test_answers_separates_the_skill_from_a_learned_prior(tmp_path: Path):
+    from examples.real_model.answers import evaluations, summary
+
+    def row(step: int, completion: str, answer: str) -> dict:
+        solved = float(completion == answer)
+        return {
+            "step": step,
+            "split": "eval",
+            "completion": completion,
+            "rewards": {"solved": solved, "solved_lenient": solved},
+            "row": {"answer": answer},
+        }
+
+    right = ["0", "1", "1", "2"]
+    prior = [row(10, "1", a) for a in right]  # always "1": right on the two "1" rows, by the prior alone
+    skill = [row(20, a, a) for a in right]
+    train = {"step": 10, "split": "train", "completion": "x", "rewards": {}, "row": {"answer": "0"}}
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*prior, train, *skill]))
+    by_step = evaluations(tmp_path / "samples.jsonl")
+    assert sorted(by_step) == [10, 20] and len(by_step[10]) == 4
+    before, after = summary(by_step[10]), summary(by_step[20])
+    assert before["strict"]["accuracy"] == before["strict"]["chance"] == before["best_constant"] == 0.5
+    assert before["strict"]["per_answer"] == {"0": 0.0, "1": 1.0, "2": 0.0}
+    assert after["strict"]["accuracy"] == 1.0 and after["strict"]["chance"] == pytest.approx(6 / 16)
+    assert after["strict"]["given"] == {"1": 2, "0": 1, "2": 1}
+    # the lenient reading takes the last integer of any wording
+    worded = summary(
+        [row(30, f"There are {a} of them.", a) | {"rewards": {"solved": 0.0, "solved_lenient": 1.0}} for a in right]
+    )
+    assert worded["strict"]["accuracy"] == 0.0 and worded["lenient"]["accuracy"] == 1.0
+    assert worded["lenient"]["given"] == {"1": 2, "0": 1, "2": 1} and worded["lenient"]["chance"] == pytest.approx(
+        6 / 16
+    )
+
+
+def test_compare_estimators_task_char_count_puts_each_preset_on_the_counting_run(tmp_path: Path):
+    from areal.api.cli_args import load_config
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import compare_estimators
+
+    opts = compare_estimators.parse_args(["--task", "char_count", "--runs-dir", str(tmp_path)])
+    assert opts.config == ROOT / "examples" / "real_model" / "char_count.yaml"
+    assert (opts.metric, opts.format_metric) == ("eval/reward/solved", "eval/reward/solved_lenient")
+    assert compare_estimators.TASKS["char_count"].doc_block == "compare_estimators:char_count"
+    from omegaconf import OmegaConf
+
+    def actor(path: Path) -> dict:
+        return OmegaConf.to_container(OmegaConf.structured(load_config(path).actor), enum_to_str=True)
+
+    grpo = compare_estimators.preset_actor("grpo")  # the run's own algorithm is GRPO's preset
+    assert {k: actor(opts.config)[k] for k in grpo} == grpo
+    run = compare_estimators.Run(opts.tag, "maxrl", 1, tmp_path)
+    generated = compare_estimators.write_config(run, opts.config)
+    assert load_config(generated).data.train.endswith("char_count_3_6/train.jsonl")
+    maxrl = compare_estimators.preset_actor("maxrl")
+    assert {k: actor(generated)[k] for k in maxrl} == maxrl and maxrl != {k: grpo.get(k) for k in maxrl}
