@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -229,9 +230,7 @@ def test_a_rank_that_does_not_stop_is_ended_by_its_watcher(error_files: Path) ->
     job = Job(2, timeout_s=0.3).start()
     try:
         failure = job.watches[1].fail(_wrapped_failure())
-        deadline = time.monotonic() + 30  # a bound for a loaded machine: the loop ends at the exit
-        while not job.exits[0] and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _wait_until(lambda: job.exits[0] != [])
         assert job.exits[0] == [1]  # rank 0's main thread never stopped: its watcher ended it
         assert "ended by its failure watcher: still running 0.3 s after learning of it" in job.logs[0][-1]
         data = json.loads(error_files.read_text())["message"]
@@ -296,6 +295,13 @@ GLOO_TIMEOUT = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
     "10000ms for recv operation to complete"
 )
+
+
+def _wait_until(done: Callable[[], bool], bound_s: float = 30.0) -> None:
+    """Poll `done` until it holds; the bound only guards a loaded machine (the loop ends when it holds)."""
+    deadline = time.monotonic() + bound_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _raised_in(path: tuple[str, ...], exc: BaseException) -> BaseException:
@@ -396,7 +402,7 @@ def test_a_peer_gone_in_another_stage_is_the_root_cause_and_the_reporter_waits_f
 
 
 def test_a_silent_peer_claims_the_root_cause_says_where_it_is_stuck_and_ends(error_files: Path) -> None:
-    job = Job(2).start()
+    job = Job(2, poll_s=0.1).start()  # the trainer's poll: rank 1's beat must look alive for 0.5 s, even when loaded
     try:
         job.watches[1].mark("step 1 > rollout")
         failure = job.watches[0].fail(_raised_in(("step 1", "policy update"), RuntimeError(GLOO_TIMEOUT)))
@@ -408,7 +414,9 @@ def test_a_silent_peer_claims_the_root_cause_says_where_it_is_stuck_and_ends(err
         )
         start = time.monotonic()
         job.watches[0].linger(failure)  # returns on rank 1's acknowledgement, not after the timeout
-        assert time.monotonic() - start < TIMEOUT_S and job.exits == {0: [], 1: [1]}
+        assert time.monotonic() - start < TIMEOUT_S
+        _wait_until(lambda: job.exits[1] != [])  # rank 1's watcher exits just after it acknowledges
+        assert job.exits == {0: [], 1: [1]}
         [line] = job.logs[1]
         assert line.startswith(f"[areal] rank 1: error: {report.describe()}; its main thread is at ")
         root = json.loads(error_files.read_text())["message"]  # rank 1's: rank 0 has not written its own here
