@@ -6,6 +6,7 @@ Usage:
     .venv/bin/python bench/compare_estimators.py --report-only          # table + plot from the results file
     .venv/bin/python bench/compare_estimators.py --task spell_backward   # the skill task (grpo rloo dr_grpo ...)
     .venv/bin/python bench/compare_estimators.py --task char_count       # counting a letter (grpo rloo dr_grpo maxrl)
+    .venv/bin/python bench/compare_estimators.py --task sums_1_2digit --steps 50   # 1-2-digit sums, format-fixed
 
 `--task` picks the run (TASKS): `sums` is `examples/real_model/grpo_smollm2.yaml`
 (SmolLM2-135M-Instruct, one-digit sums, two reward components: `correct` and
@@ -14,7 +15,10 @@ sum); `spell_backward` is `examples/real_model/spell_backward.yaml` (reversing a
 word, reasoning-gym's `score_answer` as the reward; accuracy `solved`, the
 format-fixed accuracy `solved_lenient`); `char_count` is
 `examples/real_model/char_count.yaml` (counting a letter in 3-6 dashed letters,
-the same reward and accuracy columns). Every run is the task's config with the
+the same reward and accuracy columns); `sums_1_2digit` is
+`examples/real_model/sums_1_2digit.yaml` (sums of two 1-2-digit terms, the same
+reward; the compared accuracy is the format-fixed `solved_lenient`, since the
+model writes "a + b = c" and never the bare number). Every run is the task's config with the
 `actor:` section of the preset `preset:<estimator>` (areal/presets/) on top, so the runs
 differ only in the advantage estimator.
 
@@ -109,6 +113,17 @@ TASKS = {
         "char_count",
         "format-fixed accuracy (solved_lenient)",
         f"{DOC_BLOCK}:char_count",
+    ),
+    # sums of two 1-2-digit terms: the untrained model knows about a third of them but writes the equation,
+    # never the bare number, so the compared accuracy is the format-fixed one (the last integer is the sum)
+    "sums_1_2digit": TaskRun(
+        ROOT / "examples" / "real_model" / "sums_1_2digit.yaml",
+        "eval/reward/solved_lenient",
+        "eval/reward/solved",
+        ("grpo", "rloo", "dr_grpo", "maxrl"),
+        "sums_1_2digit",
+        "strict accuracy (solved: the bare number)",
+        f"{DOC_BLOCK}:sums_1_2digit",
     ),
 }
 #: The tiny random-init model and a few tokens: the CI check that the script still runs end to end.

@@ -9,7 +9,6 @@ dataclass validates itself on construction and names the offending field.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,14 +76,20 @@ class NormConfig:
             "is set, so a group of equal values gives 0 instead of 0/0. Default 1e-5; GRPO presets use 1e-6."
         },
     )
-    group_size: int = field(
-        default=1,
+    group_size: int | None = field(
+        default=None,
         metadata={
             "help": "Fixed group size, used only when a batch carries no group metadata (`TrajBatchMeta`): "
-            "set it to the rollouts per prompt. Default 1; choosing 1 with `mean_level: group` warns, since "
-            "groups of one centre every score to 0."
+            "set it to the rollouts per prompt. Default null (such a batch is cut into groups of one, as "
+            "AReaL's default 1); choosing 1 with `mean_level: group` warns, since groups of one centre every "
+            "score to 0."
         },
     )
+
+    @property
+    def fallback_group_size(self) -> int:
+        """The group size for a batch without metadata: the chosen one, else 1 (AReaL's default)."""
+        return 1 if self.group_size is None else self.group_size
 
     def __post_init__(self) -> None:
         _check_choice("NormConfig.mean_level", self.mean_level, _NORM_LEVELS)
@@ -103,29 +108,9 @@ class NormConfig:
             )
         _check_bool("NormConfig.std_unbiased", self.std_unbiased)
         _check_number("NormConfig.eps", self.eps, low=0.0)
-        _check_int("NormConfig.group_size", self.group_size, 1)
+        if self.group_size is not None:
+            _check_int("NormConfig.group_size", self.group_size, 1)
 
-
-_NORM_FIELDS = tuple(f.name for f in dataclasses.fields(NormConfig))
-_norm_dataclass_init = NormConfig.__init__
-
-
-@functools.wraps(_norm_dataclass_init)
-def _norm_init(self: NormConfig, *args: Any, **kwargs: Any) -> None:
-    """The dataclass __init__, recording whether the caller chose `group_size` (for `singleton_centering`).
-
-    Why: `group_size` is a fallback here, so its default 1 is harmless, but a caller who
-    asks for 1 with group centering gets AReaL's warning. A construction that passes every
-    field (OmegaConf's `to_object` of a loaded YAML, `dataclasses.replace`, a worker's copy)
-    cannot tell a chosen 1 from the default and does not count as a choice.
-    """
-    named = set(_NORM_FIELDS[: len(args)]) | set(kwargs)
-    # an attribute outside the dataclass fields (so neither compared, copied nor serialised)
-    self._group_size_chosen = "group_size" in named and named != set(_NORM_FIELDS)  # type: ignore[attr-defined]
-    _norm_dataclass_init(self, *args, **kwargs)
-
-
-NormConfig.__init__ = _norm_init  # type: ignore[method-assign]  # the generated __init__, wrapped
 
 #: AReaL's construction-time warning (its words are what its upstream tests match).
 SINGLETON_GROUP_CENTERING = (
@@ -139,12 +124,7 @@ def singleton_centering(norm: NormConfig | Mapping[str, Any] | None) -> bool:
     """True for group-level centering with a chosen group_size of 1 (a mapping's key, or a NormConfig argument)."""
     if isinstance(norm, Mapping):
         return norm.get("mean_level") == "group" and norm.get("group_size") == 1
-    return (
-        isinstance(norm, NormConfig)
-        and norm.mean_level == "group"
-        and norm.group_size == 1
-        and getattr(norm, "_group_size_chosen", False)
-    )
+    return isinstance(norm, NormConfig) and norm.mean_level == "group" and norm.group_size == 1
 
 
 def _build(field: str, cls: type, value: Mapping[str, Any]) -> Any:

@@ -61,7 +61,7 @@ class Normalization:
         self.mean_leave1out = config.mean_leave1out
         self.std_unbiased = config.std_unbiased
         self.eps = float(config.eps)
-        self.group_size = config.group_size
+        self.group_size = config.fallback_group_size
 
     # -- public API ----------------------------------------------------------
 

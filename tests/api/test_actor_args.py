@@ -48,12 +48,18 @@ def test_no_construction_warning_without_a_chosen_singleton_group(reward_norm):
 
 
 def test_loaded_and_copied_configs_do_not_warn_again():
-    """A complete record (a YAML loaded through the schema, a worker's copy) cannot tell a chosen size from the
-    default; the trainer's rollout.n_samples check and the call-time warning cover those."""
+    """A loaded YAML or a worker's copy that leaves group_size unset (null) does not warn: the groups come from the
+    batch metadata, and the trainer's rollout.n_samples check and the call-time warning cover singleton groups."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cfg = load_config(None, ["actor.reward_norm.mean_level=group"])
-        assert cfg.actor.reward_norm.group_size == 1
+        assert cfg.actor.reward_norm.group_size is None and cfg.actor.reward_norm.fallback_group_size == 1
         actor_config_from_dict(config_to_dict(cfg.actor))
         copy = dataclasses.replace(cfg.actor.reward_norm, eps=1e-3)
         assert copy == NormConfig(mean_level="group", std_level="batch", eps=1e-3)
+
+
+def test_a_loaded_yaml_that_chooses_singleton_groups_warns():
+    """group_size: 1 written in the YAML is a choice, so the loaded config warns as AReaL's constructor does."""
+    with pytest.warns(UserWarning, match="singleton group centering erases the task reward"):
+        load_config(None, ["actor.reward_norm.mean_level=group", "actor.reward_norm.group_size=1"])

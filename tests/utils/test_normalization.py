@@ -279,7 +279,7 @@ def _reference(x, mask, cfg: NormConfig, sizes, logical):
     x = x.double()
     m = torch.ones_like(x) if mask is None else mask.double()
     if sizes is None:
-        sizes = [cfg.group_size] * (x.shape[0] // cfg.group_size)
+        sizes = [cfg.fallback_group_size] * (x.shape[0] // cfg.fallback_group_size)
     logical = sizes if logical is None else logical
     bounds = [(sum(sizes[:i]), sum(sizes[: i + 1])) for i in range(len(sizes))]
     mean = torch.zeros_like(x)

@@ -147,7 +147,7 @@ def run_advantage_pipeline(
 def _synthesise_meta(config: PPOActorConfig, n_rows: int) -> TrajBatchMeta:
     """Metadata for a bare batch: the legacy fixed group size when it divides B."""
     norm = config.reward_norm or config.adv_norm
-    size = norm.group_size if norm is not None and n_rows % norm.group_size == 0 else 1
+    size = norm.fallback_group_size if norm is not None and n_rows % norm.fallback_group_size == 0 else 1
     return dataclasses.replace(TrajBatchMeta.from_group_sizes([size] * (n_rows // size)), complete=False)
 
 
