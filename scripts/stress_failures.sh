@@ -16,7 +16,8 @@ for _ in $(seq "$busy"); do python3 -c "while True: pass" & pids+=("$!"); done
 for r in $(seq "$rounds"); do
   start=$(date +%s)
   .venv/bin/python -m pytest -q -n 3 --dist loadgroup -p no:cacheprovider \
-    tests/trainer/parallel/test_distributed_failures.py tests/trainer/run/test_resume.py \
+    tests/trainer/parallel/test_distributed_failures.py tests/trainer/parallel/test_failures.py \
+    tests/trainer/run/test_resume.py \
     tests/trainer/run/test_resume_distributed.py "$@"
   echo "round $r/$rounds passed in $(( $(date +%s) - start )) s beside $busy busy loops ($(cut -d' ' -f1-3 /proc/loadavg))"
 done
