@@ -84,6 +84,21 @@ class TaskRun:
     format_label: str
     doc_block: str = DOC_BLOCK
 
+    @classmethod
+    def skill(cls, name: str, format_fixed: bool = False) -> TaskRun:
+        """A reasoning-gym skill run (`examples/real_model/<name>.yaml`, its `solved` and `solved_lenient` columns).
+
+        The compared accuracy is the strict `solved`, or with `format_fixed` the
+        lenient one (the answer's last integer), the strict one then shown beside it.
+        """
+        columns = ("eval/reward/solved", "eval/reward/solved_lenient")
+        metric, shown = columns[::-1] if format_fixed else columns
+        label = (
+            "strict accuracy (solved: the bare answer)" if format_fixed else "format-fixed accuracy (solved_lenient)"
+        )
+        config = ROOT / "examples" / "real_model" / f"{name}.yaml"
+        return cls(config, metric, shown, ("grpo", "rloo", "dr_grpo", "maxrl"), name, label, f"{DOC_BLOCK}:{name}")
+
 
 TASKS = {
     "sums": TaskRun(
@@ -95,36 +110,12 @@ TASKS = {
         "format (number only)",
     ),
     # one trained component (the two accuracies carry weight 0), so GDPO's per-component normalisation is moot
-    "spell_backward": TaskRun(
-        ROOT / "examples" / "real_model" / "spell_backward.yaml",
-        "eval/reward/solved",
-        "eval/reward/solved_lenient",
-        ("grpo", "rloo", "dr_grpo", "maxrl"),
-        "spell_backward",
-        "format-fixed accuracy (solved_lenient)",
-        f"{DOC_BLOCK}:spell_backward",
-    ),
+    "spell_backward": TaskRun.skill("spell_backward"),
     # counting a letter in 3-6 dashed letters; one trained component as in spell_backward
-    "char_count": TaskRun(
-        ROOT / "examples" / "real_model" / "char_count.yaml",
-        "eval/reward/solved",
-        "eval/reward/solved_lenient",
-        ("grpo", "rloo", "dr_grpo", "maxrl"),
-        "char_count",
-        "format-fixed accuracy (solved_lenient)",
-        f"{DOC_BLOCK}:char_count",
-    ),
+    "char_count": TaskRun.skill("char_count"),
     # sums of two 1-2-digit terms: the untrained model knows about a third of them but writes the equation,
     # never the bare number, so the compared accuracy is the format-fixed one (the last integer is the sum)
-    "sums_1_2digit": TaskRun(
-        ROOT / "examples" / "real_model" / "sums_1_2digit.yaml",
-        "eval/reward/solved_lenient",
-        "eval/reward/solved",
-        ("grpo", "rloo", "dr_grpo", "maxrl"),
-        "sums_1_2digit",
-        "strict accuracy (solved: the bare number)",
-        f"{DOC_BLOCK}:sums_1_2digit",
-    ),
+    "sums_1_2digit": TaskRun.skill("sums_1_2digit", format_fixed=True),
 }
 #: The tiny random-init model and a few tokens: the CI check that the script still runs end to end.
 TINY = (
