@@ -75,8 +75,26 @@ class Job:
 def config_hash(task: str, estimator: str, steps: int | None = None, eval_every: int | None = None) -> str:
     """sha256 (12 hex digits) of the run's config with seed 0: the same for every seed, changed by any edit."""
     config = run_config(task, estimator, 0, steps=steps, eval_every=eval_every)
-    shown = {k: v for k, v in config.items() if k != "output"}
+    shown = _fallback_group_size_as_one({k: v for k, v in config.items() if k != "output"})
     return hashlib.sha256(json.dumps(shown, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+
+
+def _fallback_group_size_as_one(value: Any) -> Any:
+    """`value` with every normalisation's `group_size: null` hashed as 1, the size it stands for.
+
+    A normalisation's unset `group_size` (null) cuts a batch without group
+    metadata into groups of one, as the former default 1 did, so a run is the
+    same either way; hashing null as 1 keeps the rows measured under the former
+    default current.
+    """
+    if isinstance(value, dict):
+        out = {k: _fallback_group_size_as_one(v) for k, v in value.items()}
+        if "mean_level" in out and out.get("group_size", 1) is None:
+            out["group_size"] = 1
+        return out
+    if isinstance(value, list):
+        return [_fallback_group_size_as_one(v) for v in value]
+    return value
 
 
 def current_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
