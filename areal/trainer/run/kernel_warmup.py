@@ -66,7 +66,7 @@ class KernelWarmUp:
     error: str | None = None  # the error's first line, naming the stage; None when every batch ran
 
     def message(self) -> str:
-        """The one line the trainer prints."""
+        """The one line the trainer prints below its opening block."""
         if self.error is None:
             return f"[areal] advantage kernels ready in {self.seconds:.2f} s"
         return (
@@ -170,7 +170,7 @@ def warm_up_advantage_kernels(
     try:
         try:
             actor = PPOActor(actor_config)
-        except Exception as exc:  # resolved once already for the trainer; a plugin that resolves only once
+        except Exception as exc:  # it resolved for the trainer's actor just before; noted, should it fail now
             return KernelWarmUp(time.perf_counter() - start, (), _one_line(exc))
         saved = copy.deepcopy(actor.state_dict())
         try:

@@ -242,10 +242,11 @@ class Trainer:
         if self.ctx.is_main:
             _warn_unused_process_shaping(cfg)
         # numba loads (or compiles) the pipeline's kernels on their first call: here, not in step 0's timer.
-        # A separate actor on synthetic batches; the random states and stage state are put back after it
-        warm = warm_up_advantage_kernels(cfg, self.actor.config, task=parts.task, device=self.device, ctx=self.ctx)
-        if self.ctx.is_main:
-            print(warm.message(), flush=True)
+        # A separate actor on synthetic batches; the random states and stage state are put back after it.
+        # `run` prints how it went below the opening block
+        self.kernel_warmup = warm_up_advantage_kernels(
+            cfg, self.actor.config, task=parts.task, device=self.device, ctx=self.ctx
+        )
 
     # -- one step ---------------------------------------------------------------------------
 
@@ -518,6 +519,7 @@ class Trainer:
                 ),
                 flush=True,
             )
+            print(self.kernel_warmup.message(), flush=True)
             prepare_run_dir(self.plan, start)
             (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
         loggers = open_loggers(cfg, self.run_dir, records=records, start_step=start, is_main=main)
