@@ -878,6 +878,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/performance.md: .venv/bin/python bench/bench_pipeline.py --sizes 256x8192 --": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_call_agreement.py --sizes 64x51": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_advantage.py --threads 1": check_shell,
+    "docs/performance.md: .venv/bin/python -m areal.trainer.main train.steps=3 output.": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_guard.py --rounds 25 # 256 x 81": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_gae_cuda.py # on a CUDA machine": check_shell,
     "docs/performance.md: pip download --no-deps triton==3.9.0 -d /tmp/triton-wheel &&": check_shell,

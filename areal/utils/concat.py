@@ -124,10 +124,13 @@ def _check_consistent(
             )
 
 
-def concat_batch(trajs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, torch.Tensor], TrajBatchMeta]:
+def concat_batch(
+    trajs: Sequence[Mapping[str, Any]], *, min_positions: int = 0
+) -> tuple[dict[str, torch.Tensor], TrajBatchMeta]:
     """Concatenate per-prompt trajectory groups into one right-padded batch plus its layout.
 
-    2-D tensors are right-padded to the longest group (0, or -1 for `turn_ids`);
+    2-D tensors are right-padded to the longest group, or to `min_positions` when that is
+    longer (0, or -1 for `turn_ids`: padding, as after a group shorter than the longest);
     1-D tensors and an [rows, K] `rewards` (K reward components) are concatenated.
     The optional `"rollout_group"` entry of each group goes into the metadata, as
     do `"reward_keys"` / `"reward_weights"` (the components' names and weights). The result is a new dict of new tensors; the inputs are
@@ -148,7 +151,7 @@ def concat_batch(trajs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, torch.Te
 
     sizes = [rows for rows, _ in layout]
     seqlens = [seqlen for _, seqlen in layout]
-    max_len = max(seqlens)
+    max_len = max(*seqlens, min_positions)
     batch_size = sum(sizes)
     out: dict[str, torch.Tensor] = {}
     for key, ref in first.items():

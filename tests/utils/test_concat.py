@@ -86,6 +86,18 @@ def test_concat_pads_2d_concats_1d_and_builds_meta():
     meta.validate(batch["input_ids"].shape[0])
 
 
+def test_concat_pads_to_min_positions_when_longer_than_every_group():
+    trajs = [_traj(2, 3, start=1), _traj(1, 2, start=100, rewards=torch.ones(1, 2))]
+    trajs[0]["rewards"] = torch.ones(2, 2)  # an [rows, K] rewards matrix is never padded
+    batch, meta = concat_batch(trajs, min_positions=6)
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 0, 0, 0], [4, 5, 6, 0, 0, 0], [100, 101, 0, 0, 0, 0]]
+    assert batch["turn_ids"].tolist() == [[0, 0, 0, -1, -1, -1]] * 2 + [[0, 0, -1, -1, -1, -1]]
+    assert batch["rewards"].shape == (3, 2)
+    assert meta.traj_seqlens == (3, 2)  # each group's own length, as without min_positions
+    shorter, _ = concat_batch(trajs, min_positions=2)  # shorter than the longest group: no effect
+    assert shorter["input_ids"].shape == (3, 3)
+
+
 def test_concat_outputs_never_alias_inputs():
     trajs = [_traj(2, 4)]
     batch, meta = concat_batch(trajs)

@@ -136,17 +136,24 @@ def _groups(cfg: Any, rng: random.Random, task: Any | None) -> list[dict[str, An
 
 
 def synthetic_batch(
-    cfg: Any, seed: int = 0, task: Any | None = None, fields: frozenset[str] = frozenset()
+    cfg: Any,
+    seed: int = 0,
+    task: Any | None = None,
+    fields: frozenset[str] = frozenset(),
+    *,
+    min_positions: int = 0,
 ) -> tuple[dict[str, Any], Any]:
     """(batch, meta) in the layout the trainer exports and prepares for `cfg` (an ExperimentConfig).
 
     `fields`: the optional fields the configured stages declare they read
     (`stage_fields.stage_batch_fields`); `token_entropy` is then added like the trainer's
     (entropies in [0, log 1000] stored at each token, 0 at position 0 and on padding), and
-    `sum_pi_squared` consistent with each generated token's log-prob.
+    `sum_pi_squared` consistent with each generated token's log-prob. `min_positions`
+    right-pads the batch to at least that many positions (a wide batch with the same rows,
+    for the kernel warm-up's large-batch pass).
     """
     rng = random.Random(seed)
-    batch, meta = concat_batch(_groups(cfg, rng, task))
+    batch, meta = concat_batch(_groups(cfg, rng, task), min_positions=min_positions)
     gen = torch.Generator().manual_seed(seed)
     shape = batch["input_ids"].shape
     estimator = cfg.actor.advantage.estimator

@@ -67,6 +67,7 @@ from areal.trainer.rollout.stage_fields import (
 )
 from areal.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
 from areal.trainer.run.group_filter import filter_zero_advantage_groups
+from areal.trainer.run.kernel_warmup import warm_up_advantage_kernels
 from areal.trainer.run.loggers import RunLoggers, open_loggers
 from areal.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
 from areal.trainer.run.plot import plot_curves
@@ -240,6 +241,12 @@ class Trainer:
         self.sample_log = SampleLog(self.run_dir / "samples.jsonl", append=self.plan.resume_from is not None)
         if self.ctx.is_main:
             _warn_unused_process_shaping(cfg)
+        # numba loads (or compiles) the pipeline's kernels on their first call: here, not in step 0's timer.
+        # A separate actor on synthetic batches; the random states and stage state are put back after it.
+        # `run` prints how it went below the opening block
+        self.kernel_warmup = warm_up_advantage_kernels(
+            cfg, self.actor.config, task=parts.task, device=self.device, ctx=self.ctx
+        )
 
     # -- one step ---------------------------------------------------------------------------
 
@@ -512,6 +519,7 @@ class Trainer:
                 ),
                 flush=True,
             )
+            print(self.kernel_warmup.message(), flush=True)
             prepare_run_dir(self.plan, start)
             (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
         loggers = open_loggers(cfg, self.run_dir, records=records, start_step=start, is_main=main)

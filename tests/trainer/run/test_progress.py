@@ -111,10 +111,12 @@ def test_a_run_with_redirected_output_prints_lines(tmp_path: Path, capsys: pytes
     Trainer(cfg).run()  # pytest captures stdout and stderr: neither is a terminal
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    # the run opens with its "what runs" block (ending with the threads line), then one line per log_every steps
+    # the run opens with its "what runs" block (ending with the threads line) and the kernel warm-up's line,
+    # then one line per log_every steps
     end = next(i for i, line in enumerate(lines) if line.startswith("threads: "))
     assert lines[0] == "[areal] grpo_arith: what runs"
-    assert [line.split(" | ")[0] for line in lines[end + 1 :]] == [
+    assert re.fullmatch(r"\[areal\] advantage kernels ready in \d+\.\d\d s", lines[end + 1]), lines[end + 1]
+    assert [line.split(" | ")[0] for line in lines[end + 2 :]] == [
         "[areal] grpo_arith step 2/3 (66%)",
         "[areal] grpo_arith step 3/3 (100%)",
     ]
