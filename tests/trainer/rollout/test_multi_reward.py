@@ -28,17 +28,15 @@ from areal.trainer.run.metrics import read_metrics
 ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT / "tests" / "trainer" / "ppo") not in sys.path:  # the plain-loop references
     sys.path.insert(0, str(ROOT / "tests" / "trainer" / "ppo"))
+import tiny_run  # noqa: E402
 from estimators_reference import gdpo_verl  # noqa: E402
 
 PRESETS = ROOT / "examples" / "presets"
 TINY = [
     "rollout.batch_size=3",
     "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY_MODEL,
+    *tiny_run.QUIET,
     "train.num_threads=1",
     "actor.max_new_tokens=4",
     "eval.every=null",

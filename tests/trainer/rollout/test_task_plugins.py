@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import tiny_run  # noqa: E402
 import torch
 
 from areal.api.cli_args import load_config
@@ -19,13 +20,7 @@ from areal.utils.dynamic_import import PluginResolutionError
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "custom_task"
 TINY = [
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
 ]
 BAD = "plugins.bad_plugins"  # tests/trainer is on sys.path (tests/trainer/conftest.py)
 

@@ -11,6 +11,7 @@ ROOT = HERE.parents[1]
 if str(HERE) not in sys.path:
     sys.path[:0] = [str(ROOT), str(HERE)]
 
+import tiny_run  # noqa: E402
 from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
 
 from areal.api.cli_args import load_config  # noqa: E402
@@ -18,14 +19,8 @@ from areal.trainer.run.loop import Trainer  # noqa: E402
 
 CONFIG = ROOT / "examples" / "custom_task" / "single_turn.yaml"
 TINY = [
+    *tiny_run.TINY,
     "train.steps=2",
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
     "train.num_threads=1",
     "train.dist_timeout_s=60",
     "eval.every=1",

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+import tiny_run  # noqa: E402
 
 from areal.trainer.main import main
 from areal.trainer.rollout.reward_functions import RewardFunction, RewardFunctionError, call_reward_function
@@ -19,13 +20,7 @@ from areal.trainer.rollout.reward_functions import RewardFunction, RewardFunctio
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
 TINY = [
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
     "train.steps=2",
 ]
 BAD = "plugins.bad_plugins"  # tests/trainer is on sys.path (tests/trainer/conftest.py)

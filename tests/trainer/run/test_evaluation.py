@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+import tiny_run  # noqa: E402
 import torch
 
 from areal.api.cli_args import load_config
@@ -16,13 +17,7 @@ from areal.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = [
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
 ]
 
 

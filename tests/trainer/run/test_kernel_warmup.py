@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_run  # noqa: E402
 import torch
 
 import areal.trainer.run.loop as loop
@@ -32,13 +33,7 @@ from areal.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = [
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
     "train.num_threads=1",
 ]
 FUSED = "areal.trainer.ppo.kernels.fused_cpu."

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import tiny_run  # noqa: E402
 
 from areal.api.cli_args import load_config
 from areal.trainer.run.loggers import open_loggers
@@ -16,13 +17,7 @@ from areal.trainer.run.metrics import read_metrics
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
 TINY = [
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
     "train.num_threads=1",
     "train.save_every=2",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tiny_run  # noqa: E402
 import torch
 from safetensors.torch import load_file
 
@@ -23,13 +24,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "grpo_arith.yaml"
 STEPS = 4
 TINY = [
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
     "train.num_threads=1",
     "train.save_every=2",
     "train.keep_last=null",
