@@ -30,6 +30,7 @@ Variants (`--variants`):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -99,7 +100,17 @@ def run_once(variant: str, args: Sequence[str], out: Path, tag: str) -> tuple[fl
     match = LOOP.search(proc.stdout)
     if proc.returncode != 0 or match is None:
         raise SystemExit(f"{variant}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return float(match.group(3)), f"{match.group(4)} -> {match.group(5)}"
+    return loop_seconds(out, tag, float(match.group(3))), f"{match.group(4)} -> {match.group(5)}"
+
+
+def loop_seconds(out: Path, tag: str, printed: float) -> float:
+    """The run's step seconds summed from its metrics file (the printed total has 0.1 s resolution)."""
+    files = sorted(out.glob(f"**/{tag}/metrics.jsonl"))
+    if not files:
+        return printed
+    rows = [json.loads(line) for line in files[0].read_text(encoding="utf-8").splitlines() if line.strip()]
+    steps = [float(r["seconds"]) for r in rows if isinstance(r.get("seconds"), int | float)]
+    return sum(steps) if steps else printed
 
 
 def pressure() -> str:
@@ -136,7 +147,7 @@ def summarise(times: dict, reference: str) -> None:
         ref = statistics.median(times[(busy, reference)]) if (busy, reference) in times else None
         med = statistics.median(values)
         ratio = f"  x{med / ref:.2f} of {reference}" if ref else ""
-        print(f"  busy {busy}  {variant:<10} {med:7.1f} s  (runs: {', '.join(f'{v:.1f}' for v in values)}){ratio}")
+        print(f"  busy {busy}  {variant:<10} {med:7.2f} s  (runs: {', '.join(f'{v:.2f}' for v in values)}){ratio}")
 
 
 def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -> None:
