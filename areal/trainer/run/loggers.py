@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import secrets
 import string
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,6 +66,8 @@ class TensorBoardSink:
     def __init__(self, log_dir: Path, *, purge_step: int | None, config_yaml: str) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
+        if purge_step is not None:
+            wait_for_a_later_event_file_name(log_dir)
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
         if purge_step is None:
             self.writer.add_text("config", "```yaml\n" + config_yaml + "```", global_step=0)
@@ -78,6 +81,28 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def wait_for_a_later_event_file_name(log_dir: Path) -> None:
+    """Sleep (under 1 s, and only when needed) until a new event file sorts after the existing ones.
+
+    TensorBoard's readers load a folder's event files in the order of their
+    names, `events.out.tfevents.<start second>.<host>.<pid>.<n>`, and a resumed
+    writer's `purge_step` drops only the events of files read before its own.
+    Two files started in the same second are ordered by their pids as strings,
+    so a resumed segment that starts within the second of the killed one (a
+    fast run, a restart loop) could be read first and its purge would miss the
+    killed tail. Starting the new file in a later second orders it by time.
+    """
+    newest = max((_event_file_second(p.name) for p in log_dir.glob("events.out.tfevents.*")), default=-1)
+    while int(time.time()) <= newest:
+        time.sleep(max(0.01, newest + 1 - time.time()))
+
+
+def _event_file_second(name: str) -> int:
+    """The start second in an event file's name (-1 for a name that does not carry one)."""
+    field = name.split(".")[3] if name.count(".") >= 3 else ""
+    return int(field) if field.isdigit() else -1
 
 
 def _new_run_id() -> str:

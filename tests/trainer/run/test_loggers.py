@@ -67,6 +67,35 @@ def test_non_finite_values_are_logged_as_missing(tmp_path: Path) -> None:
     assert "reward_mean" not in events.Tags()["scalars"] and events.Scalars("kl")[0].value == 0.5
 
 
+def test_a_resumed_tensorboard_file_is_read_after_the_killed_segment_s_file(tmp_path: Path) -> None:
+    """A segment started within the second of the previous one still purges its tail.
+
+    The earlier file's name carries a start second no earlier than now and a pid
+    that sorts after any real one, so without waiting, the resumed writer's file
+    would be read first and the purge would drop nothing.
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    from areal.trainer.run.loggers import TensorBoardSink
+
+    folder = tmp_path / "tensorboard"
+    killed = SummaryWriter(log_dir=str(folder))
+    for step in range(4):
+        killed.add_scalar("reward_mean", 10.0 + step, global_step=step)
+    killed.close()
+    (written,) = folder.glob("events.out.tfevents.*")
+    second = int(time.time()) + 1
+    written.rename(folder / f"events.out.tfevents.{second:010d}.host.99999999.0")
+    resumed = TensorBoardSink(folder, purge_step=2, config_yaml="")
+    for step in (2, 3):
+        resumed.log({"step": step, "reward_mean": float(step)})
+    resumed.close()
+    names = sorted(p.name for p in folder.glob("events.out.tfevents.*"))
+    assert names[-1].split(".")[5] != "99999999"  # the resumed file is read last
+    scalars = _events(folder).Scalars("reward_mean")
+    assert [(e.step, e.value) for e in scalars] == [(0, 10.0), (1, 11.0), (2, 2.0), (3, 3.0)]
+
+
 @pytest.fixture
 def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     pytest.importorskip("wandb")
