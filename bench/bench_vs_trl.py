@@ -4,6 +4,7 @@ Usage:
     .venv/bin/python bench/bench_vs_trl.py                   # quiet: 1 warm-up + 8 timed steps per side
     .venv/bin/python bench/bench_vs_trl.py --busy 2          # two busy-loop processes beside both sides
     .venv/bin/python bench/bench_vs_trl.py --steps 4 --rounds 2 --model PATH
+    .venv/bin/python bench/bench_vs_trl.py --sides ours,ours:bf16,trl,trl:bf16   # bf16 autocast on both sides too
 
 The work (the same on both sides): SmolLM2-135M-Instruct (float32, the folder
 `examples/real_model/install.sh` converts), 64 chat prompts "What is a + b?
@@ -31,6 +32,12 @@ side's own mean step: plain, every row's prompt computed for itself as TRL
 does, and shared-prefix, a group's prompt once). `--busy N` starts N processes
 that spin in a Python loop for the whole run. Results go into
 docs/performance.md.
+
+A side named `NAME:bf16` is the same worker with bfloat16 autocast and float32
+master weights: ours with `model.mixed_precision: bf16`, TRL with its
+`bf16=True` (accelerate's CPU autocast). Every ratio between two sides that
+differ in one thing (ours / TRL at one precision, bf16 / float32 on one side)
+is printed, and with `--results FILE` one JSON row per run is appended there.
 """
 
 from __future__ import annotations
@@ -54,6 +61,9 @@ sys.path[:0] = [str(ROOT), str(BENCH)]
 
 N_PROMPTS, PROMPTS_PER_STEP, GROUP, MAX_NEW_TOKENS, LR, SEED = 64, 4, 4, 16, 1e-6, 0
 DEFAULT_MODEL = ROOT / "runs" / "models" / "SmolLM2-135M-Instruct"
+SIDES = ("ours", "trl", "ours:bf16", "trl:bf16")
+#: (numerator, denominator) side pairs whose step-time ratio is printed when both ran: one difference each
+RATIOS = (("ours", "trl"), ("ours:bf16", "trl:bf16"), ("ours:bf16", "ours"), ("trl:bf16", "trl"))
 
 
 def prompt_rows(n: int = N_PROMPTS, seed: int = SEED) -> list[dict[str, str]]:
@@ -83,11 +93,13 @@ def exact_answer(prompts: Sequence[Any], completions: Sequence[Any], answer: Seq
 # ---------------------------------------------------------------------------
 
 
-def _ours_config(model: str, data: Path, out: Path, steps: int, threads: int) -> dict[str, Any]:
+def _ours_config(
+    model: str, data: Path, out: Path, steps: int, threads: int, precision: str | None = None
+) -> dict[str, Any]:
     return {
         "experiment_name": "bench_vs_trl",
         "seed": SEED,
-        "model": {"path": model, "attn_implementation": "sdpa"},
+        "model": {"path": model, "attn_implementation": "sdpa", "mixed_precision": precision},
         "task": {"implementation": "dataset", "kwargs": {"chat": True}},
         "data": {"train": str(data), "shuffle": True},
         "reward": [{"implementation": "bench_vs_trl.exact_answer"}],
@@ -122,12 +134,14 @@ class Channel:
         self.out.write(json.dumps(message) + "\n")
 
 
-def run_ours(model: str, data: Path, out: Path, steps: int, threads: int, channel: Channel) -> None:
+def run_ours(
+    model: str, data: Path, out: Path, steps: int, threads: int, channel: Channel, precision: str | None = None
+) -> None:
     """Our trainer, one step per "go": its wall time, the rows' token counts and the step's phase times."""
     from areal.api.cli_args import load_config
     from areal.trainer.run.loop import Trainer
 
-    trainer = Trainer(load_config(_ours_config(model, data, out, steps, threads)))
+    trainer = Trainer(load_config(_ours_config(model, data, out, steps, threads, precision)))
     channel.send({"ready": True})
     for step in range(steps):
         channel.wait()
@@ -165,7 +179,7 @@ def _step_clock(channel: Channel) -> Any:
     return StepClock()
 
 
-def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int) -> Any:
+def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int, precision: str | None = None) -> Any:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -195,7 +209,7 @@ def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int) 
         report_to=[],
         save_strategy="no",
         use_cpu=True,
-        bf16=False,
+        bf16=precision == "bf16",
         fp16=False,
         seed=SEED,
         dataloader_num_workers=0,
@@ -215,12 +229,20 @@ def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int) 
     )
 
 
-def run_trl(model: str, rows: list[dict[str, str]], out: Path, steps: int, threads: int, channel: Channel) -> None:
+def run_trl(
+    model: str,
+    rows: list[dict[str, str]],
+    out: Path,
+    steps: int,
+    threads: int,
+    channel: Channel,
+    precision: str | None = None,
+) -> None:
     """TRL's GRPOTrainer, one optimiser step per "go" (its logged completion lengths are read afterwards)."""
     import torch
 
     torch.set_num_threads(threads)
-    trainer = _trl_trainer(model, rows, out, steps)
+    trainer = _trl_trainer(model, rows, out, steps, precision)
     trainer.add_callback(_step_clock(channel))
     channel.send({"ready": True})
     trainer.train()
@@ -257,9 +279,9 @@ def worker(args: argparse.Namespace) -> None:
         if args.worker == "ours":
             data = tmp_path / "prompts.jsonl"
             data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-            run_ours(args.model, data, tmp_path / "runs", args.steps, args.threads, channel)
+            run_ours(args.model, data, tmp_path / "runs", args.steps, args.threads, channel, args.precision)
         else:
-            run_trl(args.model, rows, tmp_path / "trl", args.steps, args.threads, channel)
+            run_trl(args.model, rows, tmp_path / "trl", args.steps, args.threads, channel, args.precision)
 
 
 # ---------------------------------------------------------------------------
@@ -284,12 +306,14 @@ class Side:
 
     def __init__(self, name: str, args: argparse.Namespace, tmp: Path) -> None:
         read, write = os.pipe()
-        self.name, self.log_path = name, tmp / f"{name}.log"
+        self.name, self.log_path = name, tmp / f"{name.replace(':', '_')}.log"
+        base, _, precision = name.partition(":")
         cmd = [
             sys.executable,
             str(Path(__file__).resolve()),
             "--worker",
-            name,
+            base,
+            *(["--precision", precision] if precision else []),
             "--report-fd",
             str(write),
             "--steps",
@@ -342,9 +366,10 @@ def run_round(args: argparse.Namespace, sides: list[str], tmp: Path) -> dict[str
         for i in range(args.steps + 1):
             for name in sides if i % 2 == 0 else sides[::-1]:
                 steps[name].append(workers[name].step())
-        if "trl" in workers:  # its logged mean completion length of every step
-            for report, mean in zip(steps["trl"], workers["trl"].receive()["completion_means"]):
-                report["completion"] = [mean] * (PROMPTS_PER_STEP * GROUP)
+        for name in sides:  # TRL's logged mean completion length of every step
+            if name.partition(":")[0] == "trl":
+                for report, mean in zip(steps[name], workers[name].receive()["completion_means"]):
+                    report["completion"] = [mean] * (PROMPTS_PER_STEP * GROUP)
     finally:
         for worker_side in workers.values():
             worker_side.close()
@@ -397,10 +422,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--busy", type=int, default=0, help="busy-loop processes running beside both sides")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--sides", default="ours,trl")
+    parser.add_argument(
+        "--sides", default="ours,trl", help="comma-separated: ours, trl, ours:bf16, trl:bf16 (bf16 autocast)"
+    )
+    parser.add_argument("--results", type=Path, default=None, help="append one JSON row per run (JSONL)")
     parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--precision", choices=["bf16"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--report-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    bad = [s for s in args.sides.split(",") if s not in SIDES]
+    if bad:
+        raise SystemExit(f"--sides: unknown {bad}, expected some of {list(SIDES)}")
     if args.worker:
         worker(args)
         return
@@ -415,9 +447,10 @@ def drive(args: argparse.Namespace) -> None:
 
     sides = args.sides.split(",")
     busy = _busy_loops(args.busy)
+    load = {"before": _load()}
     try:
         print(
-            f"load before: {_load()} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE",
+            f"load before: {load['before']} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE",
             flush=True,
         )
         rate_before = matmul_gflops(args.threads)["rate"]
@@ -432,14 +465,28 @@ def drive(args: argparse.Namespace) -> None:
                         flush=True,
                     )
         rate_after = matmul_gflops(args.threads)["rate"]
-        print(f"load after: {_load()}")
+        load["after"] = _load()
+        print(f"load after: {load['after']}")
     finally:
         for proc in busy:
             proc.kill()
             proc.wait()
     rate = (rate_before + rate_after) / 2
     shape = DecoderShape.from_config(AutoConfig.from_pretrained(args.model, local_files_only=True))
-    report(results, rate, (rate_before, rate_after), shape, statistics.mean(prompt_lengths(args.model, prompt_rows())))
+    summary = report(
+        results, rate, (rate_before, rate_after), shape, statistics.mean(prompt_lengths(args.model, prompt_rows()))
+    )
+    if args.results is not None:
+        summary.update(
+            date=time.strftime("%Y-%m-%d %H:%M:%S"),
+            command="bench/bench_vs_trl.py " + " ".join(sys.argv[1:]),
+            busy=args.busy,
+            threads=args.threads,
+            load=load,
+        )
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        with args.results.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(summary) + "\n")
 
 
 def report(
@@ -448,9 +495,10 @@ def report(
     rates: tuple[float, float],
     shape: Any,
     prompt_len: float,
-) -> None:
+) -> dict[str, Any]:
+    """Print each side's median step, floors and phases and every ratio of RATIOS; return them as one row."""
     print(f"matmul float32: {rates[0]:.1f} GFLOP/s before, {rates[1]:.1f} after (mean {rate:.1f})")
-    medians = {}
+    medians: dict[str, float] = {}
     for side, rounds in results.items():
         times = [t for steps in rounds for t in _step_times(steps)]
         medians[side] = statistics.median(times)
@@ -469,14 +517,18 @@ def report(
         if phases:
             mean = {k[5:]: statistics.mean(p[k] for p in phases) for k in phases[0]}
             print("       phases (mean): " + " ".join(f"{k} {v:.2f}" for k, v in mean.items()))
-    if "ours" in medians and "trl" in medians:
-        pairs = [
-            a / b for ra, rb in zip(results["ours"], results["trl"]) for a, b in zip(_step_times(ra), _step_times(rb))
-        ]
-        print(
-            f"ratio ours / trl: {statistics.median(pairs):.3f} (median of {len(pairs)} adjacent pairs; "
-            f"range {min(pairs):.3f}-{max(pairs):.3f}); ratio of the medians {medians['ours'] / medians['trl']:.3f}"
-        )
+    ratios = {}
+    for top, bottom in RATIOS:
+        if top in medians and bottom in medians:
+            pairs = [
+                a / b for ra, rb in zip(results[top], results[bottom]) for a, b in zip(_step_times(ra), _step_times(rb))
+            ]
+            ratios[f"{top} / {bottom}"] = statistics.median(pairs)
+            print(
+                f"ratio {top} / {bottom}: {statistics.median(pairs):.3f} (median of {len(pairs)} same-step pairs; "
+                f"range {min(pairs):.3f}-{max(pairs):.3f}); ratio of the medians {medians[top] / medians[bottom]:.3f}"
+            )
+    return {"medians_s": medians, "pair_median_ratios": ratios, "matmul_gflops": list(rates)}
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ checkpoint, and the GPU check failing cleanly without a GPU."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -106,15 +107,30 @@ def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> 
     from checkpoint_factory import build_checkpoint
 
     build_checkpoint(tmp_path / "tiny")
+    results = tmp_path / "vs_trl.jsonl"
     proc = _run(
-        "bench/bench_vs_trl.py", "--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "2", "--threads", "1"
+        "bench/bench_vs_trl.py",
+        *("--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "2", "--threads", "1"),
+        *("--sides", "ours,ours:bf16,trl", "--results", str(results)),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for side in ("ours", "trl"):
+    for side in ("ours", "ours:bf16", "trl"):
         assert f"round 1 {side}: " in proc.stdout
-        assert re.search(rf"{side}: [\d.]+ s/step \(median of 2\) .* x[\d.]+ plain floor", proc.stdout), proc.stdout
-    assert re.search(r"ratio ours / trl: [\d.]+ \(median of 2 adjacent pairs", proc.stdout)
+        assert re.search(rf"(?m)^ *{side}: [\d.]+ s/step \(median of 2\) .* x[\d.]+ plain floor", proc.stdout), (
+            proc.stdout
+        )
+    for pair in ("ours / trl", "ours:bf16 / ours"):
+        assert re.search(rf"ratio {pair}: [\d.]+ \(median of 2 same-step pairs", proc.stdout), proc.stdout
+    assert "ours:bf16 / trl:bf16" not in proc.stdout  # a ratio only between sides that ran
     assert re.search(r"matmul float32: [\d.]+ GFLOP/s before", proc.stdout)
+    (row,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert set(row["medians_s"]) == {"ours", "ours:bf16", "trl"} and set(row["pair_median_ratios"]) == {
+        "ours / trl",
+        "ours:bf16 / ours",
+    }
+    assert row["busy"] == 0 and row["load"]["before"] and row["command"].startswith("bench/bench_vs_trl.py")
+    bad = _run("bench/bench_vs_trl.py", "--sides", "ours,vllm")
+    assert bad.returncode != 0 and "--sides: unknown ['vllm']" in bad.stderr
 
 
 def test_matmul_bench_prints_rates_and_the_step_floor() -> None:
