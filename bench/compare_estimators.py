@@ -586,6 +586,8 @@ def report(opts: argparse.Namespace) -> int:
         f"{' (the smallest total of the runs)' if opts.budget_s is None else ''}; "
         f"accuracy = `{rows[0]['metric']}` on the held-out set, greedy.\n\n{runs}"
     )
+    if opts.probe_results is not None:
+        text += "\n\n" + skill_test(opts, rows)
     print(text)
     if opts.plot:
         plot(rows, budget, opts.plot)
@@ -594,6 +596,20 @@ def report(opts: argparse.Namespace) -> int:
         update_doc(opts.doc, text, TASKS[opts.task].doc_block)
         print(f"[compare] table written into {opts.doc}")
     return 0
+
+
+def skill_test(opts: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
+    """The probe's forced-start table (bench/probe_table.py) for the campaign's runs, with its source."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from probe_table import probe_table
+
+    probes = read_jsonl(opts.probe_results) if opts.probe_results.is_file() else []
+    table_text = probe_table(probes, opts.tag, [(r["estimator"], r["seed"]) for r in rows])
+    return (
+        f"Skill test: greedy accuracy on the same held-out rows with the answer's start forced "
+        f"(`examples/real_model/probe.py --skills --results`, rows of `{shown(opts.probe_results)}`); the changes are "
+        f"paired over the held-out prompts.\n\n{table_text}"
+    )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -630,6 +646,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true", help="only the table and plot from --results")
     p.add_argument("--plot", type=Path, default=None, help="default: docs/img/estimators_<tag>.png")
     p.add_argument("--doc", type=Path, default=None, help="write the table into this page's marked block")
+    p.add_argument(
+        "--probe-results",
+        type=Path,
+        default=None,
+        help="probe.py --results rows: add the forced-start skill test of the runs' last checkpoints",
+    )
     opts = p.parse_args(argv)
     task = TASKS[opts.task]
     given = opts.format_metric

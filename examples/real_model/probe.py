@@ -3,6 +3,7 @@
     .venv/bin/python examples/real_model/probe.py [--n 32] [--only sums_number_only ...]
     .venv/bin/python examples/real_model/probe.py --skills [--n 100] [--only spell_backward_3_6 ...]
     .venv/bin/python examples/real_model/probe.py --skills --rows data/TASK/eval.jsonl --model CHECKPOINT
+    ... --results bench/results/FILE.jsonl --label NAME   # also append the scores (and per-row hits) as a JSON row
 
 Each candidate is a list of chat prompts with known integer answers, decoded
 greedily in one left-padded `generate` batch (transformers) with the
@@ -213,13 +214,15 @@ def probe_skill(
     lenient_wins = [[lenient(r, c) for c in draws[i * k : (i + 1) * k]] for i, r in enumerate(picked)]
     # the best answer that ignores the question: the most common answer of the rows, right on this share of them
     constant = max(Counter(r["answer"].lower() for r in rows).values()) / n
+    prefix_hits = [int(lenient(r, start + c)) for r, start, c in zip(rows, starts, forced)]
     return {
         "task": task.name,
         "n": n,
         "max_new": task.max_new_tokens,
         "strict": sum(ok and solved(r, c.strip()) for r, c, ok in zip(rows, greedy, done)) / n,
         "lenient": sum(lenient(r, c) for r, c in zip(rows, greedy)) / n,
-        "prefix": sum(lenient(r, start + c) for r, start, c in zip(rows, starts, forced)) / n,
+        "prefix": sum(prefix_hits) / n,
+        "prefix_hits": prefix_hits,  # per row, in the rows' order: paired comparisons of two checkpoints
         "sampled_mean": sum(map(sum, wins)) / (k * len(wins)),
         "pass_at_k": sum(map(any, wins)) / len(wins),
         "mixed_groups": sum(any(w) and not all(w) for w in wins) / len(wins),
@@ -248,6 +251,24 @@ def main_skills(model: Any, tok: Any, opts: argparse.Namespace) -> None:
         )
         for prompt, completion, answer in r["examples"]:
             print(f"    {prompt!r} -> {completion!r} [{answer}]")
+        if opts.results is not None:
+            append_result(opts, r)
+
+
+def append_result(opts: argparse.Namespace, scores: dict[str, Any]) -> None:
+    """One JSON row in `--results`: the label, what was probed and how, and the scores (examples left out)."""
+    row = {
+        "label": opts.label or str(opts.model),
+        "model": str(opts.model),
+        "rows": str(opts.rows) if opts.rows else None,
+        "equation_prefix": opts.equation_prefix,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": "examples/real_model/probe.py " + " ".join(sys.argv[1:]),
+        **{k: v for k, v in scores.items() if k != "examples"},
+    }
+    opts.results.parent.mkdir(parents=True, exist_ok=True)
+    with opts.results.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 def main() -> None:
@@ -261,6 +282,8 @@ def main() -> None:
     p.add_argument("--sampled-prompts", type=int, default=8, help="--skills: prompts sampled k times")
     p.add_argument("--equation-prefix", action="store_true", help="--skills: force 'a + b =' (sums) as the start")
     p.add_argument("--rows", type=Path, default=None, help="--skills: rows of this JSONL file (its task) instead")
+    p.add_argument("--results", type=Path, default=None, help="--skills: append each task's scores here (JSONL)")
+    p.add_argument("--label", default=None, help="--results: the row's label (default: the --model path)")
     opts = p.parse_args()
     torch.set_num_threads(opts.threads)
     tok = AutoTokenizer.from_pretrained(opts.model, padding_side="left")

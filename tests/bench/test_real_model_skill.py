@@ -175,6 +175,71 @@ def test_compare_estimators_runs_the_skill_task_and_reports_the_format_fixed_acc
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = doc.read_text()
     assert "\nsums\n" in page and "old" not in page and "| grpo | 1 |" in page  # only the task's block changed
+    probes = _probe_a_tiny_checkpoint(tmp_path)
+    proc = subprocess.run(
+        [*cmd, "--report-only", "--probe-results", str(probes)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Skill test: greedy accuracy on the same held-out rows with the answer's start forced" in proc.stdout
+    (untrained,) = _read(probes)[:1]
+    assert f"| untrained | - | {untrained['prefix']:.3f} | - | - |" in proc.stdout
+    # the same checkpoint under the runs' labels: no change from the untrained model or from grpo
+    assert "| grpo | 1 | " in proc.stdout and "| +0.000 [+0.000, +0.000] | - |" in proc.stdout
+    assert "| rloo | 1 | " in proc.stdout and "| +0.000 [+0.000, +0.000] | +0.000 [+0.000, +0.000] |" in proc.stdout
+
+
+def _probe_a_tiny_checkpoint(tmp_path: Path) -> Path:
+    """probe.py --results on a tiny checkpoint (3 held-out rows), its row copied under two runs' labels."""
+    sys.path.insert(0, str(ROOT / "tests" / "trainer"))
+    from checkpoint_factory import build_checkpoint
+
+    build_checkpoint(tmp_path / "tiny")
+    probes, held_out = tmp_path / "probes.jsonl", DATA / TASK / "eval.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "real_model" / "probe.py"),
+            *("--skills", "--rows", str(held_out), "--n", "3", "--k", "2", "--sampled-prompts", "1"),
+            *("--model", str(tmp_path / "tiny"), "--threads", "1", "--results", str(probes), "--label", "untrained"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = _read(probes)
+    assert row["label"] == "untrained" and row["task"] == TASK and row["rows"] == str(held_out)
+    assert row["n"] == 3 and len(row["prefix_hits"]) == 3 and row["prefix"] == sum(row["prefix_hits"]) / 3
+    assert row["command"].startswith("examples/real_model/probe.py --skills") and "examples" not in row
+    with probes.open("a") as f:
+        for estimator in ("grpo", "rloo"):
+            f.write(json.dumps({**row, "label": f"spell_backward/{estimator}/seed1"}) + "\n")
+    return probes
+
+
+def test_probe_table_pairs_each_run_with_the_untrained_model_and_grpo_over_the_same_prompts() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from probe_table import probe_table
+
+    def row(label: str, hits: list[int]) -> dict:
+        return {"label": label, "prefix": sum(hits) / len(hits), "prefix_hits": hits}
+
+    probes = [
+        row("untrained", [0, 0, 1, 0]),
+        row("t/grpo/seed1", [1, 0, 1, 0]),
+        row("t/grpo/seed2", [1, 1, 1, 0]),
+        row("t/maxrl/seed1", [1, 1, 1, 1]),
+        row("t/maxrl/seed1", [1, 1, 1, 0]),  # a re-probe replaces the earlier row
+        row("other/maxrl/seed2", [0, 0, 0, 0]),  # another campaign's run: not this table's
+    ]
+    text = probe_table(probes, "t", [("grpo", 1), ("grpo", 2), ("maxrl", 1), ("maxrl", 2)])
+    lines = text.splitlines()
+    assert lines[2] == "| untrained | - | 0.250 | - | - |"
+    assert lines[3].startswith("| grpo | 1 2 | 0.625 (0.500, 0.750) | +0.375 [")  # per prompt: (1+1)/2 - 0, ...
+    assert lines[4].startswith("| maxrl | 1 | 0.750 (0.750) | +0.500 [") and "| +0.125 [" in lines[4]
+    assert len(lines) == 5
+    assert "no `untrained` probe row" in probe_table(probes[1:], "t", [("grpo", 1)])
 
 
 def test_answers_separates_the_skill_from_a_learned_prior(tmp_path: Path):
