@@ -593,7 +593,7 @@ def report(opts: argparse.Namespace) -> int:
         plot(rows, budget, opts.plot)
         print(f"[compare] plot {opts.plot}")
     if opts.doc:
-        update_doc(opts.doc, text, TASKS[opts.task].doc_block)
+        update_doc(opts.doc, text, opts.doc_block or TASKS[opts.task].doc_block)
         print(f"[compare] table written into {opts.doc}")
     return 0
 
@@ -646,6 +646,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--report-only", action="store_true", help="only the table and plot from --results")
     p.add_argument("--plot", type=Path, default=None, help="default: docs/img/estimators_<tag>.png")
     p.add_argument("--doc", type=Path, default=None, help="write the table into this page's marked block")
+    p.add_argument(
+        "--doc-block", default=None, help="the marked block --doc writes (default: the task's; another campaign's)"
+    )
     p.add_argument(
         "--probe-results",
         type=Path,
