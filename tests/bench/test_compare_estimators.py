@@ -19,6 +19,8 @@ from areal.api.cli_args import load_config
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "compare_estimators.py"
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gdpo")
+# one pytest-xdist worker runs the module, so the module-scoped campaign (about 20 s) is built once, not per worker
+pytestmark = pytest.mark.xdist_group("compare_estimators")
 
 
 def _run(tmp: Path, *args: str) -> subprocess.CompletedProcess:
