@@ -65,6 +65,12 @@ def probe_table(probes: Sequence[dict[str, Any]], tag: str, runs: Sequence[tuple
         row = latest.get(run_label(tag, estimator, seed))
         if row is not None:
             by_estimator.setdefault(estimator, []).append({**row, "seed": seed})
+    for row in (r for group in by_estimator.values() for r in group):
+        if row.get("rows") != base.get("rows"):
+            raise ValueError(
+                f"probe table: {row['label']} was probed on the rows of {row.get('rows')}, "
+                f"the untrained model on {base.get('rows')}: paired differences need the same prompts"
+            )
     reference = by_estimator.get("grpo")
     lines = [
         "| checkpoint | seeds | forced-start accuracy: mean (each seed) | change from untrained [95 % CI] | "

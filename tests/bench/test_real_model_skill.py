@@ -240,6 +240,9 @@ def test_probe_table_pairs_each_run_with_the_untrained_model_and_grpo_over_the_s
     assert lines[4].startswith("| maxrl | 1 | 0.750 (0.750) | +0.500 [") and "| +0.125 [" in lines[4]
     assert len(lines) == 5
     assert "no `untrained` probe row" in probe_table(probes[1:], "t", [("grpo", 1)])
+    elsewhere = [*probes[:1], {**probes[1], "rows": "other/eval.jsonl"}]
+    with pytest.raises(ValueError, match="t/grpo/seed1 was probed on the rows of other/eval.jsonl"):
+        probe_table(elsewhere, "t", [("grpo", 1)])
 
 
 def test_answers_separates_the_skill_from_a_learned_prior(tmp_path: Path):

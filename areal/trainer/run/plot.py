@@ -142,8 +142,8 @@ def plan_panels(
 def _pyplot() -> Any:
     """matplotlib's pyplot on the headless Agg backend, imported at the first plot.
 
-    Importing it costs about 0.4 s of CPU, which a run with `output.plot: false`,
-    `validate` and every worker rank that never plots would otherwise pay at start.
+    Importing it costs about 0.4 s of CPU, which a run with `output.plot: false`
+    and every worker rank that never plots would otherwise pay at start.
     """
     import matplotlib
 
