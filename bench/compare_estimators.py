@@ -604,7 +604,10 @@ def skill_test(opts: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
     from probe_table import probe_table
 
     probes = read_jsonl(opts.probe_results) if opts.probe_results.is_file() else []
-    table_text = probe_table(probes, opts.tag, [(r["estimator"], r["seed"]) for r in rows])
+    try:
+        table_text = probe_table(probes, opts.tag, [(r["estimator"], r["seed"]) for r in rows])
+    except ValueError as err:
+        raise SystemExit(f"--probe-results {shown(opts.probe_results)}: {err}") from None
     return (
         f"Skill test: greedy accuracy on the same held-out rows with the answer's start forced "
         f"(`examples/real_model/probe.py --skills --results`, rows of `{shown(opts.probe_results)}`); the changes are "
