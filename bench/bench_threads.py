@@ -30,7 +30,6 @@ Variants (`--variants`):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -108,7 +107,10 @@ def loop_seconds(out: Path, tag: str, printed: float) -> float:
     files = sorted(out.glob(f"**/{tag}/metrics.jsonl"))
     if not files:
         return printed
-    rows = [json.loads(line) for line in files[0].read_text(encoding="utf-8").splitlines() if line.strip()]
+    sys.path.insert(0, str(ROOT))
+    from areal.trainer.run.metrics import read_metrics  # the trainer's own reader (a torn last line is skipped)
+
+    rows = read_metrics(files[0])
     steps = [float(r["seconds"]) for r in rows if isinstance(r.get("seconds"), int | float)]
     return sum(steps) if steps else printed
 
