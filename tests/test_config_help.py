@@ -11,15 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from areal.api.config_reference import (
-    BEGIN,
-    END,
-    config_sections,
-    fields_without_help,
-    main,
-    render_reference,
-    replace_reference,
-)
+from areal.api import config_reference as ref
 from areal.api.train_args import ExperimentConfig, LoraConfig, RewardFunctionConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,13 +19,13 @@ PAGE = ROOT / "docs" / "configuration.md"
 
 
 def test_every_config_field_has_help():
-    missing = fields_without_help()
+    missing = ref.fields_without_help()
     assert not missing, "config fields without a help sentence (metadata={'help': ...}):\n" + "\n".join(missing)
 
 
 def test_the_walk_reaches_every_section_and_key():
     """Nested, optional and list-valued sections are all found, each at every key it sits at."""
-    sections = {s.cls.__name__: s.paths for s in config_sections()}
+    sections = {s.cls.__name__: s.paths for s in ref.config_sections()}
     assert sections["NormConfig"] == ("actor.reward_norm", "actor.adv_norm")
     assert sections["StageSpec"] == (
         "actor.advantage.compute",
@@ -44,8 +36,8 @@ def test_the_walk_reaches_every_section_and_key():
     assert sections["LoraConfig"] == ("model.lora",)
     assert sections["RewardFunctionConfig"] == ("reward[]",)
     assert sections["AdvantageShapingConfig"] == ("rollout.prm.advantage_shaping",)
-    n_fields = sum(len(s.fields) for s in config_sections())
-    assert n_fields == sum(len(dataclasses.fields(s.cls)) for s in config_sections())
+    n_fields = sum(len(s.fields) for s in ref.config_sections())
+    assert n_fields == sum(len(dataclasses.fields(s.cls)) for s in ref.config_sections())
     assert len(sections) == 17, sorted(sections)
 
 
@@ -63,7 +55,7 @@ class _Root:
 
 
 def test_missing_or_unfinished_help_is_named_with_its_key():
-    assert fields_without_help(_Root) == [
+    assert ref.fields_without_help(_Root) == [
         "short (_Root.short): help shorter than a sentence (4 words)",
         "no_period (_Root.no_period): help does not end with a period",
         "inner[].bare (_Inner.bare): no help",
@@ -72,18 +64,18 @@ def test_missing_or_unfinished_help_is_named_with_its_key():
 
 def test_docs_page_is_the_generated_reference():
     page = PAGE.read_text(encoding="utf-8")
-    assert page.count(BEGIN) == 1 and page.count(END) == 1, f"{PAGE}: expected one generated block"
-    assert replace_reference(page, render_reference()) == page, (
+    assert page.count(ref.BEGIN) == 1 and page.count(ref.END) == 1, f"{PAGE}: expected one generated block"
+    assert ref.replace_reference(page, ref.render_reference()) == page, (
         f"{PAGE} is stale: run python -m areal.api.config_reference --write"
     )
-    assert main(["--page", str(PAGE)]) == 0
+    assert ref.main(["--page", str(PAGE)]) == 0
 
 
 def test_every_field_and_no_other_appears_in_the_docs_tables():
     """Each section's table lists exactly its dataclass fields, with the help text verbatim."""
     page = PAGE.read_text(encoding="utf-8")
-    block = page[page.index(BEGIN) : page.index(END)]
-    for section in config_sections():
+    block = page[page.index(ref.BEGIN) : page.index(ref.END)]
+    for section in ref.config_sections():
         table = block.split(f"(`{section.cls.__name__}`)\n", 1)[1].split("\n### ", 1)[0]
         rows = [line for line in table.splitlines() if line.startswith("| `")]
         assert [row.split("`")[1] for row in rows] == [f.name for f in dataclasses.fields(section.cls)]
@@ -93,28 +85,28 @@ def test_every_field_and_no_other_appears_in_the_docs_tables():
 
 def test_stale_page_is_reported(tmp_path, capsys):
     stale = tmp_path / "configuration.md"
-    stale.write_text(f"# page\n\n{BEGIN}\nold table\n{END}\n", encoding="utf-8")
-    assert main(["--page", str(stale)]) == 1
+    stale.write_text(f"# page\n\n{ref.BEGIN}\nold table\n{ref.END}\n", encoding="utf-8")
+    assert ref.main(["--page", str(stale)]) == 1
     assert "stale" in capsys.readouterr().out
-    assert main(["--page", str(stale), "--write"]) == 0
-    assert main(["--page", str(stale)]) == 0
-    assert stale.read_text(encoding="utf-8").startswith("# page\n\n" + BEGIN)
+    assert ref.main(["--page", str(stale), "--write"]) == 0
+    assert ref.main(["--page", str(stale)]) == 0
+    assert stale.read_text(encoding="utf-8").startswith("# page\n\n" + ref.BEGIN)
 
 
 def test_defaults_render_as_yaml():
-    rows = {f.name: f.default for s in config_sections() for f in s.fields if s.cls is ExperimentConfig}
+    rows = {f.name: f.default for s in ref.config_sections() for f in s.fields if s.cls is ExperimentConfig}
     assert rows["seed"] == "1" and rows["reward"] == "[]" and rows["actor"] == "(section)"
-    lora = {f.name: f.default for f in next(s for s in config_sections() if s.cls is LoraConfig).fields}
+    lora = {f.name: f.default for f in next(s for s in ref.config_sections() if s.cls is LoraConfig).fields}
     assert lora == {"r": "8", "alpha": "16.0", "dropout": "0.0", "target_modules": "null"}
-    reward = {f.name: f.default for f in next(s for s in config_sections() if s.cls is RewardFunctionConfig).fields}
+    reward = {f.name: f.default for f in next(s for s in ref.config_sections() if s.cls is RewardFunctionConfig).fields}
     assert reward["kwargs"] == "{}" and reward["name"] == "null" and reward["implementation"] == '""'
-    advantage = next(s for s in config_sections() if s.cls.__name__ == "AdvantageConfig")
+    advantage = next(s for s in ref.config_sections() if s.cls.__name__ == "AdvantageConfig")
     assert advantage.fields[0].default == "{implementation: default, kwargs: {}}"
 
 
 def test_mean_leave1out_and_mopd_are_explained_in_the_docs():
     """Beyond its table row, `mean_leave1out` has prose with its formula; the MOPD abbreviation is spelled out."""
-    prose = PAGE.read_text(encoding="utf-8").split(BEGIN)[0]
+    prose = PAGE.read_text(encoding="utf-8").split(ref.BEGIN)[0]
     assert "`mean_leave1out: true`" in prose and "(n − 1)" in prose
     docs = "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md")))
     assert "MOPD (AReaL's multi-teacher\non-policy distillation)" in docs

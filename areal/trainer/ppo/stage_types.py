@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast, overload
 
 import torch
 
@@ -32,6 +32,8 @@ __all__ = [
     "TemporalInputs",
     "TemporalResult",
 ]
+
+T = TypeVar("T")
 
 GAELambdaSpec = float | Callable[..., torch.Tensor]
 
@@ -154,6 +156,24 @@ class ProcessAdvantageInputs:
 # ---------------------------------------------------------------------------
 
 
+class _ShapingValue(Generic[T]):
+    """A read-only attribute that reads one field of the owner's `shaping`.
+
+    Replacements written against the flat keywords (`advantage_shaping_mode`, `gvpo_*`) read
+    the same values as `inputs.shaping.*`; there is one source, so they cannot disagree.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _ShapingValue[T]: ...
+    @overload
+    def __get__(self, obj: AdvantageInputs, owner: type) -> T: ...
+    def __get__(self, obj: AdvantageInputs | None, owner: type) -> T | _ShapingValue[T]:
+        return self if obj is None else cast(T, getattr(obj.shaping, self.name))
+
+
 @dataclass(frozen=True)
 class AdvantageInputs:
     """Input of a full replacement (`actor.advantage.compute.implementation`): the raw batch."""
@@ -163,21 +183,11 @@ class AdvantageInputs:
     meta: TrajBatchMeta
     shaping: AdvantageShaping = AdvantageShaping()  # the call-time process-reward shaping
 
-    @property
-    def advantage_shaping_mode(self) -> str:
-        return self.shaping.mode
-
-    @property
-    def gvpo_negative_scale(self) -> float:
-        return self.shaping.negative_scale
-
-    @property
-    def gvpo_zero_penalty(self) -> float:
-        return self.shaping.zero_penalty
-
-    @property
-    def gvpo_zero_eps(self) -> float:
-        return self.shaping.zero_eps
+    # The call-time shaping under the flat keyword names of `PPOActor.compute_advantages`.
+    advantage_shaping_mode = _ShapingValue[str]("mode")
+    gvpo_negative_scale = _ShapingValue[float]("negative_scale")
+    gvpo_zero_penalty = _ShapingValue[float]("zero_penalty")
+    gvpo_zero_eps = _ShapingValue[float]("zero_eps")
 
     @property
     def meta_is_complete(self) -> bool:

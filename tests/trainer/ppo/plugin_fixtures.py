@@ -245,3 +245,15 @@ def appends_to_kwargs(inputs, *, history: list):
     history.append(len(history))
     KWARGS_SEEN.append(list(history))
     return OutcomeResult(rewards=inputs.data["rewards"].float())
+
+
+SEEN_SHAPING: list[tuple] = []
+
+
+def replace_recording_shaping(inputs):
+    """The default computation; records the call-time shaping under its flat names and as `shaping`."""
+    from examples.custom_advantage.plugins import default_replica
+
+    flat = (inputs.advantage_shaping_mode, inputs.gvpo_negative_scale, inputs.gvpo_zero_penalty, inputs.gvpo_zero_eps)
+    SEEN_SHAPING.append((flat, inputs.shaping))
+    return default_replica(inputs)

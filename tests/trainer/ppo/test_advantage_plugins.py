@@ -28,6 +28,7 @@ from areal.api.cli_args import (
     load_config,
 )
 from areal.trainer.ppo.actor import PPOActor
+from areal.trainer.ppo.advantage import AdvantageInputs
 from areal.trainer.ppo.checks.contracts import StageContractError
 from areal.utils.dynamic_import import PluginResolutionError
 
@@ -519,6 +520,18 @@ def test_full_replacement_mask_and_shapes_checked():
         )
     with pytest.raises(StageContractError, match="returns: returned shape"):
         actor_with(compute={"implementation": "plugin_fixtures.replace_wrong_shape"}).compute_advantages(batch, meta)
+
+
+def test_full_replacement_reads_call_time_shaping_by_its_flat_names():
+    import plugin_fixtures
+
+    batch, meta = make_batch(21)
+    actor = actor_with(compute={"implementation": "plugin_fixtures.replace_recording_shaping"})
+    actor.compute_advantages(batch, meta, advantage_shaping_mode="gvpo", gvpo_negative_scale=0.3)
+    flat, shaping = plugin_fixtures.SEEN_SHAPING[-1]
+    assert flat == ("gvpo", 0.3, 0.4, 1e-6)
+    assert flat == (shaping.mode, shaping.negative_scale, shaping.zero_penalty, shaping.zero_eps)
+    assert AdvantageInputs.gvpo_zero_eps.name == "zero_eps"  # on the class: the attribute itself
 
 
 def test_self_contained_replacement_owns_alignment():

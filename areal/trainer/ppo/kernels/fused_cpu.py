@@ -311,34 +311,25 @@ def _turn_scan(lmask, ids, pos, starts):
     return not bad, n_turns, score_turn
 
 
-def _token_pair(
-    rewards0,
-    mask0,
-    values0,
-    coef0,
-    bootstrap0,
-    advantages0,
-    returns0,
-    rewards1,
-    mask1,
-    values1,
-    coef1,
-    bootstrap1,
-    advantages1,
-    returns1,
-    discount,
-):
+def _gae_operands(row, out, coef, bootstrap):
+    """One row's token-GAE operands: (total rewards, loss mask, values, coef, bootstrap, advantages, returns)."""
+    return out[3], out[0], row[4], coef, bootstrap, out[4], out[5]
+
+
+def _token_pair(gae0, gae1, discount):
     """Token GAE backwards over aligned T-2 .. 0 of two rows at once (T-1 is never a step).
 
-    Row k's [T] total rewards, loss mask and values are read; its advantages and returns
-    are written; `coef` is the row's discount * lambda and `bootstrap` the value after
-    its last step. Called by keyword (numba compiles the same code as for a positional call).
+    `gae0` and `gae1` are `_gae_operands` tuples. Row k's [T] total rewards, loss mask and
+    values are read; its advantages and returns are written; `coef` is the row's
+    discount * lambda and `bootstrap` the value after its last step.
 
     The recurrence of one row is a chain of dependent float operations; two
     independent chains keep the core busy. Same float32 operations as the
     reference loop; with discount and both coefficients 1 (the default) the
     multiplications by 1 are left out, which changes no bit.
     """
+    rewards0, mask0, values0, coef0, bootstrap0, advantages0, returns0 = gae0
+    rewards1, mask1, values1, coef1, bootstrap1, advantages1, returns1 = gae1
     n_pos = rewards0.shape[0]
     one = np.float32(1.0)
     if discount == one and coef0 == one and coef1 == one:
@@ -479,23 +470,7 @@ def _token_rows(row0, out0, row1, out1, flags, kind, neg_kl_ctl, g, c0, c1, scor
     e1, tr1, boot1, _, pos1 = _row_setup(row1, out1, flags, kind, neg_kl_ctl, False, score1, trunc1)
     e0 |= _ids_bits(row0, flags, pos0)
     e1 |= _ids_bits(row1, flags, pos1)
-    _token_pair(
-        rewards0=out0[3],
-        mask0=out0[0],
-        values0=row0[4],
-        coef0=c0,
-        bootstrap0=boot0,
-        advantages0=out0[4],
-        returns0=out0[5],
-        rewards1=out1[3],
-        mask1=out1[0],
-        values1=row1[4],
-        coef1=c1,
-        bootstrap1=boot1,
-        advantages1=out1[4],
-        returns1=out1[5],
-        discount=g,
-    )
+    _token_pair(_gae_operands(row0, out0, c0, boot0), _gae_operands(row1, out1, c1, boot1), g)
     return (
         (e0, tr0, _moments(out0, flags[4]), _values_bits(row0, flags)),
         (e1, tr1, _moments(out1, flags[4]), _values_bits(row1, flags)),
@@ -633,6 +608,7 @@ if NUMBA_AVAILABLE:
         "_place",
         "_row_setup",
         "_turn_scan",
+        "_gae_operands",
         "_token_pair",
         "_pair_steps",
         "_pair_steps_unit",
