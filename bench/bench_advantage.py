@@ -10,7 +10,7 @@ Sections:
    each in a fresh subprocess;
 2. token GAE and turn GAE (ours, per backend) against the reference loops in
    bench/reference_loops.py, on ragged multi-turn batches; best of several runs;
-3. group normalisation (areal.utils.data.Normalization) against a per-group loop;
+3. group normalisation (areal_adv.utils.data.Normalization) against a per-group loop;
 4. the whole pipeline (`bench_pipeline`), skipped until its imports exist.
 
 Results and the command that produced them go in docs/performance.md.
@@ -39,8 +39,8 @@ from reference_loops import (  # noqa: E402
     reference_turn_gae,
 )
 
-from areal.trainer.ppo.gae import token_gae_tensors, turn_gae_tensors  # noqa: E402
-from areal.trainer.ppo.kernels import BACKEND_ENV, available_backends  # noqa: E402
+from areal_adv.trainer.ppo.gae import token_gae_tensors, turn_gae_tensors  # noqa: E402
+from areal_adv.trainer.ppo.kernels import BACKEND_ENV, available_backends  # noqa: E402
 
 DEFAULT_SIZES = [(b, t) for b in (64, 256, 1024) for t in (1024, 8192, 32768)]
 QUICK_SIZES = [(64, 1024), (256, 8192)]
@@ -139,8 +139,8 @@ import time
 t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
-from areal.trainer.ppo.gae import token_gae_tensors, turn_gae_tensors
-from areal.trainer.ppo.kernels.numba_cpu import PARALLEL_MIN_ELEMENTS
+from areal_adv.trainer.ppo.gae import token_gae_tensors, turn_gae_tensors
+from areal_adv.trainer.ppo.kernels.numba_cpu import PARALLEL_MIN_ELEMENTS
 times = [time.perf_counter() - t1]
 for n_rows, n_pos in ((2, 8), (64, PARALLEL_MIN_ELEMENTS // 64)):  # serial, then parallel kernels
     x = torch.ones(n_rows, n_pos)
@@ -259,8 +259,8 @@ def bench_group_norm(n_pos: int, reps: int) -> None:
     dominates) and [1024, n_pos] (token-level advantage normalisation, memory-bound).
     """
     try:
-        from areal.api.cli_args import NormConfig
-        from areal.utils.data import Normalization
+        from areal_adv.api.cli_args import NormConfig
+        from areal_adv.utils.data import Normalization
     except ImportError as exc:
         print(f"skipped: {exc}")
         return
@@ -311,8 +311,8 @@ import torch
 sys.path.insert(0, {bench!r})
 torch.set_num_threads({threads})
 from bench_advantage import make_rollout_batch
-from areal.api.cli_args import NormConfig, PPOActorConfig
-from areal.trainer.ppo.actor import PPOActor
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig
+from areal_adv.trainer.ppo.actor import PPOActor
 
 def status(key):
     for line in open("/proc/self/status"):
@@ -349,8 +349,8 @@ def bench_pipeline(n_rows: int = 256, n_pos: int = 8192, reps: int = 3) -> None:
     print(f"\n== whole pipeline: {n_rows} x {n_pos}, kl_ctl 0.1, token GAE, batch adv_norm (ms) ==")
     from reference_loops import reference_pipeline
 
-    from areal.api.cli_args import NormConfig, PPOActorConfig
-    from areal.trainer.ppo.actor import PPOActor
+    from areal_adv.api.cli_args import NormConfig, PPOActorConfig
+    from areal_adv.trainer.ppo.actor import PPOActor
 
     batch = make_rollout_batch(n_rows, n_pos)
     actor = PPOActor(PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig()))

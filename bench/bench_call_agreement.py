@@ -1,4 +1,4 @@
-"""Cost of the call-time agreement (areal/utils/call_agreement.py) per `compute_advantages` call, 2 gloo ranks.
+"""Cost of the call-time agreement (areal_adv/utils/call_agreement.py) per `compute_advantages` call, 2 gloo ranks.
 
 Usage:
     .venv/bin/python bench/bench_call_agreement.py                       # 64x512 and 256x2048, 25 rounds
@@ -54,8 +54,8 @@ def _measure(config: object, n_rows: int, n_pos: int, rounds: int) -> dict[str, 
     import torch.distributed as dist
     from bench_advantage import make_rollout_batch
 
-    from areal.trainer.ppo.actor import PPOActor
-    from areal.utils import call_agreement
+    from areal_adv.trainer.ppo.actor import PPOActor
+    from areal_adv.utils import call_agreement
 
     batch = make_rollout_batch(n_rows, n_pos, seed=dist.get_rank())
     actor = PPOActor(config)
@@ -104,7 +104,7 @@ def _rank_main(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from bench_advantage import parse_sizes, set_threads
 
-    from areal.api.cli_args import NormConfig, PPOActorConfig
+    from areal_adv.api.cli_args import NormConfig, PPOActorConfig
 
     set_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))

@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT / "tests" / "trainer" / "ppo"))
 import estimators_reference as eref  # noqa: E402
 from episode_factory import batch_of, make_episode_groups  # noqa: E402
 
-from areal.api.cli_args import load_config  # noqa: E402
-from areal.trainer.ppo.actor import PPOActor  # noqa: E402
+from areal_adv.api.cli_args import load_config  # noqa: E402
+from areal_adv.trainer.ppo.actor import PPOActor  # noqa: E402
 
 PRESETS = ROOT / "examples" / "presets"
 
@@ -151,7 +151,7 @@ def main() -> None:
     groups, (batch, meta) = make(args.prompts, args.samples, args.turns, args.turn_len)
     outcomes = torch.tensor([ep.outcome for eps in groups for ep in eps], dtype=torch.float32)
     scalar = dict(batch, rewards=outcomes)  # the other stages read the outcome reward
-    from areal.utils.batch_meta import TrajBatchMeta
+    from areal_adv.utils.batch_meta import TrajBatchMeta
 
     scalar_meta = TrajBatchMeta(n_trajs=meta.n_trajs, traj_group_sizes=meta.traj_group_sizes)
     print(

@@ -82,7 +82,7 @@ def trailing(mask: torch.Tensor) -> torch.Tensor:
 
 
 def cpu_token(b: dict[str, torch.Tensor], discount: float) -> tuple[torch.Tensor, torch.Tensor]:
-    from areal.trainer.ppo.kernels.numba_cpu import token_gae_numba
+    from areal_adv.trainer.ppo.kernels.numba_cpu import token_gae_numba
 
     cpu = {k: v.cpu() for k, v in b.items()}
     return token_gae_numba(
@@ -92,7 +92,7 @@ def cpu_token(b: dict[str, torch.Tensor], discount: float) -> tuple[torch.Tensor
 
 def check_token(device: str, shapes: list, sweep: list, report: Callable[[str, bool], None]) -> None:
     """Triton token GAE against the numba CPU kernel, every launch config of the sweep."""
-    from areal.trainer.ppo.kernels.triton_gae import default_config, token_gae_triton
+    from areal_adv.trainer.ppo.kernels.triton_gae import default_config, token_gae_triton
 
     discount = 0.97
     for n_rows, n_pos in shapes:
@@ -115,7 +115,7 @@ def check_token(device: str, shapes: list, sweep: list, report: Callable[[str, b
 
 def check_turn(shapes: list, report: Callable[[str, bool], None], device: str = "cuda") -> None:
     """CUDA turn GAE (scatter + Triton over turns) against the numba CPU turn kernel."""
-    from areal.trainer.ppo.gae import turn_gae_tensors
+    from areal_adv.trainer.ppo.gae import turn_gae_tensors
 
     for n_rows, n_pos in shapes:
         b = make_batch(n_rows, n_pos, seed=7 * n_rows + n_pos, device=device)
@@ -140,9 +140,9 @@ def check_pipeline(report: Callable[[str, bool], None], device: str = "cuda") ->
     from bench_pipeline import CONFIGS
     from bench_pipeline import make_batch as rollout_batch
 
-    from areal.api.cli_args import PPOActorConfig
-    from areal.trainer.ppo.actor import PPOActor
-    from areal.utils.data import TrajBatchMeta
+    from areal_adv.api.cli_args import PPOActorConfig
+    from areal_adv.trainer.ppo.actor import PPOActor
+    from areal_adv.utils.data import TrajBatchMeta
 
     for name, kw in CONFIGS.items():
         batch = rollout_batch(64, 2048, turns=name.endswith("turn"), seed=3)
@@ -176,9 +176,9 @@ def cuda_time(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> tupl
 
 def bench_big(sweep: list) -> None:
     """Triton token GAE at 1024 x 32768 against a device-to-device copy of its inputs."""
-    from areal.trainer.ppo.gae import token_gae_tensors, turn_gae_tensors
-    from areal.trainer.ppo.kernels import BACKEND_ENV
-    from areal.trainer.ppo.kernels.triton_gae import default_config, token_gae_triton
+    from areal_adv.trainer.ppo.gae import token_gae_tensors, turn_gae_tensors
+    from areal_adv.trainer.ppo.kernels import BACKEND_ENV
+    from areal_adv.trainer.ppo.kernels.triton_gae import default_config, token_gae_triton
 
     n_rows, n_pos = BIG
     b = make_batch(n_rows, n_pos, seed=7, device="cuda")
@@ -231,7 +231,7 @@ def main() -> int:
         help="no GPU: run the token-kernel checks in Triton's CPU interpreter (TRITON_INTERPRET=1)",
     )
     args = parser.parse_args()
-    from areal.trainer.ppo.kernels import TRITON_AVAILABLE
+    from areal_adv.trainer.ppo.kernels import TRITON_AVAILABLE
 
     if not TRITON_AVAILABLE:
         print(
@@ -260,7 +260,7 @@ def main() -> int:
             return 2
         print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
         shapes = SHAPES[:4] if args.quick else SHAPES
-        from areal.trainer.ppo.kernels.triton_gae import default_config
+        from areal_adv.trainer.ppo.kernels.triton_gae import default_config
 
         check_token("cuda", shapes, [default_config(1024, 2048)] if args.quick else SWEEP, report)
         check_turn(shapes, report)

@@ -1,4 +1,4 @@
-"""Cost of the non-finite output guard (areal/trainer/ppo/output_guard.py), as ratios in one process.
+"""Cost of the non-finite output guard (areal_adv/trainer/ppo/output_guard.py), as ratios in one process.
 
 Usage:
     .venv/bin/python bench/bench_guard.py                  # 256 x 8192, 1 thread, 15 rounds
@@ -39,17 +39,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_advantage import make_rollout_batch, parse_sizes, set_threads  # noqa: E402
 
-from areal.api.cli_args import (  # noqa: E402
+from areal_adv.api.cli_args import (  # noqa: E402
     AdvantageShaping,  # noqa: E402
     NormConfig,
     PPOActorConfig,
 )
-from areal.trainer.ppo import advantage as advantage_module  # noqa: E402
-from areal.trainer.ppo.actor import PPOActor  # noqa: E402
-from areal.trainer.ppo.checks.batch_checks import _finite_magnitude, all_finite, check_batch  # noqa: E402
-from areal.trainer.ppo.fused import use_fused  # noqa: E402
-from areal.trainer.ppo.kernels import fused_cpu  # noqa: E402
-from areal.trainer.ppo.output_guard import GUARDED_FIELDS, GuardContext, guard_outputs  # noqa: E402
+from areal_adv.trainer.ppo import advantage as advantage_module  # noqa: E402
+from areal_adv.trainer.ppo.actor import PPOActor  # noqa: E402
+from areal_adv.trainer.ppo.checks.batch_checks import _finite_magnitude, all_finite, check_batch  # noqa: E402
+from areal_adv.trainer.ppo.fused import use_fused  # noqa: E402
+from areal_adv.trainer.ppo.kernels import fused_cpu  # noqa: E402
+from areal_adv.trainer.ppo.output_guard import GUARDED_FIELDS, GuardContext, guard_outputs  # noqa: E402
 
 CONFIGS: dict[str, Callable[[], PPOActorConfig]] = {
     "bench default (kl 0.1, token GAE, batch adv_norm)": lambda: PPOActorConfig(kl_ctl=0.1, adv_norm=NormConfig()),

@@ -19,8 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
-from areal.api.cli_args import load_config
-from areal.trainer.run.loop import Trainer
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 

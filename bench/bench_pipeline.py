@@ -10,7 +10,7 @@ every column alike), it times:
 
 * floor: read every [B, T] input the configuration reads once and write six
   fresh float32 [B, T] outputs once (the faster of a numba kernel and torch ops,
-  with outputs from `areal.utils.buffers.empty_cpu`, as the pipeline allocates);
+  with outputs from `areal_adv.utils.buffers.empty_cpu`, as the pipeline allocates);
 * `PPOActor.compute_advantages` on five configurations: the default (token
   GAE, kl_ctl 0.1) and KL + group reward norm + batch advantage norm, each with
   token GAE on a single-turn batch and turn GAE on a multi-turn batch, and the
@@ -45,12 +45,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from reference_loops import reference_pipeline  # noqa: E402
 
-from areal.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
-from areal.trainer.ppo.actor import PPOActor  # noqa: E402
-from areal.trainer.ppo.fused import FUSED_ENV  # noqa: E402
-from areal.trainer.ppo.kernels.numba_cpu import use_parallel  # noqa: E402
-from areal.utils.buffers import empty_cpu  # noqa: E402
-from areal.utils.data import TrajBatchMeta  # noqa: E402
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
+from areal_adv.trainer.ppo.actor import PPOActor  # noqa: E402
+from areal_adv.trainer.ppo.fused import FUSED_ENV  # noqa: E402
+from areal_adv.trainer.ppo.kernels.numba_cpu import use_parallel  # noqa: E402
+from areal_adv.utils.buffers import empty_cpu  # noqa: E402
+from areal_adv.utils.data import TrajBatchMeta  # noqa: E402
 
 TABLE_SIZES = [(b, t) for b in (64, 256, 1024) for t in (1024, 8192, 32768)]
 GROUP = 8  # rows per prompt for group reward normalisation

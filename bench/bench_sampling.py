@@ -29,10 +29,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from reference_sampler import loop_sample_continuations  # noqa: E402
 
-import areal.trainer.rollout.episodes as rollout_module  # noqa: E402
-from areal.api.cli_args import load_config  # noqa: E402
-from areal.trainer.lm.sampling import sample_continuations  # noqa: E402
-from areal.trainer.run.loop import Trainer  # noqa: E402
+import areal_adv.trainer.rollout.episodes as rollout_module  # noqa: E402
+from areal_adv.api.cli_args import load_config  # noqa: E402
+from areal_adv.trainer.lm.sampling import sample_continuations  # noqa: E402
+from areal_adv.trainer.run.loop import Trainer  # noqa: E402
 
 SAMPLERS = {"generate": sample_continuations, "loop": loop_sample_continuations}
 

@@ -7,7 +7,7 @@ Usage:
 
 Every run is a separate process of the real command (`scripts/train.sh` for the
 default and one-thread settings, as a user types it; `python -m
-areal.trainer.main` where the environment is the variable), writing into a
+areal_adv.trainer.main` where the environment is the variable), writing into a
 temporary folder, and the time is the training loop the run reports ("N/N steps
 in X s"), so start-up and imports are left out. "busy" starts `--busy` processes
 `python3 -c "while True: pass"` (default: one per core) before the run and ends
@@ -45,8 +45,8 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "py
 LOOP = re.compile(r"(\d+)/(\d+) steps in ([0-9.]+)s \| reward first 5 steps (\S+) -> last 10 steps (\S+)")
 #: torch first, then the entry module: libgomp has read its environment before the module could set it.
 _TORCH_FIRST = (
-    "import sys, runpy, torch; sys.argv = ['areal.trainer.main', *sys.argv[1:]]; "
-    "runpy.run_module('areal.trainer.main', run_name='__main__')"
+    "import sys, runpy, torch; sys.argv = ['areal_adv.trainer.main', *sys.argv[1:]]; "
+    "runpy.run_module('areal_adv.trainer.main', run_name='__main__')"
 )
 
 
@@ -68,12 +68,15 @@ def command(variant: str, args: Sequence[str]) -> tuple[list[str], dict[str, str
     if variant == "spin":
         return [PYTHON, "-c", _TORCH_FIRST, *args, f"train.num_threads={cores}"], env
     if variant == "passive":
-        return [PYTHON, "-m", "areal.trainer.main", *args, f"train.num_threads={cores}"], {
+        return [PYTHON, "-m", "areal_adv.trainer.main", *args, f"train.num_threads={cores}"], {
             **env,
             "OMP_WAIT_POLICY": "PASSIVE",
         }
     if variant == "spincount":
-        return [PYTHON, "-m", "areal.trainer.main", *args, f"train.num_threads={cores}"], {**env, "GOMP_SPINCOUNT": "0"}
+        return [PYTHON, "-m", "areal_adv.trainer.main", *args, f"train.num_threads={cores}"], {
+            **env,
+            "GOMP_SPINCOUNT": "0",
+        }
     raise SystemExit(f"unknown variant {variant!r}")
 
 
@@ -108,7 +111,7 @@ def loop_seconds(out: Path, tag: str, printed: float) -> float:
     if not files:
         return printed
     sys.path.insert(0, str(ROOT))
-    from areal.trainer.run.metrics import read_metrics  # the trainer's own reader (a torn last line is skipped)
+    from areal_adv.trainer.run.metrics import read_metrics  # the trainer's own reader (a torn last line is skipped)
 
     rows = read_metrics(files[0])
     steps = [float(r["seconds"]) for r in rows if isinstance(r.get("seconds"), int | float)]
@@ -164,7 +167,7 @@ def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -
     are not counted). The parameter count is the policy's (what
     `SMALL_MODEL_PARAMS` compares).
     """
-    from areal.trainer.parallel.launch_env import prefer_passive_waiting
+    from areal_adv.trainer.parallel.launch_env import prefer_passive_waiting
 
     prefer_passive_waiting()  # torch is not imported yet in this process
     import time
@@ -172,9 +175,9 @@ def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from areal.api.cli_args import load_config
-    from areal.trainer.parallel.cpu_threads import apply_num_threads
-    from areal.trainer.run.loop import Trainer
+    from areal_adv.api.cli_args import load_config
+    from areal_adv.trainer.parallel.cpu_threads import apply_num_threads
+    from areal_adv.trainer.run.loop import Trainer
 
     cores = _cores()
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; steps alternate 1 / {cores} threads; medians")

@@ -14,7 +14,7 @@ at most 16 new tokens, temperature 1 (no top-k / top-p), no KL term and no
 reference model, one optimiser step per batch (AdamW, lr 1e-6, gradient
 clipping at 1), no evaluation, no checkpoints. TRL runs `GRPOTrainer` with
 `transformers` generation on CPU (`use_cpu=True`); ours runs
-`areal.trainer.run.loop.Trainer`. Both end a turn at `<|im_end|>`.
+`areal_adv.trainer.run.loop.Trainer`. Both end a turn at `<|im_end|>`.
 
 Each side is one long-lived subprocess per round (model loaded once); the
 driver lets them take turns, one step at a time (ours then TRL on even steps,
@@ -138,8 +138,8 @@ def run_ours(
     model: str, data: Path, out: Path, steps: int, threads: int, channel: Channel, precision: str | None = None
 ) -> None:
     """Our trainer, one step per "go": its wall time, the rows' token counts and the step's phase times."""
-    from areal.api.cli_args import load_config
-    from areal.trainer.run.loop import Trainer
+    from areal_adv.api.cli_args import load_config
+    from areal_adv.trainer.run.loop import Trainer
 
     trainer = Trainer(load_config(_ours_config(model, data, out, steps, threads, precision)))
     channel.send({"ready": True})

@@ -19,7 +19,7 @@ the same reward and accuracy columns); `sums_1_2digit` is
 `examples/real_model/sums_1_2digit.yaml` (sums of two 1-2-digit terms, the same
 reward; the compared accuracy is the format-fixed `solved_lenient`, since the
 model writes "a + b = c" and never the bare number). Every run is the task's config with the
-`actor:` section of the preset `preset:<estimator>` (areal/presets/) on top, so the runs
+`actor:` section of the preset `preset:<estimator>` (areal_adv/presets/) on top, so the runs
 differ only in the advantage estimator.
 
 Runs advance round-robin in chunks of `--chunk-steps` updates (each chunk
@@ -63,10 +63,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from areal.utils.checkpoint_folders import checkpoint_root, list_checkpoints  # noqa: E402
+from areal_adv.utils.checkpoint_folders import checkpoint_root, list_checkpoints  # noqa: E402
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gdpo", "maxrl")
-PRESETS = ROOT / "areal" / "presets"  # the packaged presets (areal.api.presets), read as raw YAML here
+PRESETS = ROOT / "areal_adv" / "presets"  # the packaged presets (areal_adv.api.presets), read as raw YAML here
 MODEL = ROOT / "runs" / "models" / "SmolLM2-135M-Instruct"
 RESULTS = ROOT / "bench" / "results" / "estimators.jsonl"
 DOC_BLOCK = "compare_estimators"  # the doc's marked block: <!-- compare_estimators:begin --> ... :end -->
@@ -158,7 +158,7 @@ def preset_actor(estimator: str) -> dict[str, Any]:
     """
     from omegaconf import OmegaConf
 
-    from areal.api.cli_args import load_config
+    from areal_adv.api.cli_args import load_config
 
     path = PRESETS / f"{estimator}.yaml"
     if not path.is_file():
@@ -258,10 +258,10 @@ def cpu_pressure() -> float | None:
 
 
 def run_chunk(run: Run, args: list[str]) -> dict[str, Any]:
-    """One chunk in this process (`areal.trainer.main.main`): wall and CPU time, load, exit status."""
-    from areal.trainer.main import main as train_main
+    """One chunk in this process (`areal_adv.trainer.main.main`): wall and CPU time, load, exit status."""
+    from areal_adv.trainer.main import main as train_main
 
-    print(f"[compare] {run.estimator} seed {run.seed}: python -m areal.trainer.main {' '.join(args)}", flush=True)
+    print(f"[compare] {run.estimator} seed {run.seed}: python -m areal_adv.trainer.main {' '.join(args)}", flush=True)
     if steps_done(run) == 0:  # a fresh start (or one killed before its first checkpoint): no earlier chunks count
         chunks_file(run).unlink(missing_ok=True)
     wall, cpu = time.perf_counter(), time.process_time()
@@ -381,7 +381,7 @@ def result_row(run: Run, steps: int, metric: str, format_metric: str | None) -> 
         "time_means": phase_means(metrics),
         "chunks": len(chunks),
         "run_dir": shown(run.run_dir),
-        "commands": [" ".join(["python -m areal.trainer.main", *c["args"]]) for c in chunks],
+        "commands": [" ".join(["python -m areal_adv.trainer.main", *c["args"]]) for c in chunks],
         "git": git_commit(),
         "finished_at": now(),
         "cpus": os.cpu_count(),
@@ -625,7 +625,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="sums",
         help="the run; sets the defaults of --config --metric --format-metric --estimators --tag --plot",
     )
-    p.add_argument("--estimators", nargs="+", default=None, help="presets (areal presets; default: the task's)")
+    p.add_argument("--estimators", nargs="+", default=None, help="presets (areal-adv presets; default: the task's)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     p.add_argument("--steps", type=int, default=None, help="updates per run (default: the run config's train.steps)")
     p.add_argument("--chunk-steps", type=int, default=25, help="updates per round-robin chunk (0: whole runs)")
@@ -677,7 +677,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def config_steps(config: Path, extra: list[str]) -> int:
-    from areal.api.cli_args import load_config
+    from areal_adv.api.cli_args import load_config
 
     return int(load_config(config, extra).train.steps)
 

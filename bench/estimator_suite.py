@@ -139,8 +139,8 @@ def run_job(job: Job) -> dict[str, Any]:
     """Train one (task, estimator, seed) in this process and return its result row."""
     from suite_stats import auc
 
-    from areal.api.cli_args import load_config
-    from areal.trainer.run.loop import Trainer
+    from areal_adv.api.cli_args import load_config
+    from areal_adv.trainer.run.loop import Trainer
 
     start_load, wall, cpu = os.getloadavg()[0], time.perf_counter(), time.process_time()
     config = job.config()
@@ -172,7 +172,7 @@ def run_job(job: Job) -> dict[str, Any]:
 
 def _worker_init() -> None:
     """One thread per worker (a tiny model gains nothing from more), passive OpenMP waits (the trainer's policy)."""
-    from areal.trainer.parallel.launch_env import prefer_passive_waiting
+    from areal_adv.trainer.parallel.launch_env import prefer_passive_waiting
 
     prefer_passive_waiting()
 

@@ -28,9 +28,9 @@ import peer_reference as ref  # noqa: E402
 import torch  # noqa: E402
 from episode_factory import batch_of, make_episode_groups, token_positions  # noqa: E402
 
-from areal.api.cli_args import NormConfig, PPOActorConfig, load_config  # noqa: E402
-from areal.trainer.ppo.actor import PPOActor  # noqa: E402
-from areal.utils.data import concat_batch  # noqa: E402
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig, load_config  # noqa: E402
+from areal_adv.trainer.ppo.actor import PPOActor  # noqa: E402
+from areal_adv.utils.data import concat_batch  # noqa: E402
 
 PRESETS = ROOT / "examples" / "presets"
 

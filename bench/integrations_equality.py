@@ -29,7 +29,7 @@ import verl_batches as vb  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo import core_algos, ray_trainer  # noqa: E402
 
-from areal.integrations import verl as areal_verl  # noqa: E402
+from areal_adv.integrations import verl as areal_verl  # noqa: E402
 
 PRESETS = ROOT / "examples" / "presets"
 VERL = areal_verl.verl_compute_advantage()
@@ -149,7 +149,7 @@ actor:
   reward_norm: {mean_level: group, std_level: null}
   adv_norm: null
   advantage:
-    outcome_reward_shaping: {implementation: areal.integrations.trl.stages.batch_std_scale, kwargs: {eps: 1.0e-4}}
+    outcome_reward_shaping: {implementation: areal_adv.integrations.trl.stages.batch_std_scale, kwargs: {eps: 1.0e-4}}
     estimator: {implementation: reinforce_return}
 """)
     model = ts.build_model(Path(tempfile.mkdtemp()))

@@ -1,6 +1,6 @@
 """The trainer's former private sampling loop: one model call per token with a KV cache.
 
-`areal.trainer.lm.sampling` now samples through `transformers` `generate`; this
+`areal_adv.trainer.lm.sampling` now samples through `transformers` `generate`; this
 loop is kept here only as the reference that bench/bench_sampling.py times it
 against (docs/performance.md). Same contract as `sample_continuations`.
 
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from areal.trainer.lm.sampling import Continuation, check_request, left_pad
+from areal_adv.trainer.lm.sampling import Continuation, check_request, left_pad
 
 
 def _cache_keyword(model: PreTrainedModel) -> str:

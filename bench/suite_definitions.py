@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESETS, EXAMPLES = ROOT / "areal" / "presets", ROOT / "examples"
+PRESETS, EXAMPLES = ROOT / "areal_adv" / "presets", ROOT / "examples"
 #: Keys of a full example run's `actor:` that define the algorithm (the rest is the run's shape).
 ALGORITHM_KEYS = (
     "kl_ctl",
@@ -178,7 +178,7 @@ def _resolved(section: Any, keys: Any) -> dict[str, Any]:
 
 def algorithm(name: str) -> dict[str, Any]:
     """The estimator's algorithm as config sections, fully resolved (a key replaces the run's value whole)."""
-    from areal.api.cli_args import load_config
+    from areal_adv.api.cli_args import load_config
 
     source = ESTIMATORS[name]
     raw = yaml.safe_load(source.path.read_text(encoding="utf-8")) or {}

@@ -14,7 +14,7 @@ cd "$root"
 ./scripts/setup.sh test verl trl reasoning wandb gguf data lora
 # lint and formatting first (ruff, from the `test` extra, configured in pyproject.toml): seconds, and a
 # finding stops the run before the suite's minutes
-.venv/bin/ruff check areal tests bench examples
-.venv/bin/ruff format --check areal tests bench examples
+.venv/bin/ruff check areal_adv tests bench examples
+.venv/bin/ruff format --check areal_adv tests bench examples
 .venv/bin/mypy  # the typed public surface ([tool.mypy] files in pyproject.toml)
 exec .venv/bin/python -m pytest -n "${AREAL_TEST_WORKERS:-3}" --dist loadgroup "$@"

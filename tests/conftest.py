@@ -1,7 +1,7 @@
 """Test-suite set-up shared by every test directory.
 
 OpenMP threads wait passively in the test process too, as they do under
-`python -m areal.trainer.main` (areal.trainer.parallel.launch_env): this file is imported
+`python -m areal_adv.trainer.main` (areal_adv.trainer.parallel.launch_env): this file is imported
 before any test module, so before torch loads.
 
 Every test starts with the thread counts the previous one found: an in-process
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from areal.trainer.parallel.launch_env import prefer_passive_waiting
+from areal_adv.trainer.parallel.launch_env import prefer_passive_waiting
 
 prefer_passive_waiting()
 

@@ -16,7 +16,7 @@ UNOPENABLE = re.compile(r"advantage\.md|\b[Ii]ssues? #?[0-9]|\bthe seed's\b|\bth
 def test_areal_cites_nothing_a_reader_cannot_open():
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-        for path in sorted((ROOT / "areal").rglob("*"))
+        for path in sorted((ROOT / "areal_adv").rglob("*"))
         if path.suffix in (".py", ".yaml", ".md", ".txt")
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if UNOPENABLE.search(line)

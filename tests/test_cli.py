@@ -1,11 +1,11 @@
-"""`areal validate`: resolves every stage as a worker would, or prints the precise error."""
+"""`areal-adv validate`: resolves every stage as a worker would, or prints the precise error."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from areal.cli import main
+from areal_adv.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,8 +72,8 @@ def test_a_bad_key_is_answered_before_torch_is_imported(tmp_path):
     import sys
 
     code = (
-        "import sys; from areal.cli import main; rc = main(['validate', 'preset:grpo', 'actor.no_such=1']); "
-        "print(rc, sorted(m for m in ('torch', 'transformers', 'numba', 'areal.trainer.ppo') if m in sys.modules))"
+        "import sys; from areal_adv.cli import main; rc = main(['validate', 'preset:grpo', 'actor.no_such=1']); "
+        "print(rc, sorted(m for m in ('torch', 'transformers', 'numba', 'areal_adv.trainer.ppo') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "1 []", proc.stdout + proc.stderr

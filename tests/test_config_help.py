@@ -1,7 +1,7 @@
 """Every config field carries help, and docs/configuration.md's tables are the ones generated from it.
 
 The help text is written once, on the dataclass field (`metadata={"help": ...}`);
-`areal.api.config_reference` walks every dataclass reachable from
+`areal_adv.api.config_reference` walks every dataclass reachable from
 `ExperimentConfig` and renders one table per section.
 """
 
@@ -11,8 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from areal.api import config_reference as ref
-from areal.api.train_args import ExperimentConfig, LoraConfig, RewardFunctionConfig
+from areal_adv.api import config_reference as ref
+from areal_adv.api.train_args import ExperimentConfig, LoraConfig, RewardFunctionConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "configuration.md"
@@ -66,7 +66,7 @@ def test_docs_page_is_the_generated_reference():
     page = PAGE.read_text(encoding="utf-8")
     assert page.count(ref.BEGIN) == 1 and page.count(ref.END) == 1, f"{PAGE}: expected one generated block"
     assert ref.replace_reference(page, ref.render_reference()) == page, (
-        f"{PAGE} is stale: run python -m areal.api.config_reference --write"
+        f"{PAGE} is stale: run python -m areal_adv.api.config_reference --write"
     )
     assert ref.main(["--page", str(PAGE)]) == 0
 

@@ -7,9 +7,9 @@ without an entry, or an entry whose block is gone, fails
 `test_every_snippet_has_a_check`, so a new or edited snippet needs its check
 before it lands. The kinds of check:
 
-* executed: Python blocks run (plugins through `areal validate --dry-run` or a
+* executed: Python blocks run (plugins through `areal-adv validate --dry-run` or a
   short training run), YAML blocks are loaded with `load_config` on top of what
-  they extend and run through `areal validate --dry-run`, `areal validate` and
+  they extend and run through `areal-adv validate --dry-run`, `areal-adv validate` and
   `--print-config` commands run as written, training commands run in a
   shortened form (`train.steps=2/3`, a temporary `output.dir`). A block that
   needs the user's files (`my_run.yaml`, `my_package/`, `data/train.jsonl`, a
@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 import textwrap
 import tomllib
@@ -47,7 +48,7 @@ from typing import Any
 import pytest
 import yaml
 
-from areal.api.cli_args import config_to_yaml, load_config
+from areal_adv.api.cli_args import config_to_yaml, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -129,7 +130,7 @@ def all_snippets() -> dict[str, Snippet]:
     return out
 
 
-# --- running areal in this process -------------------------------------------------------------------
+# --- running areal-adv in this process -------------------------------------------------------------------
 
 
 @dataclass
@@ -171,20 +172,20 @@ def _call(fn: Callable[[list[str]], int], argv: list[str]) -> tuple[int, str, st
 
 
 def validate(*args: str, dry_run: bool = True) -> str:
-    """`areal validate ARGS [--dry-run]`; returns its output (it must pass)."""
-    from areal.cli import main
+    """`areal-adv validate ARGS [--dry-run]`; returns its output (it must pass)."""
+    from areal_adv.cli import main
 
     rc, out, err = _call(main, ["validate", *args, *(["--dry-run"] if dry_run else [])])
-    assert rc == 0, f"areal validate {' '.join(args)}: {err}"
+    assert rc == 0, f"areal-adv validate {' '.join(args)}: {err}"
     return out
 
 
 def train(*args: str) -> str:
-    """`python -m areal.trainer.main ARGS` in this process; returns its output (it must succeed)."""
-    from areal.trainer.main import main
+    """`python -m areal_adv.trainer.main ARGS` in this process; returns its output (it must succeed)."""
+    from areal_adv.trainer.main import main
 
     rc, out, err = _call(main, list(args))
-    assert rc == 0, f"python -m areal.trainer.main {' '.join(args)}: {err}"
+    assert rc == 0, f"python -m areal_adv.trainer.main {' '.join(args)}: {err}"
     return out
 
 
@@ -232,7 +233,7 @@ def _config(word: str) -> str:
 
 
 def check_trainer_args(args: list[str]) -> None:
-    """`--config X`, `--print-config` and dotted overrides, as `areal.trainer.main` parses them; X loads."""
+    """`--config X`, `--print-config` and dotted overrides, as `areal_adv.trainer.main` parses them; X loads."""
     config, overrides, it = str(DEFAULT_RUN), [], iter(args)
     for word in it:
         if word == "--config":
@@ -262,9 +263,9 @@ def _check_python(args: list[str], env: dict[str, str]) -> None:
         check_script_flags(_existing(args[0]), args[1:])
         return
     module, rest = args[1], args[2:]
-    if module in ("areal.trainer.main", "areal.trainer"):
+    if module in ("areal_adv.trainer.main", "areal_adv.trainer"):
         check_trainer_args(rest)
-    elif module == "areal.cli":
+    elif module == "areal_adv.cli":
         assert rest[0] == "validate", rest
         config, *overrides = [w for w in rest[1:] if w != "--dry-run"]
         validate(_config(config), *overrides, dry_run="--dry-run" in rest)
@@ -280,8 +281,8 @@ def _check_python(args: list[str], env: dict[str, str]) -> None:
 
 
 def check_torchrun(args: list[str], env: dict[str, str]) -> None:
-    """torchrun's own options, then `-m areal.trainer.main` and its arguments."""
-    assert "-m" in args and args[args.index("-m") + 1] == "areal.trainer.main", args
+    """torchrun's own options, then `-m areal_adv.trainer.main` and its arguments."""
+    assert "-m" in args and args[args.index("-m") + 1] == "areal_adv.trainer.main", args
     for folder in filter(None, env.get("PYTHONPATH", "").split(":")):
         _existing(folder)
     check_trainer_args(args[args.index("-m") + 2 :])
@@ -291,7 +292,7 @@ def check_verl_command(args: list[str]) -> None:
     """`adv_estimator=areal` is registered in verl; `+algorithm.areal_config` loads with its overrides."""
     from verl.trainer.ppo import core_algos
 
-    import areal.integrations.verl as areal_verl
+    import areal_adv.integrations.verl as areal_verl
 
     settings = dict(w.split("=", 1) for w in args if "=" in w)
     assert settings["algorithm.adv_estimator"] == "areal"
@@ -313,8 +314,8 @@ def check_commands(snippet: Snippet) -> None:
             continue
         if program in (".venv/bin/python", "python"):
             _check_python(args, env)
-        elif program in ("areal", ".venv/bin/areal"):  # the console script of pyproject.toml
-            _check_python(["-m", "areal.cli", *args], env)
+        elif program in ("areal-adv", ".venv/bin/areal-adv"):  # the console script of pyproject.toml
+            _check_python(["-m", "areal_adv.cli", *args], env)
         elif program == ".venv/bin/torchrun":
             check_torchrun(args, env)
         elif program == ".venv/bin/pip":
@@ -358,9 +359,9 @@ def check_transcript(snippet: Snippet, project: Project) -> None:
         if not line.startswith("$ "):
             continue
         words = shlex.split(line[2:])
-        args = words[3:] if words[:3] == ["python", "-m", "areal.trainer.main"] else words[1:]
+        args = words[3:] if words[:3] == ["python", "-m", "areal_adv.trainer.main"] else words[1:]
         assert words[0] in ("python", "./scripts/train.sh"), line
-        from areal.trainer.main import main
+        from areal_adv.trainer.main import main
 
         if words[0] == "./scripts/train.sh":  # the run-directory refusal: a run must be there first
             train(*TINY, "train.steps=1")
@@ -373,13 +374,13 @@ def check_transcript(snippet: Snippet, project: Project) -> None:
 def check_file_tree(snippet: Snippet, project: Project) -> None:
     """A listing of the package: every module and folder it names exists.
 
-    A line that starts with a folder (`areal/trainer/run/`) opens it; the indented lines under it name
+    A line that starts with a folder (`areal_adv/trainer/run/`) opens it; the indented lines under it name
     modules and folders inside it (`loop.py`, `tasks/`, or several on one line).
     """
-    paths = re.findall(r"\b(areal/[\w/]+?(?:\.py|/))(?=\s|$)", snippet.text)
+    paths = re.findall(r"\b(areal_adv/[\w/]+?(?:\.py|/))(?=\s|$)", snippet.text)
     folder = None
     for line in snippet.text.splitlines():
-        if line.startswith("areal/"):
+        if line.startswith("areal_adv/"):
             folder = line.split()[0] if line.split()[0].endswith("/") else None
         elif folder and line.startswith(" "):
             paths += [folder + name for name in re.findall(r"(?<![\w/.])(\w+(?:\.py|/))(?=[\s,;)]|$)", line)]
@@ -548,8 +549,8 @@ def check_trl_sketch(snippet: Snippet, project: Project) -> None:
     objects, `USER_OBJECTS`), every keyword is accepted, the pipeline loads."""
     from trl import GRPOTrainer
 
-    from areal.integrations.config import load_pipeline
-    from areal.integrations.trl import AReaLGRPOTrainer
+    from areal_adv.integrations.config import load_pipeline
+    from areal_adv.integrations.trl import AReaLGRPOTrainer
 
     _check_imports(snippet.text)
     unbound = _unbound_names(snippet.text) - USER_OBJECTS
@@ -580,8 +581,8 @@ def check_readme_verl_cpu(snippet: Snippet, project: Project, monkeypatch: pytes
 
 def check_distributed_sketch(snippet: Snippet, project: Project) -> None:
     """The per-rank loop needs torchrun and a rollout: imports resolve and the methods it calls exist."""
-    from areal.trainer.parallel.distributed import DistContext
-    from areal.trainer.ppo.actor import PPOActor
+    from areal_adv.trainer.parallel.distributed import DistContext
+    from areal_adv.trainer.ppo.actor import PPOActor
 
     _check_imports(snippet.text)
     for method in ("compute_advantages", "ppo_update"):
@@ -592,7 +593,7 @@ def check_distributed_sketch(snippet: Snippet, project: Project) -> None:
 
 def check_verl_patch(snippet: Snippet, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs as written; verl's trainer module is restored afterwards."""
-    from areal.integrations.verl import compute_advantage
+    from areal_adv.integrations.verl import compute_advantage
 
     modules = []
     for name in ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils"):  # what the patch replaces
@@ -613,6 +614,42 @@ def check_ray_task_runner(snippet: Snippet, project: Project) -> None:
     assert isinstance(TaskRunnerV1.__ray_actor_class__, type)
     assert callable(TaskRunnerV1.__ray_actor_class__.run)
     assert "task_runner_class" in inspect.signature(run_ppo).parameters
+
+
+def _areal_python(*args: str, cwd: Path, stdin: str | None = None) -> list[dict[str, Any]]:
+    """Run in `.venv-areal` (AReaL 1.0.4 beside areal-adv, scripts/setup_areal.sh); the JSON lines printed."""
+    setup = subprocess.run([str(ROOT / "scripts/setup_areal.sh")], capture_output=True, text=True, timeout=900)
+    assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
+    proc = subprocess.run(
+        [str(ROOT / ".venv-areal/bin/python"), *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def _areal_experiment(project: Project) -> Path:
+    """An AReaL GRPO experiment YAML that names everything AReaL's loader requires."""
+    base = (ROOT / "tests/integrations/areal_grpo_advantage.yaml").read_text()
+    return project.write("areal_grpo.yaml", base + f"cluster: {{fileroot: {project.dir / 'root'}}}\n")
+
+
+def check_areal_script(snippet: Snippet, project: Project) -> None:
+    """The training-script lines, run with AReaL's own loader on an experiment config: the hook is installed."""
+    probe = "\nimport json\nprint(json.dumps({'installed': adv.installed(), 'actor': type(config.actor).__name__}))\n"
+    out = _areal_python("-", "--config", str(_areal_experiment(project)), cwd=project.dir, stdin=snippet.text + probe)
+    assert out == [{"installed": True, "actor": "AdvPPOActorConfig"}], out
+
+
+def check_areal_yaml(snippet: Snippet, project: Project) -> None:
+    """The `actor:` block merged into an AReaL experiment config loads through AReaL's loader with AdvGRPOConfig."""
+    fragment = project.write("fragment.yaml", snippet.text)
+    merged = project.dir / "merged.yaml"
+    checks = ROOT / "tests/integrations/areal_checks.py"
+    (out,) = _areal_python(
+        str(checks), "merged_config", str(_areal_experiment(project)), str(fragment), str(merged), cwd=project.dir
+    )
+    outcome = yaml.safe_load(snippet.text)["actor"]["advantage"]["outcome_reward_shaping"]
+    assert out["outcome"] == [outcome["implementation"], outcome["kwargs"]] and out["kl_ctl"] == 0.0, out
 
 
 def check_default_pipeline_yaml(snippet: Snippet, project: Project) -> None:
@@ -671,7 +708,7 @@ def check_my_experiment_commands(snippet: Snippet, project: Project) -> None:
 
 def check_resume_commands(snippet: Snippet, project: Project) -> None:
     """The resume commands load; the checkpoint path they name is made here (a folder with a manifest)."""
-    from areal.utils.checkpoint_folders import MANIFEST
+    from areal_adv.utils.checkpoint_folders import MANIFEST
 
     for words in _commands(snippet.text):
         for word in words:
@@ -711,7 +748,7 @@ def check_max_task(snippet: Snippet, project: Project) -> None:
 
 def check_reach_environment(snippet: Snippet, project: Project) -> None:
     """The environment sketch (its step body elided): the class is an Environment, reset and step run."""
-    from areal.trainer.rollout.tasks import Environment, StepResult
+    from areal_adv.trainer.rollout.tasks import Environment, StepResult
 
     namespace: dict[str, Any] = {}
     exec(compile(snippet.text, "training.md", "exec"), namespace)
@@ -825,29 +862,29 @@ CHECKS: dict[str, Callable[..., None]] = {
     "README.md: ./scripts/setup.sh data # prompt files need Hugging Face dat": check_readme_my_run_commands,
     "README.md: # my_package/my_module.py": check_scale_outcome_pair,
     "README.md: actor:": check_scale_outcome_pair,
-    "README.md: .venv/bin/python -m areal.cli validate examples/custom_advan": check_shell,
+    "README.md: .venv/bin/python -m areal_adv.cli validate examples/custom_a": check_shell,
     "README.md: import torch": check_readme_in_code,
     "README.md: # verl 0.9.x on a CPU, as written (no GPU, no Ray): verl's o": check_readme_verl_cpu,
     "README.md: # cluster form: append your working verl settings after thes": check_shell,
     "README.md: # TRL 1.16: a GRPOTrainer whose advantages come from the pip": check_trl_sketch,
-    "docs/algorithms.md: python -m areal.trainer.main --config preset:rloo": check_shell,
+    "docs/algorithms.md: python -m areal_adv.trainer.main --config preset:rloo": check_shell,
     "docs/algorithms.md: .venv/bin/python -m pytest tests/trainer/ppo/test_presets_eq": check_shell,
-    "docs/algorithms.md: python -m areal.trainer.main --config preset:gdpo # needs >=": check_shell,
+    "docs/algorithms.md: python -m areal_adv.trainer.main --config preset:gdpo # need": check_shell,
     "docs/custom-advantage.md: actor:": check_default_pipeline_yaml,
     "docs/custom-advantage.md: actor: [2]": check_turn_gae_gvpo_yaml,
     "docs/custom-advantage.md: actor: [3]": check_combine_yaml,
-    "docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco": check_stage_plugin,
-    "docs/custom-advantage.md: from areal.trainer.ppo.advantage import OutcomeResult, Outco [2]": check_stage_plugin,
-    "docs/custom-advantage.md: .venv/bin/python -m areal.cli validate examples/custom_advan": check_custom_advantage_validate,
-    "docs/distributed.md: .venv/bin/torchrun --nproc_per_node=N -m areal.trainer.main ": check_shell,
+    "docs/custom-advantage.md: from areal_adv.trainer.ppo.advantage import OutcomeResult, O": check_stage_plugin,
+    "docs/custom-advantage.md: from areal_adv.trainer.ppo.advantage import OutcomeResult, O [2]": check_stage_plugin,
+    "docs/custom-advantage.md: .venv/bin/python -m areal_adv.cli validate examples/custom_a": check_custom_advantage_validate,
+    "docs/distributed.md: .venv/bin/torchrun --nproc_per_node=N -m areal_adv.trainer.m": check_shell,
     "docs/distributed.md: # the default GRPO run on 2 ranks, 500 steps, replica checks": check_shell,
     "docs/distributed.md: # on every node (node0 is any host the others reach; 29500 a": check_distributed_user_config,
     'docs/distributed.md: {"step": 1, "policy": ["0493f7...", "0493f7..."], "reference': check_checksum_line,
     "docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python ": check_shell,
     "docs/distributed.md: Root Cause (first observed failure):": check_output,
-    "docs/distributed.md: [areal] rank 1: stopping because rank 0 failed in step 0 > r": check_output,
-    "docs/distributed.md: from areal.trainer.parallel.distributed import init_distribu": check_distributed_sketch,
-    "docs/distributed.md: areal.trainer.ppo.actor.WorkerInitError: actor worker initia": check_output,
+    "docs/distributed.md: [areal-adv] rank 1: stopping because rank 0 failed in step 0": check_output,
+    "docs/distributed.md: from areal_adv.trainer.parallel.distributed import init_dist": check_distributed_sketch,
+    "docs/distributed.md: areal_adv.trainer.ppo.actor.WorkerInitError: actor worker in": check_output,
     "docs/distributed.md: PYTHONPATH=tests/trainer OMP_NUM_THREADS=1 .venv/bin/python  [2]": check_shell,
     "docs/distributed.md: error while building the trainer: actor worker initialisatio": check_output,
     "docs/distributed.md: .venv/bin/python -m pytest tests/trainer/parallel/test_distr": check_shell,
@@ -856,11 +893,13 @@ CHECKS: dict[str, Callable[..., None]] = {
     'docs/integrations.md: .venv/bin/pip install -c constraints.txt -e ".[verl]" # verl': check_shell,
     'docs/integrations.md: [project.entry-points."verl.plugins"]': check_entry_point,
     "docs/integrations.md: python -m verl.trainer.main_ppo \\": check_shell,
-    "docs/integrations.md: from areal.integrations.verl import patch_compute_advantage": check_verl_patch,
+    "docs/integrations.md: from areal_adv.integrations.verl import patch_compute_advant": check_verl_patch,
     "docs/integrations.md: import ray": check_ray_task_runner,
     "docs/integrations.md: .venv/bin/python examples/integrations/verl_advantage.py": check_shell,
     "docs/integrations.md: from trl import GRPOConfig": check_trl_sketch,
     "docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra": check_shell,
+    "docs/integrations.md: # your AReaL training script (AReaL's launchers run it on ev": check_areal_script,
+    "docs/integrations.md: actor:": check_areal_yaml,
     "docs/benchmarks.md: system: Answer with the number only.": check_sums_prompt,
     "docs/benchmarks.md: system: Answer with the word only.": check_skill_prompt,
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task spell_ba": check_shell,
@@ -880,7 +919,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/performance.md: .venv/bin/python bench/bench_pipeline.py --sizes 256x8192 --": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_call_agreement.py --sizes 64x51": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_advantage.py --threads 1": check_shell,
-    "docs/performance.md: .venv/bin/python -m areal.trainer.main train.steps=3 output.": check_shell,
+    "docs/performance.md: .venv/bin/python -m areal_adv.trainer.main train.steps=3 out": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_guard.py --rounds 25 # 256 x 81": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_gae_cuda.py # on a CUDA machine": check_shell,
     "docs/performance.md: pip download --no-deps triton==3.9.0 -d /tmp/triton-wheel &&": check_shell,
@@ -893,27 +932,27 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --rounds": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_estimators.py --prompts 128 --s": check_command_then_output,
     "docs/training.md: ./scripts/train.sh # set up .venv, then train the default co": check_shell,
-    "docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp": check_shell,
-    "docs/training.md: $ python -m areal.trainer.main task.name=chess": check_transcript,
-    "docs/training.md: [areal] grpo_arith step 480/500 (96%) | reward 1.000 | succe": check_output,
-    "docs/training.md: [areal] grpo_arith: done, 500/500 steps in 28.2s | reward fi": check_output,
+    "docs/training.md: .venv/bin/python -m areal_adv.trainer.main --config examples": check_shell,
+    "docs/training.md: $ python -m areal_adv.trainer.main task.name=chess": check_transcript,
+    "docs/training.md: [areal-adv] grpo_arith step 480/500 (96%) | reward 1.000 | s": check_output,
+    "docs/training.md: [areal-adv] grpo_arith: done, 500/500 steps in 28.2s | rewar": check_output,
     "docs/training.md: $ ./scripts/train.sh train.steps=3": check_transcript,
     "docs/training.md: cd ~/my_project # my_run.yaml, mypkg/, data/train.jsonl": check_your_folder,
     "docs/training.md: error in step 0 > rollout: RewardFunctionError: reward[0] (e": check_output,
     "docs/training.md: ./scripts/train.sh train.resume=auto # continue runs/grpo_ar": check_resume_commands,
     "docs/training.md: # my_experiment.yaml: an outcome-shaping plugin on top of th": check_my_experiment_yaml,
-    "docs/training.md: .venv/bin/python -m areal.trainer.main --config my_experimen": check_my_experiment_commands,
-    "docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/grp [2]": check_shell,
-    "docs/training.md: .venv/bin/python -m areal.trainer.main --config examples/ppo": check_shell,
-    "docs/training.md: areal/api/train_args.py ExperimentConfig: model, critic, tas": check_file_tree,
+    "docs/training.md: .venv/bin/python -m areal_adv.trainer.main --config my_exper": check_my_experiment_commands,
+    "docs/training.md: .venv/bin/python -m areal_adv.trainer.main --config examples [2]": check_shell,
+    "docs/training.md: .venv/bin/python -m areal_adv.trainer.main --config examples [3]": check_shell,
+    "docs/training.md: areal_adv/api/train_args.py ExperimentConfig: model, critic,": check_file_tree,
     "docs/training.md: task:": check_reasoning_gym_yaml,
     "docs/training.md: import random": check_max_task,
-    "docs/training.md: from areal.trainer.rollout.tasks import Environment, StepRes": check_reach_environment,
+    "docs/training.md: from areal_adv.trainer.rollout.tasks import Environment, Ste": check_reach_environment,
     "docs/training.md: reward:": check_reward_yaml,
     "docs/training.md: def exact_answer(prompts, completions, answer, **kwargs) -> ": check_exact_answer,
     "docs/training.md: data: {train: data/train.jsonl, eval: data/test.parquet, pro": check_data_yaml,
     "docs/training.md: eval: {every: 50, n_prompts: 64}": check_eval_yaml,
-    "docs/training.md: .venv/bin/torchrun --standalone --nproc_per_node=2 -m areal.": check_shell,
+    "docs/training.md: .venv/bin/torchrun --standalone --nproc_per_node=2 -m areal_": check_shell,
     "docs/training.md: .venv/bin/python -m pytest tests/trainer/run/test_train_*.py": check_shell,
 }
 

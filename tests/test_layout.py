@@ -1,9 +1,9 @@
 """Architecture rules for the advantage pipeline and its utilities, checked on the source.
 
-* no function over 80 lines in `areal/trainer/ppo` and `areal/utils`;
+* no function over 80 lines in `areal_adv/trainer/ppo` and `areal_adv/utils`;
 * no import circle among their modules (function-level imports count too);
-* every import in `areal/` points down the declared package order (`PACKAGE_ORDER`), never
-  back up, and no two modules under `areal/` share a file name;
+* every import in `areal_adv/` points down the declared package order (`PACKAGE_ORDER`), never
+  back up, and no two modules under `areal_adv/` share a file name;
 * the seed's module paths still export the public names (advantage.md §1), as the
   same objects as the modules that now define them.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ("areal/trainer/ppo", "areal/utils")
+CHECKED = ("areal_adv/trainer/ppo", "areal_adv/utils")
 MAX_FUNCTION_LINES = 80
 
 
@@ -47,38 +47,41 @@ def _imported(module: str, path: Path) -> set[str]:
     return names
 
 
-#: The packages of `areal`, top first. A module belongs to the longest entry that prefixes its name; it may
+#: The packages of `areal_adv`, top first. A module belongs to the longest entry that prefixes its name; it may
 #: import its own package and any package listed below its own, never one above. Names on one line form one
-#: package (`areal.api` and `areal.utils` are the foundation: they import each other, and nothing above). An entry
+#: package (`areal_adv.api` and `areal_adv.utils` are the foundation: they import each other, and nothing above). An entry
 #: may name single modules: ppo's stage API stays at the seed's paths, one level up from the packages that use it.
 PACKAGE_ORDER = (
-    ("areal.cli",),
-    ("areal.integrations",),
-    ("areal", "areal.trainer"),  # the package roots: the entry point `areal.trainer.main`, the tasks re-export
-    ("areal.trainer.run",),
-    ("areal.trainer.rollout",),
-    ("areal.trainer.ppo",),  # the pipeline's orchestration: advantage, actor, stage_resolution, fused, ...
-    ("areal.trainer.ppo.training",),
-    ("areal.trainer.ppo.estimators",),
-    ("areal.trainer.ppo.rewards",),
-    ("areal.trainer.ppo.checks",),
+    ("areal_adv.cli",),
+    ("areal_adv.integrations",),
+    (
+        "areal_adv",
+        "areal_adv.trainer",
+    ),  # the package roots: the entry point `areal_adv.trainer.main`, the tasks re-export
+    ("areal_adv.trainer.run",),
+    ("areal_adv.trainer.rollout",),
+    ("areal_adv.trainer.ppo",),  # the pipeline's orchestration: advantage, actor, stage_resolution, fused, ...
+    ("areal_adv.trainer.ppo.training",),
+    ("areal_adv.trainer.ppo.estimators",),
+    ("areal_adv.trainer.ppo.rewards",),
+    ("areal_adv.trainer.ppo.checks",),
     # the stage API at the seed's paths, at ppo's top level but below the packages that use it
     (
-        "areal.trainer.ppo.stage_types",
-        "areal.trainer.ppo.stage_state",
-        "areal.trainer.ppo.gae",
-        "areal.trainer.ppo.advantage_algorithms",
+        "areal_adv.trainer.ppo.stage_types",
+        "areal_adv.trainer.ppo.stage_state",
+        "areal_adv.trainer.ppo.gae",
+        "areal_adv.trainer.ppo.advantage_algorithms",
     ),
-    ("areal.trainer.ppo.kernels",),
-    ("areal.trainer.parallel",),
-    ("areal.trainer.lm",),
-    ("areal.api", "areal.utils"),
+    ("areal_adv.trainer.ppo.kernels",),
+    ("areal_adv.trainer.parallel",),
+    ("areal_adv.trainer.lm",),
+    ("areal_adv.api", "areal_adv.utils"),
 )
 
 
 def _all_modules() -> dict[str, Path]:
     found = {}
-    for path in sorted((ROOT / "areal").rglob("*.py")):
+    for path in sorted((ROOT / "areal_adv").rglob("*.py")):
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         found[name.removesuffix(".__init__")] = path
     return found
@@ -121,9 +124,12 @@ def test_imports_point_down_the_package_order():
 
 
 def test_the_direction_check_can_fail():
-    graph = {"areal.trainer.lm.model": ["areal.trainer.run.loop"], "areal.trainer.run.loop": ["areal.trainer.lm.model"]}
+    graph = {
+        "areal_adv.trainer.lm.model": ["areal_adv.trainer.run.loop"],
+        "areal_adv.trainer.run.loop": ["areal_adv.trainer.lm.model"],
+    }
     assert upward_imports(graph) == [
-        "areal.trainer.lm.model (areal.trainer.lm) imports areal.trainer.run.loop (areal.trainer.run)"
+        "areal_adv.trainer.lm.model (areal_adv.trainer.lm) imports areal_adv.trainer.run.loop (areal_adv.trainer.run)"
     ]
     with pytest.raises(AssertionError, match="in no package"):
         _rank("numpy.linalg")
@@ -183,16 +189,16 @@ def test_no_import_circle():
 def test_the_circle_check_can_fail(tmp_path):
     """The graph builder sees function-level and relative imports (so a circle would be caught)."""
     path = tmp_path / "mod.py"
-    path.write_text("def f():\n    from .sibling import g\n    import areal.utils.kl\n")
-    assert _imported("areal.trainer.ppo.mod", path) >= {"areal.trainer.ppo.sibling", "areal.utils.kl"}
+    path.write_text("def f():\n    from .sibling import g\n    import areal_adv.utils.kl\n")
+    assert _imported("areal_adv.trainer.ppo.mod", path) >= {"areal_adv.trainer.ppo.sibling", "areal_adv.utils.kl"}
 
 
 @pytest.mark.parametrize(
     "seed_path, home, names",
     [
         (
-            "areal.trainer.ppo.advantage",
-            "areal.trainer.ppo.stage_types",
+            "areal_adv.trainer.ppo.advantage",
+            "areal_adv.trainer.ppo.stage_types",
             [
                 "OutcomeRewardInputs",
                 "OutcomeResult",
@@ -204,19 +210,19 @@ def test_the_circle_check_can_fail(tmp_path):
             ],
         ),
         (
-            "areal.trainer.ppo.advantage_algorithms",
-            "areal.trainer.ppo.stage_types",
+            "areal_adv.trainer.ppo.advantage_algorithms",
+            "areal_adv.trainer.ppo.stage_types",
             ["TemporalInputs", "TemporalResult", "ProcessAdvantageInputs"],
         ),
         (
-            "areal.trainer.ppo.advantage",
-            "areal.trainer.ppo.stage_resolution",
+            "areal_adv.trainer.ppo.advantage",
+            "areal_adv.trainer.ppo.stage_resolution",
             ["ResolvedAdvantage", "resolve_advantage"],
         ),
-        ("areal.utils.data", "areal.utils.batch_meta", ["TrajBatchMeta", "RolloutGroup"]),
-        ("areal.utils.data", "areal.utils.concat", ["concat_batch"]),
-        ("areal.utils.data", "areal.utils.normalization", ["Normalization"]),
-        ("areal.utils.data", "areal.utils.kl", ["KLEstimator", "KL_ESTIMATORS"]),
+        ("areal_adv.utils.data", "areal_adv.utils.batch_meta", ["TrajBatchMeta", "RolloutGroup"]),
+        ("areal_adv.utils.data", "areal_adv.utils.concat", ["concat_batch"]),
+        ("areal_adv.utils.data", "areal_adv.utils.normalization", ["Normalization"]),
+        ("areal_adv.utils.data", "areal_adv.utils.kl", ["KLEstimator", "KL_ESTIMATORS"]),
     ],
 )
 def test_seed_paths_export_the_public_names(seed_path, home, names):

@@ -1,8 +1,8 @@
 """Every import path a user is shown keeps importing: the seed's modules, README and docs names, entry points,
 and the dotted paths the package itself names in strings (the built-in task registry).
 
-The documented names are read from README.md and docs/*.md at test time (dotted `areal.…` paths and
-`from areal… import …` lines), so a page that shows a path which no longer imports fails here, and so
+The documented names are read from README.md and docs/*.md at test time (dotted `areal_adv.…` and
+`areal.…` paths and `from areal_adv… import …` lines), so a page that shows a path which no longer imports fails here, and so
 does a module move that forgets a page. The seed's paths (advantage.md §1) and the earlier paths kept
 as re-exports for plugins are listed by hand: they must keep working whatever the pages say.
 """
@@ -55,14 +55,14 @@ SEED = [
 
 #: Paths from before the trainer was regrouped, kept for plugins written against them (re-exports).
 KEPT = [
-    "areal.trainer.tasks.Task",
-    "areal.trainer.tasks.Environment",
-    "areal.trainer.tasks.StepResult",
-    "areal.trainer.tasks.make_task",
-    "areal.trainer.main.main",
+    "areal_adv.trainer.tasks.Task",
+    "areal_adv.trainer.tasks.Environment",
+    "areal_adv.trainer.tasks.StepResult",
+    "areal_adv.trainer.tasks.make_task",
+    "areal_adv.trainer.main.main",
 ]
 
-_DOTTED = re.compile(r"(?<![\w./-])areal(?:\.[A-Za-z_]\w*)+")
+_DOTTED = re.compile(r"(?<![\w./-])areal(?:_adv)?(?:\.[A-Za-z_]\w*)+")
 _FROM = re.compile(r"^\s*from (areal[\w.]*) import \(?([\w, ]+)\)?", re.MULTILINE)
 
 
@@ -105,10 +105,10 @@ def _entry_points() -> list[str]:
 
 
 def _source_strings() -> list[str]:
-    """String constants in `areal/` that are dotted `areal.…` paths (registries, e.g. the built-in tasks),
+    """String constants in `areal_adv/` that are dotted `areal.…` paths (registries, e.g. the built-in tasks),
     logger names aside."""
     found = set()
-    for path in sorted((ROOT / "areal").rglob("*.py")):
+    for path in sorted((ROOT / "areal_adv").rglob("*.py")):
         tree = ast.parse(path.read_text())
         loggers = {
             id(call.args[0])
@@ -120,7 +120,7 @@ def _source_strings() -> list[str]:
             for node in ast.walk(tree)
             if isinstance(node, ast.Constant)
             and isinstance(node.value, str)
-            and re.fullmatch(r"areal(\.\w+)+", node.value)
+            and re.fullmatch(r"areal(_adv)?(\.\w+)+", node.value)
             and id(node) not in loggers
         )
     return sorted(found)
@@ -130,7 +130,7 @@ def test_the_pages_name_paths():
     """The extraction sees the pages' paths (so the parametrised test below is not empty by mistake)."""
     paths = {p for _, p in _page_paths()}
     assert len(paths) >= 40, sorted(paths)
-    assert {"areal.trainer.ppo.advantage.OutcomeRewardInputs", "areal.api.cli_args.load_config"} <= paths
+    assert {"areal_adv.trainer.ppo.advantage.OutcomeRewardInputs", "areal_adv.api.cli_args.load_config"} <= paths
 
 
 @pytest.mark.parametrize("page, path", _page_paths())
@@ -143,13 +143,19 @@ def test_seed_and_kept_paths_import(path):
     assert resolve(path) is not None
 
 
+@pytest.mark.parametrize("path", SEED)
+def test_a_seed_path_is_the_same_object_as_its_areal_adv_twin(path):
+    twin = "areal_adv" + path.removeprefix("areal")
+    assert resolve(path) is resolve(twin), (path, twin)
+
+
 @pytest.mark.parametrize("path", _source_strings())
 def test_string_import_paths_in_the_source_import(path):
     assert resolve(path) is not None
 
 
 def test_the_registries_are_seen():
-    assert "areal.trainer.rollout.tasks.arith.ArithTask" in _source_strings()
+    assert "areal_adv.trainer.rollout.tasks.arith.ArithTask" in _source_strings()
 
 
 @pytest.mark.parametrize("path", _entry_points())
@@ -158,8 +164,8 @@ def test_entry_points_import(path):
 
 
 def test_kept_task_paths_are_the_same_objects():
-    from areal.trainer import tasks as kept
-    from areal.trainer.rollout import tasks
+    from areal_adv.trainer import tasks as kept
+    from areal_adv.trainer.rollout import tasks
 
     for name in kept.__all__:
         assert getattr(kept, name) is getattr(tasks, name), name
@@ -167,12 +173,14 @@ def test_kept_task_paths_are_the_same_objects():
 
 def test_a_broken_path_fails():
     with pytest.raises(AttributeError, match="no_such_module"):
-        resolve("areal.trainer.no_such_module.Name")
+        resolve("areal_adv.trainer.no_such_module.Name")
     with pytest.raises(AttributeError):
-        resolve("areal.trainer.ppo.advantage.NoSuchName")
-    assert documented_paths("see `areal.utils.data.concat_batch`.\nfrom areal.api.cli_args import (A, B as C)\n") == {
-        "areal.utils.data.concat_batch",
-        "areal.api.cli_args",
-        "areal.api.cli_args.A",
-        "areal.api.cli_args.B",
+        resolve("areal_adv.trainer.ppo.advantage.NoSuchName")
+    assert documented_paths(
+        "see `areal_adv.utils.data.concat_batch`.\nfrom areal_adv.api.cli_args import (A, B as C)\n"
+    ) == {
+        "areal_adv.utils.data.concat_batch",
+        "areal_adv.api.cli_args",
+        "areal_adv.api.cli_args.A",
+        "areal_adv.api.cli_args.B",
     }

@@ -93,8 +93,8 @@ def test_the_test_command_lints_before_the_suite() -> None:
     import tomllib
 
     lines = [line.strip() for line in (ROOT / "scripts" / "test.sh").read_text().splitlines()]
-    lint = lines.index(".venv/bin/ruff check areal tests bench examples")
-    fmt = lines.index(".venv/bin/ruff format --check areal tests bench examples")
+    lint = lines.index(".venv/bin/ruff check areal_adv tests bench examples")
+    fmt = lines.index(".venv/bin/ruff format --check areal_adv tests bench examples")
     types = next(i for i, line in enumerate(lines) if line.startswith(".venv/bin/mypy"))
     suite = next(i for i, line in enumerate(lines) if line.startswith("exec .venv/bin/python -m pytest"))
     assert lint < fmt < types < suite

@@ -3,7 +3,7 @@
 From a folder outside the clone holding `my_run.yaml`, a `mypkg/` reward plugin and
 `data/train.jsonl`, `<clone>/scripts/train.sh --config my_run.yaml` trains with no PYTHONPATH:
 the config, the data path and `output.dir` resolve against that folder, the plugin imports from
-it, and `runs/` is written there, not in the clone. The `areal` console script finds the plugin too.
+it, and `runs/` is written there, not in the clone. The `areal-adv` console script finds the plugin too.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_train_sh_runs_in_the_callers_folder(tmp_path: Path) -> None:
 def test_the_console_script_imports_plugins_from_the_callers_folder(tmp_path: Path) -> None:
     user = _user_folder(tmp_path)
     proc = subprocess.run(
-        [str(VENV / "bin" / "areal"), "validate", "my_run.yaml"],
+        [str(VENV / "bin" / "areal-adv"), "validate", "my_run.yaml"],
         cwd=user,
         env=_env(),
         capture_output=True,

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import torch
 
-from areal.trainer.ppo.advantage import (
+from areal_adv.trainer.ppo.advantage import (
     AdvantageInputs,
     AdvantageResult,
     OutcomeResult,
     OutcomeRewardInputs,
     compute_default_advantages,
 )
-from areal.trainer.ppo.advantage_algorithms import ProcessAdvantageInputs, TemporalInputs, TemporalResult
-from areal.trainer.ppo.gae import compute_gae_lambda, token_gae_tensors
+from areal_adv.trainer.ppo.advantage_algorithms import ProcessAdvantageInputs, TemporalInputs, TemporalResult
+from areal_adv.trainer.ppo.gae import compute_gae_lambda, token_gae_tensors
 
 
 def scale_outcome(inputs: OutcomeRewardInputs, *, factor: float) -> OutcomeResult:

@@ -1,1 +1,1 @@
-"""An example task package that lives outside `areal/` (see README.md here)."""
+"""An example task package that lives outside `areal_adv/` (see README.md here)."""

@@ -20,7 +20,7 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
-from areal.integrations.trl import AReaLGRPOTrainer
+from areal_adv.integrations.trl import AReaLGRPOTrainer
 
 WORDS = ["<pad>", "<eos>", "<unk>", "a", "b", "c", "yes", "no"]
 
@@ -63,7 +63,7 @@ def yes_no_steps(completion_ids: list[list[int]], **_) -> list[list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="preset:grpo", help="pipeline YAML or preset:NAME (areal presets)")
+    parser.add_argument("--config", default="preset:grpo", help="pipeline YAML or preset:NAME (areal-adv presets)")
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="areal-trl-"))

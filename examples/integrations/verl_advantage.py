@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from areal.integrations.verl import compute_advantage as areal_compute_advantage
+from areal_adv.integrations.verl import compute_advantage as areal_compute_advantage
 
 
 def rollout_batch(seed: int = 0, width: int = 8) -> DataProto:

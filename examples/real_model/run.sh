@@ -13,4 +13,4 @@ if [ -f "$converted/config.json" ]; then
 else
   model="model.gguf_file=$(.venv/bin/python examples/real_model/locate.py)"
 fi
-exec .venv/bin/python -m areal.trainer.main --config "${RUN_CONFIG:-examples/real_model/grpo_smollm2.yaml}" "$model" "$@"
+exec .venv/bin/python -m areal_adv.trainer.main --config "${RUN_CONFIG:-examples/real_model/grpo_smollm2.yaml}" "$model" "$@"

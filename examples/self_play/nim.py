@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from areal.trainer.rollout.tasks import Environment, StepResult, Task
+from areal_adv.trainer.rollout.tasks import Environment, StepResult, Task
 
 EOT = "<eot>"
 

@@ -8,7 +8,7 @@ import warnings
 import pytest
 from omegaconf import OmegaConf
 
-from areal.api.cli_args import NormConfig, PPOActorConfig, actor_config_from_dict, config_to_dict, load_config
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig, actor_config_from_dict, config_to_dict, load_config
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from areal.api.cli_args import ConfigError, StageSpec, config_to_dict, config_to_yaml, load_config
-from areal.trainer.main import main, parse_args
+from areal_adv.api.cli_args import ConfigError, StageSpec, config_to_dict, config_to_yaml, load_config
+from areal_adv.trainer.main import main, parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
@@ -146,7 +146,7 @@ def test_a_bad_bare_stage_names_the_stage() -> None:
 
 
 def test_bare_strings_also_work_for_the_actor_schema() -> None:
-    from areal.api.cli_args import PPOActorConfig
+    from areal_adv.api.cli_args import PPOActorConfig
 
     cfg = load_config({"advantage": {"estimator": "turn_gae"}}, schema=PPOActorConfig)
     assert cfg.advantage.estimator == StageSpec("turn_gae", {})
@@ -179,7 +179,7 @@ def test_print_config_output_loads_back_to_the_same_config(tmp_path: Path) -> No
         [
             sys.executable,
             "-m",
-            "areal.trainer.main",
+            "areal_adv.trainer.main",
             "--config",
             str(ROOT / "examples" / "ppo_turn_gae_guess.yaml"),
             "--print-config",
@@ -242,8 +242,8 @@ def test_one_layer_naming_two_different_tasks_is_still_refused() -> None:
 
 
 def test_tuples_in_kwargs_run_as_the_lists_config_yaml_saves(tmp_path: Path) -> None:
-    from areal.api.cli_args import ExperimentConfig, PPOActorConfig
-    from areal.api.train_args import RewardFunctionConfig, TaskConfig
+    from areal_adv.api.cli_args import ExperimentConfig, PPOActorConfig
+    from areal_adv.api.train_args import RewardFunctionConfig, TaskConfig
 
     stage = {"implementation": "userpkg.stages.scale", "kwargs": {"w": (1, (2.5, "a")), "m": {"t": ()}}}
     given = {"estimator": stage}

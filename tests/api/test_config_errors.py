@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 
-from areal.api.cli_args import ConfigError, load_config
-from areal.api.train_args import ExperimentConfig, RolloutConfig, TrainConfig
+from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.api.train_args import ExperimentConfig, RolloutConfig, TrainConfig
 
 
 @pytest.mark.parametrize(

@@ -8,17 +8,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-API = ROOT / "areal" / "api"
+API = ROOT / "areal_adv" / "api"
 
 
 def _imports(path: Path) -> set[str]:
     """Every `areal.*` module a file imports, at any depth (function-level imports count)."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("areal"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("areal_adv"):
             out.add(node.module)
         elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("areal"))
+            out.update(a.name for a in node.names if a.name.startswith("areal_adv"))
     return out
 
 
@@ -31,9 +31,9 @@ def _module_file(module: str) -> Path | None:
 
 
 def test_config_modules_and_what_they_import_have_no_import_cycle() -> None:
-    graph = {f"areal.api.{p.stem}": _imports(p) for p in API.glob("*.py") if p.stem != "__init__"}
+    graph = {f"areal_adv.api.{p.stem}": _imports(p) for p in API.glob("*.py") if p.stem != "__init__"}
     pending = [d for deps in graph.values() for d in deps if d not in graph]
-    while pending:  # follow imports out of areal.api too (e.g. a torch-free trainer helper)
+    while pending:  # follow imports out of areal_adv.api too (e.g. a torch-free trainer helper)
         module = pending.pop()
         path = _module_file(module)
         if module in graph or path is None:
@@ -57,20 +57,20 @@ def test_config_modules_and_what_they_import_have_no_import_cycle() -> None:
     for module in sorted(graph):
         visit(module, ())
     assert (
-        order.index("areal.api.config_checks")
-        < order.index("areal.api.actor_args")
-        < order.index("areal.api.train_args")
-        < order.index("areal.api.cli_args")
+        order.index("areal_adv.api.config_checks")
+        < order.index("areal_adv.api.actor_args")
+        < order.index("areal_adv.api.train_args")
+        < order.index("areal_adv.api.cli_args")
     )
 
 
 def test_loading_a_config_with_plugins_imports_neither_torch_nor_the_plugins() -> None:
     code = (
-        "import sys; from areal.api.cli_args import load_config; "
+        "import sys; from areal_adv.api.cli_args import load_config; "
         "c = load_config('examples/custom_task/single_turn.yaml', "
         "['reward=[{implementation: examples.custom_task.rewards.brevity}]']); "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'datasets') "
-        "or m.startswith('examples.custom_task.') or m.startswith('areal.trainer')]; "
+        "or m.startswith('examples.custom_task.') or m.startswith('areal_adv.trainer')]; "
         "print(bad); assert not bad"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

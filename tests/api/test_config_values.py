@@ -7,9 +7,9 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from areal.api.cli_args import AdvantageConfig, ConfigError, NormConfig, PPOActorConfig, StageSpec, config_to_dict
-from areal.api.config_values import plain
-from areal.trainer.ppo.actor import PPOActor
+from areal_adv.api.cli_args import AdvantageConfig, ConfigError, NormConfig, PPOActorConfig, StageSpec, config_to_dict
+from areal_adv.api.config_values import plain
+from areal_adv.trainer.ppo.actor import PPOActor
 
 
 def test_plain_turns_omegaconf_containers_into_dicts_and_lists():

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from areal.api.cli_args import ConfigError, config_to_dict, load_config
-from areal.api.presets import PRESET_DIR, PresetError, describe_preset, preset_names, preset_path
-from areal.cli import main
+from areal_adv.api.cli_args import ConfigError, config_to_dict, load_config
+from areal_adv.api.presets import PRESET_DIR, PresetError, describe_preset, preset_names, preset_path
+from areal_adv.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-AREAL = Path(sys.executable).with_name("areal")
+AREAL = Path(sys.executable).with_name("areal-adv")
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -44,13 +44,13 @@ def test_a_users_yaml_builds_on_a_preset_from_any_folder(outside: Path):
 
 def test_load_config_and_the_trainer_take_a_preset_name_from_any_folder(outside: Path):
     code = (
-        "from areal.api.cli_args import load_config; c = load_config('preset:rloo', ['actor.kl_ctl=0.5']); "
+        "from areal_adv.api.cli_args import load_config; c = load_config('preset:rloo', ['actor.kl_ctl=0.5']); "
         "print(c.experiment_name, c.actor.kl_ctl, c.actor.reward_norm.mean_leave1out)"
     )
     proc = _run([sys.executable, "-c", code], outside)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["preset_rloo", "0.5", "True"]
-    proc = _run([sys.executable, "-m", "areal.trainer.main", "--config", "preset:grpo", "--print-config"], outside)
+    proc = _run([sys.executable, "-m", "areal_adv.trainer.main", "--config", "preset:grpo", "--print-config"], outside)
     assert proc.returncode == 0, proc.stderr
     assert "experiment_name: preset_grpo" in proc.stdout
 
@@ -74,13 +74,13 @@ def test_every_file_in_the_folder_is_a_preset_with_a_one_line_description():
 
 def test_the_wheel_carries_every_preset():
     """pyproject's package-data globs match every file in the folder (wheels and editable installs)."""
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["areal"]
-    files = [p.relative_to(ROOT / "areal").as_posix() for p in PRESET_DIR.iterdir()]
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["areal_adv"]
+    files = [p.relative_to(ROOT / "areal_adv").as_posix() for p in PRESET_DIR.iterdir()]
     assert files and all(any(fnmatch(f, g) for g in globs) for f in files), (files, globs)
 
 
 def test_a_new_yaml_in_the_folder_is_picked_up(monkeypatch, tmp_path: Path):
-    monkeypatch.setattr("areal.api.presets.PRESET_DIR", tmp_path)
+    monkeypatch.setattr("areal_adv.api.presets.PRESET_DIR", tmp_path)
     (tmp_path / "mine.yaml").write_text("# Mine: the default run, longer\ntrain: {steps: 7}\n")
     assert preset_names() == ["mine"] and describe_preset("mine") == "Mine: the default run, longer"
     assert load_config("preset:mine").train.steps == 7

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from areal.api import stage_registry
-from areal.api.builtin_stages import BUILTIN_STAGE_IMPLEMENTATIONS
-from areal.api.stage_registry import SELECTORS, STAGE_REGISTRY, STAGES, StageRegistry
+from areal_adv.api import stage_registry
+from areal_adv.api.builtin_stages import BUILTIN_STAGE_IMPLEMENTATIONS
+from areal_adv.api.stage_registry import SELECTORS, STAGE_REGISTRY, STAGES, StageRegistry
 
 
 def first(inputs):
@@ -29,9 +29,11 @@ def test_registering_a_name_twice_names_both_functions():
 
 
 def test_a_builtin_name_registered_again_raises_and_keeps_the_builtin():
-    from areal.trainer.ppo import advantage_algorithms as algos
+    from areal_adv.trainer.ppo import advantage_algorithms as algos
 
-    with pytest.raises(ValueError, match=r"token_gae.*areal\.trainer\.ppo\.advantage_algorithms\.token_gae.*second"):
+    with pytest.raises(
+        ValueError, match=r"token_gae.*areal_adv\.trainer\.ppo\.advantage_algorithms\.token_gae.*second"
+    ):
         stage_registry.register_stage("estimator", "token_gae")(second)
     assert STAGE_REGISTRY.defined_in("estimator", algos.__name__)["token_gae"] is algos.token_gae
 
@@ -53,7 +55,7 @@ def test_bad_stage_or_selector_name_is_refused(stage, name, message):
 
 
 def test_config_names_are_the_registered_functions_plus_the_selectors():
-    from areal.trainer.ppo import stage_resolution
+    from areal_adv.trainer.ppo import stage_resolution
 
     resolved = {
         "outcome_reward_shaping": stage_resolution.OUTCOME_BUILTINS,

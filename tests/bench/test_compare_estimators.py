@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from areal.api.cli_args import load_config
+from areal_adv.api.cli_args import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "compare_estimators.py"
@@ -74,7 +74,7 @@ def test_each_run_is_the_base_run_with_the_presets_algorithm(campaign: Path):
     configs = campaign / "runs" / "all" / "configs"
     base = load_config(ROOT / "examples" / "real_model" / "grpo_smollm2.yaml")
     for name in ESTIMATORS:
-        path = ROOT / "areal" / "presets" / f"{name}.yaml"
+        path = ROOT / "areal_adv" / "presets" / f"{name}.yaml"
         algorithm = yaml.safe_load(path.read_text())["actor"]
         cfg, preset = load_config(configs / f"{name}.yaml"), load_config(path)
         assert {"reward_norm", "adv_norm", "advantage"} <= set(algorithm), name
@@ -97,7 +97,7 @@ def test_each_run_is_the_base_run_with_the_presets_algorithm(campaign: Path):
 def test_a_finished_campaign_is_skipped_and_the_doc_block_is_rebuilt(campaign: Path):
     proc = _run(campaign, "--steps", "4", "--chunk-steps", "0", "--seeds", "1", "--tag", "all")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "python -m areal.trainer.main" not in proc.stdout  # nothing trained again
+    assert "python -m areal_adv.trainer.main" not in proc.stdout  # nothing trained again
     assert len(_rows(campaign)) == len(ESTIMATORS)
     doc = campaign / "page.md"
     doc.write_text("intro\n<!-- compare_estimators:begin -->\nold\n<!-- compare_estimators:end -->\noutro\n")
@@ -175,7 +175,7 @@ def test_a_run_stopped_after_its_last_chunk_gets_its_row_without_training(tmp_pa
     (tmp_path / "results.jsonl").unlink()  # as if the script had been stopped between the chunk and its row
     again = _run(tmp_path, *args)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "python -m areal.trainer.main" not in again.stdout  # the checkpoint holds every update: no training
+    assert "python -m areal_adv.trainer.main" not in again.stdout  # the checkpoint holds every update: no training
     (row,) = _rows(tmp_path)
     assert row["curve"] == written["curve"] and row["step_seconds"] == written["step_seconds"]
     assert not list((tmp_path / "runs" / "late" / "rloo" / "seed3" / "checkpoints").glob("step_*"))

@@ -281,7 +281,7 @@ def test_answers_separates_the_skill_from_a_learned_prior(tmp_path: Path):
 
 
 def test_compare_estimators_task_char_count_puts_each_preset_on_the_counting_run(tmp_path: Path):
-    from areal.api.cli_args import load_config
+    from areal_adv.api.cli_args import load_config
 
     sys.path.insert(0, str(ROOT / "bench"))
     import compare_estimators

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from areal.trainer.ppo.advantage import OutcomeResult, OutcomeRewardInputs
+from areal_adv.trainer.ppo.advantage import OutcomeResult, OutcomeRewardInputs
 
 CALLS: list[int] = []
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from areal.api.cli_args import ConfigError, PPOActorConfig
-from areal.integrations.config import load_pipeline, pipeline_actor
+from areal_adv.api.cli_args import ConfigError, PPOActorConfig
+from areal_adv.integrations.config import load_pipeline, pipeline_actor
 
 ROOT = Path(__file__).resolve().parents[2]
 GRPO = ROOT / "examples" / "presets" / "grpo.yaml"
@@ -47,7 +47,7 @@ def test_bad_sources_and_overrides_name_the_engine_key():
 
 def test_importing_areal_and_the_verl_adapter_imports_neither_engine():
     code = (
-        "import sys, areal, areal.integrations, areal.integrations.verl, areal.integrations.response_layout; "
+        "import sys, areal, areal_adv.integrations, areal_adv.integrations.verl, areal_adv.integrations.response_layout; "
         "print(sorted(m for m in ('verl', 'trl') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)

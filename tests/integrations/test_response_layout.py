@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from areal.integrations.response_layout import (
+from areal_adv.integrations.response_layout import (
     LayoutError,
     ResponseBatch,
     to_pipeline,
@@ -105,7 +105,7 @@ def test_layout_errors_name_the_engine_field():
 
 
 def test_verl_outcome_rewards_sum_one_score_and_refuse_dense_rows():
-    from areal.integrations.verl.layout import group_ids, outcome_rewards
+    from areal_adv.integrations.verl.layout import group_ids, outcome_rewards
 
     rewards = torch.tensor([[0.0, 0.0, 1.5], [0.0, -2.0, 0.0], [0.0, 0.0, 0.0]])
     assert outcome_rewards(rewards).tolist() == [1.5, -2.0, 0.0]

@@ -22,10 +22,10 @@ import torch
 import trl_setup as ts
 from dist_launch_trl import run_ranks
 
-from areal.api.cli_args import ConfigError, load_config
-from areal.integrations.trl import GatheredRollouts, group_advantages, process_rows
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils.data import TrajBatchMeta
+from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.integrations.trl import GatheredRollouts, group_advantages, process_rows
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import TrajBatchMeta
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -48,7 +48,7 @@ actor:
   adv_norm: null
   advantage:
     outcome_reward_shaping:
-      implementation: areal.integrations.trl.stages.batch_std_scale
+      implementation: areal_adv.integrations.trl.stages.batch_std_scale
       kwargs: {eps: 1.0e-4}
     estimator: {implementation: reinforce_return}
 """
@@ -218,7 +218,7 @@ def test_configs_trl_cannot_serve_are_refused(model_dir, tmp_path):
 
 
 def test_bad_plugin_path_fails_at_trainer_construction(model_dir, tmp_path):
-    from areal.utils.dynamic_import import PluginResolutionError
+    from areal_adv.utils.dynamic_import import PluginResolutionError
 
     with pytest.raises(PluginResolutionError, match=r"actor\.advantage\.estimator.*nowhere\.estimators\.fn"):
         ts.make_trainer(
@@ -269,7 +269,7 @@ def test_trls_losses_take_the_token_level_advantages_unchanged(model_dir, tmp_pa
 def test_completion_token_stats_equal_a_plain_softmax(model_dir):
     from transformers import AutoModelForCausalLM
 
-    from areal.integrations.trl.token_stats import completion_token_stats
+    from areal_adv.integrations.trl.token_stats import completion_token_stats
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     gen = torch.Generator().manual_seed(0)

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos, ray_trainer
 
-from areal.api.cli_args import ConfigError
-from areal.integrations import verl as areal_verl
-from areal.integrations.response_layout import LayoutError
-from areal.utils.dynamic_import import PluginResolutionError
+from areal_adv.api.cli_args import ConfigError
+from areal_adv.integrations import verl as areal_verl
+from areal_adv.integrations.response_layout import LayoutError
+from areal_adv.utils.dynamic_import import PluginResolutionError
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "examples" / "presets"
@@ -68,8 +68,8 @@ def whitenable(values: torch.Tensor, mask: torch.Tensor) -> bool:
 
 def test_entry_point_registered_the_estimator_when_verl_was_imported():
     points = [ep for ep in entry_points(group="verl.plugins") if ep.name == "areal"]
-    assert [ep.value for ep in points] == ["areal.integrations.verl.plugin"]
-    assert "areal.integrations.verl.plugin" in sys.modules  # imported by `import verl`, not by this test
+    assert [ep.value for ep in points] == ["areal_adv.integrations.verl.plugin"]
+    assert "areal_adv.integrations.verl.plugin" in sys.modules  # imported by `import verl`, not by this test
     assert core_algos.get_adv_estimator_fn("areal") is areal_verl.areal_advantage
     areal_verl.register()  # idempotent
     assert core_algos.ADV_ESTIMATOR_REGISTRY["areal"] is areal_verl.areal_advantage
@@ -180,9 +180,9 @@ def native_pipeline(
     batch: vb.VerlBatch, token_rewards: torch.Tensor, yaml_path: Path
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same rollouts as padded prompt+response rows with real prompts of 1-4 tokens, run directly."""
-    from areal.api.cli_args import load_config
-    from areal.trainer.ppo.actor import PPOActor
-    from areal.utils.data import TrajBatchMeta
+    from areal_adv.api.cli_args import load_config
+    from areal_adv.trainer.ppo.actor import PPOActor
+    from areal_adv.utils.data import TrajBatchMeta
 
     t = batch.tensors
     B, R = t["response_mask"].shape
@@ -299,7 +299,7 @@ def test_pipeline_named_by_environment_with_verls_algo_dataclass(monkeypatch):
 
 def test_registry_refuses_what_its_call_does_not_pass():
     data = vb.make_batch(0, [2, 2])
-    with pytest.raises(ConfigError, match=r"critic\.enabled.*areal\.integrations\.verl\.compute_advantage"):
+    with pytest.raises(ConfigError, match=r"critic\.enabled.*areal_adv\.integrations\.verl\.compute_advantage"):
         VERL(data.proto("response_mask", "token_level_rewards"), adv_estimator="areal", config=algo("ppo"))
     with pytest.raises(ConfigError, match=r"actor\.kl_ctl=0\.01 needs old_log_probs.*areal_overrides"):
         VERL(

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
-from areal.api.cli_args import load_config
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils.data import TrajBatchMeta
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import TrajBatchMeta
 
 PRESET = Path(__file__).resolve().parents[2] / "examples" / "presets" / "gdpo.yaml"
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,7 +1,7 @@
 """verl's advantage step inside Ray actors (a local, loopback-only Ray), both ways docs/integrations.md gives.
 
 One Ray start for the module, with the job-level
-`runtime_env.worker_process_setup_hook=areal.integrations.verl.patch_compute_advantage`
+`runtime_env.worker_process_setup_hook=areal_adv.integrations.verl.patch_compute_advantage`
 (Ray runs that hook only for a whole job, never per actor). In it: a plain Ray
 task, patched by the hook alone, and a `TaskRunnerV1` subclass launched by verl's own
 `run_ppo`, whose `run` patches first (it undoes the hook before, so the patch is
@@ -21,13 +21,13 @@ import torch
 import verl_batches as vb
 from omegaconf import OmegaConf
 
-from areal.api.cli_args import ConfigError
-from areal.integrations import verl as areal_verl
+from areal_adv.api.cli_args import ConfigError
+from areal_adv.integrations import verl as areal_verl
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-HOOK = "areal.integrations.verl.patch_compute_advantage"
-WRAPPER = "areal.integrations.verl.compute.compute_advantage"
+HOOK = "areal_adv.integrations.verl.patch_compute_advantage"
+WRAPPER = "areal_adv.integrations.verl.compute.compute_advantage"
 #: one local Ray (the `cluster` fixture) for the module: its tests stay on one pytest-xdist worker (`--dist loadgroup`)
 pytestmark = pytest.mark.xdist_group("verl_ray")
 

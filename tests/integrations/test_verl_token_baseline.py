@@ -13,7 +13,7 @@ and calls `compute_optimal_token_baseline_advantage` /
 (handle_zero_tail=True, epsilon=1e-8). Rows end with a generated token, where
 verl's reward manager puts the score.
 
-The verl adapter (`areal.integrations.verl.compute_advantage`) reads verl's own
+The verl adapter (`areal_adv.integrations.verl.compute_advantage`) reads verl's own
 `sum_pi_squared`, `old_log_probs` and `rollout_is_weights` from the DataProto and
 equals verl's estimators on it; without them it names verl's setting.
 """
@@ -33,10 +33,10 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo import ray_trainer
 
-from areal.api.cli_args import ConfigError, load_config
-from areal.integrations import verl as areal_verl
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils.data import concat_batch
+from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.integrations import verl as areal_verl
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import concat_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "trainer" / "ppo"))
@@ -187,7 +187,7 @@ def verl_algo(name: str) -> object:
     name=st.sampled_from(NAMES),
 )
 def test_verl_wrapper_reads_verls_fields_and_equals_verl(sizes, seed, is_weights, name):
-    """`areal.integrations.verl.compute_advantage` on verl's DataProto (interleaved uids, multi-turn masks)."""
+    """`areal_adv.integrations.verl.compute_advantage` on verl's DataProto (interleaved uids, multi-turn masks)."""
     batch = with_sum_pi_squared(vb.make_batch(seed, sizes), seed, is_weights)
     keys = [
         k
@@ -214,5 +214,7 @@ def test_verl_adapter_errors_name_verls_setting():
         areal_verl.compute_advantage(data, adv_estimator="areal", config=verl_algo(NAMES[0]))
     assert "advantages" not in data.batch.keys()
     registry = batch.proto("response_mask", "token_level_rewards", "sum_pi_squared", "old_log_probs")
-    with pytest.raises(ConfigError, match=r"registry call does not pass.*areal\.integrations\.verl\.compute_advantage"):
+    with pytest.raises(
+        ConfigError, match=r"registry call does not pass.*areal_adv\.integrations\.verl\.compute_advantage"
+    ):
         areal_verl.verl_compute_advantage()(registry, adv_estimator="areal", config=verl_algo(NAMES[1]))

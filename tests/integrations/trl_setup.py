@@ -19,7 +19,7 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from areal.integrations.trl import AReaLGRPOTrainer
+from areal_adv.integrations.trl import AReaLGRPOTrainer
 
 WORDS = ["<pad>", "<eos>", "<unk>", "a", "b", "c", "d", "e", "yes", "no", "x", "y"]
 

@@ -15,7 +15,7 @@ import ray
 import torch
 from verl.trainer.main_ppo import TaskRunnerV1
 
-from areal.integrations.verl import patch_compute_advantage, verl_compute_advantage
+from areal_adv.integrations.verl import patch_compute_advantage, verl_compute_advantage
 
 PATCHED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
 

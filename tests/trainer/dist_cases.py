@@ -17,7 +17,7 @@ if _PPO_TESTS not in sys.path:
 
 from batch_factory import make_groups  # noqa: E402
 
-from areal.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec  # noqa: E402
+from areal_adv.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec  # noqa: E402
 
 #: Output fields compared row by row (2-D ones over the rank's own padded width).
 OUT_KEYS = (

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from areal.trainer.ppo.advantage import OutcomeResult
+from areal_adv.trainer.ppo.advantage import OutcomeResult
 
 
 def fail_on_rank1(inputs, *, delay_s: float = 0.0):
@@ -78,7 +78,7 @@ def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: i
 
 
 def _wait_until_the_watch_learns_of_a_peer_failure() -> None:
-    from areal.trainer.parallel import failures
+    from areal_adv.trainer.parallel import failures
 
     deadline = time.monotonic() + _LEARN_TIMEOUT_S
     while time.monotonic() < deadline:

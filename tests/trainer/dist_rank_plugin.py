@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from areal.trainer.ppo.advantage import OutcomeResult
+from areal_adv.trainer.ppo.advantage import OutcomeResult
 
 if os.environ.get("RANK") == "1":
     raise ImportError("dist_rank_plugin: simulated missing dependency on rank 1")

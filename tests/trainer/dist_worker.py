@@ -22,8 +22,8 @@ for _path in (_ROOT, _HERE):
 
 import torch  # noqa: E402
 
-from areal.api.cli_args import PPOActorConfig, actor_config_from_dict, config_to_dict  # noqa: E402
-from areal.trainer.parallel.distributed import (  # noqa: E402
+from areal_adv.api.cli_args import PPOActorConfig, actor_config_from_dict, config_to_dict  # noqa: E402
+from areal_adv.trainer.parallel.distributed import (  # noqa: E402
     DistContext,
     assign_groups_to_ranks,
     barrier,
@@ -33,8 +33,8 @@ from areal.trainer.parallel.distributed import (  # noqa: E402
     reduce_metrics,
     shard_groups,
 )
-from areal.trainer.ppo.actor import PPOActor  # noqa: E402
-from areal.utils.data import concat_batch  # noqa: E402
+from areal_adv.trainer.ppo.actor import PPOActor  # noqa: E402
+from areal_adv.utils.data import concat_batch  # noqa: E402
 
 COLLECTIVE_TIMEOUT_S = 60.0
 

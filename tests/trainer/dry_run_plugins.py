@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from areal.trainer.ppo.advantage import AdvantageResult, OutcomeResult, compute_default_advantages
-from areal.trainer.ppo.advantage_algorithms import TemporalResult, token_gae
+from areal_adv.trainer.ppo.advantage import AdvantageResult, OutcomeResult, compute_default_advantages
+from areal_adv.trainer.ppo.advantage_algorithms import TemporalResult, token_gae
 
 
 def outcome_wrong_shape(inputs, *, factor: float = 1.0):

@@ -7,12 +7,12 @@ from typing import Any
 
 import torch
 
-from areal.api.cli_args import load_config
-from areal.trainer.lm.model import build_policy, special_ids
-from areal.trainer.lm.tokenizer import build_tokenizer
-from areal.trainer.rollout.episodes import collect_episodes
-from areal.trainer.rollout.tasks.runtime import TaskRuntime
-from areal.trainer.run.task_setup import build_runtime, resolve_task_parts
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.lm.model import build_policy, special_ids
+from areal_adv.trainer.lm.tokenizer import build_tokenizer
+from areal_adv.trainer.rollout.episodes import collect_episodes
+from areal_adv.trainer.rollout.tasks.runtime import TaskRuntime
+from areal_adv.trainer.run.task_setup import build_runtime, resolve_task_parts
 
 
 def make_runtime(

@@ -7,7 +7,7 @@ uninterrupted one when the stage's state is checkpointed and restored.
 
 from __future__ import annotations
 
-from areal.trainer.ppo.advantage import OutcomeResult, OutcomeRewardInputs
+from areal_adv.trainer.ppo.advantage import OutcomeResult, OutcomeRewardInputs
 
 
 class RunningBaseline:

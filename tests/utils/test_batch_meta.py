@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from areal.utils.data import RolloutGroup, TrajBatchMeta
+from areal_adv.utils.data import RolloutGroup, TrajBatchMeta
 
 # ---------------------------------------------------------------------------
 # RolloutGroup

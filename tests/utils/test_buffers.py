@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from areal.utils.buffers import empty_cpu
+from areal_adv.utils.buffers import empty_cpu
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from areal.utils.checkpoint_folders import (
+from areal_adv.utils.checkpoint_folders import (
     MANIFEST,
     CheckpointError,
     latest_checkpoint,
@@ -62,7 +62,7 @@ def test_a_failing_writer_leaves_nothing_and_the_previous_checkpoint_intact(tmp_
 _KILL_SCRIPT = """
 import os, signal, sys
 from pathlib import Path
-from areal.utils import checkpoint_folders as checkpoint
+from areal_adv.utils import checkpoint_folders as checkpoint
 
 root, when = Path(sys.argv[1]), sys.argv[2]
 def write(folder):

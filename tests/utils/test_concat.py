@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from areal.utils.data import RolloutGroup, concat_batch
+from areal_adv.utils.data import RolloutGroup, concat_batch
 
 
 def _traj(rows: int, seqlen: int, *, start: int = 1, reward: float = 1.0, **extra):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from areal.utils.dynamic_import import PluginResolutionError, bind_kwargs, import_object
-from areal.utils.suggest import did_you_mean
+from areal_adv.utils.dynamic_import import PluginResolutionError, bind_kwargs, import_object
+from areal_adv.utils.suggest import did_you_mean
 
 
 def _package(folder: Path) -> Path:
@@ -59,11 +59,11 @@ def test_the_part_that_does_not_resolve_is_named(in_user_folder: Path, path: str
 
 
 def test_the_working_directory_is_importable_without_python_m(tmp_path: Path) -> None:
-    """As under the `areal` console script: sys.path[0] is the script's folder, not the working directory."""
+    """As under the `areal-adv` console script: sys.path[0] is the script's folder, not the working directory."""
     code = textwrap.dedent("""
         import os, sys
         sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
-        from areal.utils.dynamic_import import import_object
+        from areal_adv.utils.dynamic_import import import_object
         fn = import_object("mypkg.rewards.exact_answer", stage="reward[0]")
         print(fn(["a", "b"], ["x", "y"]), sys.path[0] == os.getcwd())
     """)

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from areal.utils import kl as kl_module
-from areal.utils.data import KLEstimator
-from areal.utils.kl import K3_RATIO_BOUND, exp_reduced, k3_bounded_torch
+from areal_adv.utils import kl as kl_module
+from areal_adv.utils.data import KLEstimator
+from areal_adv.utils.kl import K3_RATIO_BOUND, exp_reduced, k3_bounded_torch
 
 
 def test_k1_is_the_log_ratio():

@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import NormConfig
-from areal.utils import norm_kernels
-from areal.utils.data import Normalization
+from areal_adv.api.cli_args import NormConfig
+from areal_adv.utils import norm_kernels
+from areal_adv.utils.data import Normalization
 
 pytestmark = pytest.mark.skipif(not norm_kernels.NUMBA_AVAILABLE, reason="numba not importable")
 

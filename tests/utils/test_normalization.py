@@ -13,8 +13,8 @@ import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import NormConfig
-from areal.utils.data import Normalization
+from areal_adv.api.cli_args import NormConfig
+from areal_adv.utils.data import Normalization
 
 EPS = 1e-5
 

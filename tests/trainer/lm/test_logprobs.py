@@ -1,4 +1,4 @@
-"""Log-probs at only the wanted positions (areal.trainer.lm.logprobs): response-only and shared-prefix packing.
+"""Log-probs at only the wanted positions (areal_adv.trainer.lm.logprobs): response-only and shared-prefix packing.
 
 * response-only log-probs and entropies equal the dense forward's at the wanted positions, bit for bit,
   and are 0 elsewhere;
@@ -19,8 +19,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from areal.api.train_args import ModelConfig
-from areal.trainer.lm.logprobs import (
+from areal_adv.api.train_args import ModelConfig
+from areal_adv.trainer.lm.logprobs import (
     SHARED_PREFIX_ENV,
     Selection,
     aligned_from_rollout,
@@ -30,7 +30,7 @@ from areal.trainer.lm.logprobs import (
     pack_shared_prefixes,
     token_logprobs,
 )
-from areal.trainer.lm.model import build_policy
+from areal_adv.trainer.lm.model import build_policy
 
 VOCAB = 40
 SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}

@@ -1,4 +1,4 @@
-"""Sampling through transformers `generate` (`areal.trainer.lm.sampling`).
+"""Sampling through transformers `generate` (`areal_adv.trainer.lm.sampling`).
 
 * greedy decoding equals a plain reference loop (one full forward per token, each row unpadded) for
   several architectures and attention kernels, with per-row caps, stop tokens and left padding;
@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig
 
-from areal.api.train_args import ModelConfig
-from areal.trainer.lm.model import build_policy
-from areal.trainer.lm.sampling import Continuation, neutral_generation_config, sample_continuations
-from areal.trainer.lm.tokenizer import build_word_tokenizer
+from areal_adv.api.train_args import ModelConfig
+from areal_adv.trainer.lm.model import build_policy
+from areal_adv.trainer.lm.sampling import Continuation, neutral_generation_config, sample_continuations
+from areal_adv.trainer.lm.tokenizer import build_word_tokenizer
 
 torch.set_num_threads(2)
 

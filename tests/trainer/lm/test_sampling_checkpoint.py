@@ -23,9 +23,9 @@ import torch
 from checkpoint_factory import build_bpe_tokenizer
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from areal.api.cli_args import load_config
-from areal.trainer.rollout.episodes import EpisodeRecord, collect_episodes
-from areal.trainer.run.loop import Trainer
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.rollout.episodes import EpisodeRecord, collect_episodes
+from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "examples" / "custom_task" / "data"

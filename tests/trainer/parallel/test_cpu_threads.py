@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from areal.trainer.parallel.cpu_threads import (
+from areal_adv.trainer.parallel.cpu_threads import (
     SMALL_MODEL_PARAMS,
     CpuSample,
     apply_num_threads,
@@ -20,7 +20,7 @@ from areal.trainer.parallel.cpu_threads import (
     local_world_size,
     usable_cores,
 )
-from areal.trainer.parallel.launch_env import prefer_passive_waiting
+from areal_adv.trainer.parallel.launch_env import prefer_passive_waiting
 
 
 @pytest.mark.parametrize("cores,ranks,expected", [(2, 1, 2), (2, 2, 1), (16, 3, 5), (1, 4, 1), (8, 8, 1)])
@@ -55,7 +55,7 @@ def test_a_fresh_process_keeps_torch_at_the_applied_count() -> None:
     import sys
 
     code = (
-        "import torch; from areal.trainer.parallel.cpu_threads import apply_num_threads; "
+        "import torch; from areal_adv.trainer.parallel.cpu_threads import apply_num_threads; "
         "torch.get_num_threads(); apply_num_threads(1); print(torch.get_num_threads())"
     )  # torch in use first
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -79,8 +79,8 @@ def test_a_small_model_gets_one_thread_a_larger_one_the_cores_per_rank(cores, ra
 
 
 def test_the_trainer_picks_by_the_policy_size_and_train_num_threads_still_wins(tmp_path) -> None:
-    from areal.api.cli_args import load_config
-    from areal.trainer.run.loop import Trainer
+    from areal_adv.api.cli_args import load_config
+    from areal_adv.trainer.run.loop import Trainer
 
     before = torch.get_num_threads()
     tiny = ["model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64", f"output.dir={tmp_path}"]
@@ -100,18 +100,18 @@ def test_passive_waiting_is_set_unless_the_user_chose() -> None:
         assert not prefer_passive_waiting(env) and env == mine
 
 
-@pytest.mark.parametrize("entry", ["areal.trainer.main", "areal.cli"])
+@pytest.mark.parametrize("entry", ["areal_adv.trainer.main", "areal_adv.cli"])
 def test_the_entry_point_sets_it_before_torch_loads(entry: str) -> None:
     """libgomp reads OMP_WAIT_POLICY once, when torch's library loads: too late after `import torch`.
 
-    `areal.cli` is the `areal` console script (`validate --dry-run` computes too).
+    `areal_adv.cli` is the `areal-adv` console script (`validate --dry-run` computes too).
     """
     import os
     import subprocess
     import sys
 
     code = (
-        "import sys, areal.trainer.parallel.launch_env as le; real = le.prefer_passive_waiting\n"
+        "import sys, areal_adv.trainer.parallel.launch_env as le; real = le.prefer_passive_waiting\n"
         "def spy(*a):\n    print('torch already loaded:', 'torch' in sys.modules); return real(*a)\n"
         "le.prefer_passive_waiting = spy\n"
         f"import {entry}, os; print(os.environ.get('OMP_WAIT_POLICY'))"
@@ -142,7 +142,7 @@ def test_the_note_is_one_line_only_when_half_the_cores_are_taken() -> None:
     assert busy_note(None, 1, cores=2) is None and busy_note(0.9, 1, cores=2) is None
     note = busy_note(1.8, 1, cores=2)
     assert note is not None and "\n" not in note
-    assert note.startswith("[areal] note: other processes kept 1.8 of") and "1 intra-op thread " in note
+    assert note.startswith("[areal-adv] note: other processes kept 1.8 of") and "1 intra-op thread " in note
 
 
 def test_cpu_sample_reads_proc_stat(tmp_path) -> None:

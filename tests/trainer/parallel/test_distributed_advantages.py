@@ -18,8 +18,8 @@ import torch
 from dist_cases import CASES, OUT_KEYS
 from dist_launch import clean_env, rank_envs, run_bounded
 
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils.data import concat_batch
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import concat_batch
 
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parents[1]

@@ -1,4 +1,4 @@
-"""Single-process tests of areal.trainer.parallel.distributed: group dispatch, launch context, metric means."""
+"""Single-process tests of areal_adv.trainer.parallel.distributed: group dispatch, launch context, metric means."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dist_cases import make_groups
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from areal.trainer.parallel import distributed as D
-from areal.trainer.parallel.distributed import (
+from areal_adv.trainer.parallel import distributed as D
+from areal_adv.trainer.parallel.distributed import (
     DistContext,
     assign_groups_to_ranks,
     barrier,
@@ -22,7 +22,7 @@ from areal.trainer.parallel.distributed import (
     reduce_metrics,
     shard_groups,
 )
-from areal.utils.data import concat_batch
+from areal_adv.utils.data import concat_batch
 
 # ---------------------------------------------------------------------------
 # assign_groups_to_ranks

@@ -102,7 +102,7 @@ def _check(
         assert f"error: {cause}" in log, (rank, log)
         assert f"RankFailure: {cause}" in files[rank]["message"]  # also where a rank stopped at a stage boundary
     if watcher:  # the healthy rank learnt it from its failure watcher (not from an agreed call)
-        assert f"[areal] rank {healthy}: stopping because {cause}" in logs[healthy]
+        assert f"[areal-adv] rank {healthy}: stopping because {cause}" in logs[healthy]
     assert "Traceback (most recent call last)" in logs[failing]
     assert int(files[failing]["extraInfo"]["timestamp"]) < int(files[healthy]["extraInfo"]["timestamp"])
     # stopped by the protocol's signals, not by its bounds: every acknowledgement came, no watcher ended its rank
@@ -118,7 +118,7 @@ def _check(
 def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_the_agreement(tmp_path: Path) -> None:
     code, summary, logs, files, after_s = _launch(
         tmp_path,
-        ["-m", "areal.trainer.main"],
+        ["-m", "areal_adv.trainer.main"],
         "actor.advantage.outcome_reward_shaping={implementation: dist_failing_plugins.fail_on_rank1, "
         "kwargs: {delay_s: 3}}",
         "actor.reward_norm={mean_level: batch, std_level: batch}",
@@ -140,7 +140,7 @@ def test_plugin_failing_at_call_time_on_rank_1_stops_rank_0_waiting_in_the_agree
 def test_reward_function_raising_on_rank_0_stops_rank_1(tmp_path: Path) -> None:
     code, summary, logs, files, after_s = _launch(
         tmp_path,
-        ["-m", "areal.trainer.main"],
+        ["-m", "areal_adv.trainer.main"],
         "reward=[{implementation: dist_failing_plugins.reward_failing_on_rank0, weight: 0.5}]",
     )
     cause = (
@@ -176,10 +176,10 @@ FAULTS = {  # how rank 1 fails -> (its exit code, what every report says)
 
 
 #: rank 0's last line: said by its main thread, or by its SIGTERM handler when torchrun ends it first
-#: (it knows of the failure then, and a rank that knows ends at once: see areal.trainer.parallel.failures)
+#: (it knows of the failure then, and a rank that knows ends at once: see areal_adv.trainer.parallel.failures)
 RANK0_LINE = {
     "boundary": ("error: ", "; rank 0 stopped because of it, at its next stage boundary"),
-    "sigterm": ("[areal] rank 0: error: ", "; rank 0 stopped because of it, ended by its launcher (SIGTERM)"),
+    "sigterm": ("[areal-adv] rank 0: error: ", "; rank 0 stopped because of it, ended by its launcher (SIGTERM)"),
 }
 
 
@@ -197,7 +197,7 @@ def _launch_fault(tmp_path: Path, how: str, rank0: str = "free") -> tuple[int, s
         "--redirects",
         "3",
         "-m",
-        "areal.trainer.main",
+        "areal_adv.trainer.main",
         "--config",
         str(ROOT / "examples" / "grpo_arith.yaml"),
         *TINY,
@@ -241,12 +241,12 @@ def test_the_failing_rank_is_named_by_every_rank_and_by_torchrun(tmp_path: Path,
         head, tail = RANK0_LINE[rank0]
         assert lines[0][-1].startswith(f"{head}{cause}") and lines[0][-1].endswith(tail), lines[0][-3:]
     elif how == "raise":  # rank 0 knows of the failure before it stops: its main thread or its handler says so
-        assert re.match(rf"(\[areal\] rank 0: )?error: {re.escape(cause)}", lines[0][-1]), lines[0][-3:]
+        assert re.match(rf"(\[areal-adv\] rank 0: )?error: {re.escape(cause)}", lines[0][-1]), lines[0][-3:]
     else:  # rank 0 reports for the gone or silent peer: a reporting rank finishes its line before SIGTERM ends it
         assert lines[0][-1].startswith(f"error: {cause}"), lines[0][-3:]
     assert "rank 0 stopped because of it" in lines[0][-1] and "rank 0 failed" not in "\n".join(lines[0])
     if how == "hang":
-        assert lines[1][-1].startswith(f"[areal] rank 1: error: {cause}"), lines[1][-3:]
+        assert lines[1][-1].startswith(f"[areal-adv] rank 1: error: {cause}"), lines[1][-3:]
         assert "its main thread is at " in lines[1][-1] and "in reward_dying_on_rank1" in lines[1][-1]
     elif how == "raise":
         assert lines[1][-1].startswith(f"error: {cause}"), lines[1][-3:]

@@ -1,6 +1,6 @@
 """Data-parallel training with 2 gloo ranks on CPU, through the real launcher.
 
-* `python -m torch.distributed.run --standalone --nproc_per_node=2 -m areal.trainer.main ...` trains
+* `python -m torch.distributed.run --standalone --nproc_per_node=2 -m areal_adv.trainer.main ...` trains
   GRPO (and PPO with a critic) for 2 steps: exit 0, rank 0 alone writes the outputs, and the
   per-rank parameter checksums (`train.debug_param_checksum`) are identical after every step.
 * The PPO policy and critic updates on 2 ranks equal the 1-process update on the same global batch
@@ -31,14 +31,14 @@ import torch  # noqa: E402
 from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 
-from areal.api.cli_args import PPOActorConfig  # noqa: E402
-from areal.api.train_args import CriticConfig, LoraConfig, ModelConfig  # noqa: E402
-from areal.trainer.lm.model import build_critic, build_policy, with_lora  # noqa: E402
-from areal.trainer.parallel.checksum import module_checksum  # noqa: E402
-from areal.trainer.parallel.distributed import DistContext, assign_prompts_to_ranks  # noqa: E402
-from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, full_state_dict  # noqa: E402
-from areal.trainer.ppo.training.critic import PPOCritic  # noqa: E402
-from areal.trainer.ppo.training.update import ppo_update  # noqa: E402
+from areal_adv.api.cli_args import PPOActorConfig  # noqa: E402
+from areal_adv.api.train_args import CriticConfig, LoraConfig, ModelConfig  # noqa: E402
+from areal_adv.trainer.lm.model import build_critic, build_policy, with_lora  # noqa: E402
+from areal_adv.trainer.parallel.checksum import module_checksum  # noqa: E402
+from areal_adv.trainer.parallel.distributed import DistContext, assign_prompts_to_ranks  # noqa: E402
+from areal_adv.trainer.parallel.engine import NonFiniteLossError, PolicyEngine, ValueEngine, full_state_dict  # noqa: E402
+from areal_adv.trainer.ppo.training.critic import PPOCritic  # noqa: E402
+from areal_adv.trainer.ppo.training.update import ppo_update  # noqa: E402
 
 JOB_TIMEOUT_S = 360  # generous: the 2 CPU cores are shared (a 30 s job took > 240 s under load 11); a hang still fails
 TINY = [
@@ -66,7 +66,7 @@ def _torchrun(*args: str) -> list[str]:
 def _train_two_ranks(tmp_path: Path, config: str, *extra: str) -> tuple[Path, str]:
     cmd = _torchrun(
         "-m",
-        "areal.trainer.main",
+        "areal_adv.trainer.main",
         "--config",
         str(ROOT / "examples" / config),
         *TINY,
@@ -90,7 +90,7 @@ def _check_run(run_dir: Path, log: str, models: set[str]) -> list[dict]:
     for row in rows:
         for key in ("reward_mean", "adv_mean", "adv_std", "policy_loss", "entropy", "grad_norm", "tokens_per_s"):
             assert row[key] is not None and math.isfinite(row[key]), (key, row)
-    assert log.count(f"[areal] {run_dir.parent.name}: done, 2/2 steps") == 1, log  # only rank 0 reports
+    assert log.count(f"[areal-adv] {run_dir.parent.name}: done, 2/2 steps") == 1, log  # only rank 0 reports
     assert (run_dir / "config.yaml").is_file()
     checksums = _read_jsonl(run_dir / "param_checksums.jsonl")
     assert [c["step"] for c in checksums] == [0, 1]
@@ -147,7 +147,7 @@ def test_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "areal.trainer.main",
+        "areal_adv.trainer.main",
         "--config",
         str(ROOT / "examples" / "grpo_arith.yaml"),
         *TINY,
@@ -162,7 +162,7 @@ def test_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> None:
             "actor.advantage.outcome_reward_shaping: cannot use 'dist_rank_plugin.halve'"
         ), err
         assert "simulated missing dependency on rank 1" in err and "Traceback" not in err, err
-        assert "[areal]" not in out
+        assert "[areal-adv]" not in out
     assert not (tmp_path / "grpo_arith").exists()  # stopped before anything was written
 
 
@@ -309,7 +309,7 @@ def _state_round_trip(result: dict[str, object], ctx: DistContext, parallel: str
 
 def _update_worker(out_dir: str, modes: list[str]) -> None:
     """Each mode's updates in turn, in one process group, into `out_dir/<mode>/`."""
-    from areal.trainer.parallel.distributed import destroy, init_distributed
+    from areal_adv.trainer.parallel.distributed import destroy, init_distributed
 
     torch.set_num_threads(1)
     ctx = init_distributed(timeout=60)

@@ -1,4 +1,4 @@
-"""Engines in one process (areal.trainer.parallel.engine); the DDP / FSDP2 paths run in test_distributed_training.py."""
+"""Engines in one process (areal_adv.trainer.parallel.engine); the DDP / FSDP2 paths run in test_distributed_training.py."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import io
 import pytest
 import torch
 
-from areal.api.cli_args import ConfigError, load_config
-from areal.api.train_args import ModelConfig
-from areal.trainer.lm.model import build_critic, build_policy
-from areal.trainer.main import DEFAULT_CONFIG
-from areal.trainer.parallel.engine import (
+from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.api.train_args import ModelConfig
+from areal_adv.trainer.lm.model import build_critic, build_policy
+from areal_adv.trainer.main import DEFAULT_CONFIG
+from areal_adv.trainer.parallel.engine import (
     NonFiniteLossError,
     PolicyEngine,
     ValueEngine,

@@ -1,4 +1,4 @@
-"""The cross-rank failure protocol (`areal.trainer.parallel.failures`), in one process on a real TCPStore.
+"""The cross-rank failure protocol (`areal_adv.trainer.parallel.failures`), in one process on a real TCPStore.
 
 Each "rank" is a `FailureWatch` with its own store clients; the torchrun tests in
 test_distributed_failures.py run the same protocol across processes.
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from areal.trainer.parallel import failures
-from areal.trainer.parallel.failures import (
+from areal_adv.trainer.parallel import failures
+from areal_adv.trainer.parallel.failures import (
     FailureReport,
     FailureWatch,
     PeerFailure,
@@ -158,7 +158,7 @@ def test_failing_rank_waits_until_the_peer_knows_the_root_cause(error_files: Pat
         assert failure.report.reporter == 1 and str(failure) == failure.report.describe()
         peer = job.watches[0]
         assert peer.peer_report == failure.report
-        assert job.logs[0] == [f"[areal] rank 0: stopping because {failure.report.describe()}"]
+        assert job.logs[0] == [f"[areal-adv] rank 0: stopping because {failure.report.describe()}"]
         with pytest.raises(PeerFailure, match="rank 0 stopped because of it, at its next stage boundary"):
             peer.raise_if_peer_failed()
         # the healthy rank's own error then defers to the root cause
@@ -284,7 +284,7 @@ def test_watcher_stops_quietly_when_the_store_goes_away() -> None:
 
 
 # ---------------------------------------------------------------------------
-# a collective that failed because of a gone or silent peer (areal.trainer.parallel.peer_progress)
+# a collective that failed because of a gone or silent peer (areal_adv.trainer.parallel.peer_progress)
 # ---------------------------------------------------------------------------
 
 GLOO_CLOSED = (
@@ -317,7 +317,7 @@ def _raised_in(path: tuple[str, ...], exc: BaseException) -> BaseException:
 
 
 def test_collective_failures_are_told_from_user_errors_that_mention_timeouts() -> None:
-    from areal.trainer.parallel.peer_progress import GONE, SILENT, collective_failure
+    from areal_adv.trainer.parallel.peer_progress import GONE, SILENT, collective_failure
 
     assert collective_failure(RuntimeError(GLOO_CLOSED)) == GONE
     assert collective_failure(RuntimeError(GLOO_TIMEOUT)) == SILENT
@@ -340,7 +340,7 @@ def test_collective_failures_are_told_from_user_errors_that_mention_timeouts() -
 
 
 def test_suspects_are_peers_elsewhere_and_stalled_ones_have_a_still_beat() -> None:
-    from areal.trainer.parallel.peer_progress import Stamp, stalled, suspects
+    from areal_adv.trainer.parallel.peer_progress import Stamp, stalled, suspects
 
     stamps = {
         0: Stamp("step 1 > policy update", 9),
@@ -418,7 +418,7 @@ def test_a_silent_peer_claims_the_root_cause_says_where_it_is_stuck_and_ends(err
         _wait_until(lambda: job.exits[1] != [])  # rank 1's watcher exits just after it acknowledges
         assert job.exits == {0: [], 1: [1]}
         [line] = job.logs[1]
-        assert line.startswith(f"[areal] rank 1: error: {report.describe()}; its main thread is at ")
+        assert line.startswith(f"[areal-adv] rank 1: error: {report.describe()}; its main thread is at ")
         root = json.loads(error_files.read_text())["message"]  # rank 1's: rank 0 has not written its own here
         assert root["extraInfo"]["timestamp"] == str(int(report.time))
     finally:
@@ -454,7 +454,7 @@ _GRACE_SCRIPT = """
 import os, signal, sys, time
 from datetime import timedelta
 import torch.distributed as dist
-from areal.trainer.parallel.failures import FailureWatch
+from areal_adv.trainer.parallel.failures import FailureWatch
 server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
 port = server.port
 clients = [dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]
@@ -498,7 +498,7 @@ def test_sigterm_lets_a_reporting_rank_finish_and_ends_a_rank_knowing_the_failur
 import os, signal, sys, time
 from datetime import timedelta
 import torch.distributed as dist
-from areal.trainer.parallel.failures import FailureReport, FailureWatch
+from areal_adv.trainer.parallel.failures import FailureReport, FailureWatch
 server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
 port = server.port
 clients = [dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]
@@ -516,7 +516,7 @@ print("not reached", flush=True)
     assert proc.stdout == "reporting rank still running, terminated = True\n", proc.stderr
     assert proc.returncode == -signal.SIGTERM
     assert proc.stderr.strip().endswith(
-        "[areal] rank 0: error: rank 1 failed in step 1 > rollout: ValueError: x "
+        "[areal-adv] rank 0: error: rank 1 failed in step 1 > rollout: ValueError: x "
         "(raised at f.py:1 in f); rank 0 stopped because of it, ended by its "
         "launcher (SIGTERM)"
     )
@@ -526,7 +526,7 @@ _CLOSED_SCRIPT = """
 import os, signal, sys, time
 from datetime import timedelta
 import torch.distributed as dist
-from areal.trainer.parallel.failures import FailureWatch
+from areal_adv.trainer.parallel.failures import FailureWatch
 server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
 port = server.port
 clients = [dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]

@@ -1,1 +1,1 @@
-"""Task and reward plugins for the tests, defined outside `areal/` (errors included)."""
+"""Task and reward plugins for the tests, defined outside `areal_adv/` (errors included)."""

@@ -6,7 +6,7 @@ import math
 import random
 from typing import Any
 
-from areal.trainer.rollout.tasks import StepResult
+from areal_adv.trainer.rollout.tasks import StepResult
 
 NOT_CALLABLE = 3
 

@@ -12,7 +12,7 @@ import random
 import numpy as np
 import torch
 
-from areal.trainer.ppo.advantage import OutcomeResult, OutcomeRewardInputs
+from areal_adv.trainer.ppo.advantage import OutcomeResult, OutcomeRewardInputs
 
 CALLS = {"draws_random": 0, "fails_first_call": 0}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from areal.utils.data import RolloutGroup, concat_batch
+from areal_adv.utils.data import RolloutGroup, concat_batch
 
 
 def make_row(rng: np.random.Generator, T: int, *, n_turns: int, truncate: bool) -> dict[str, torch.Tensor]:

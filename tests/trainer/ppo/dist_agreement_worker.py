@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(_HERE)))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from areal.trainer.ppo.advantage import OutcomeResult  # noqa: E402
+from areal_adv.trainer.ppo.advantage import OutcomeResult  # noqa: E402
 
 _CALLS: list[int] = []
 
@@ -40,8 +40,8 @@ def fail_first_call_on_rank1(inputs):
 def main() -> int:
     from batch_factory import make_batch
 
-    from areal.api.cli_args import NormConfig, PPOActorConfig
-    from areal.trainer.ppo.actor import PPOActor
+    from areal_adv.api.cli_args import NormConfig, PPOActorConfig
+    from areal_adv.trainer.ppo.actor import PPOActor
 
     after = sys.argv[1]
     torch.set_num_threads(1)

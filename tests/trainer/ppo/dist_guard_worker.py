@@ -21,8 +21,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from batch_factory import make_batch  # noqa: E402
 
-from areal.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
-from areal.trainer.ppo.actor import PPOActor  # noqa: E402
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
+from areal_adv.trainer.ppo.actor import PPOActor  # noqa: E402
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from areal.utils.data import RolloutGroup, concat_batch
+from areal_adv.utils.data import RolloutGroup, concat_batch
 
 
 @dataclass

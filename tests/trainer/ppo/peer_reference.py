@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from batch_factory import make_row, pad_rows
 
-from areal.utils.data import RolloutGroup, concat_batch
+from areal_adv.utils.data import RolloutGroup, concat_batch
 
 # ---------------------------------------------------------------------------
 # Batches

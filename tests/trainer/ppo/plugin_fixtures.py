@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from areal.trainer.ppo.advantage import AdvantageResult, OutcomeResult, compute_default_advantages
-from areal.trainer.ppo.advantage_algorithms import TemporalResult, token_gae
+from areal_adv.trainer.ppo.advantage import AdvantageResult, OutcomeResult, compute_default_advantages
+from areal_adv.trainer.ppo.advantage_algorithms import TemporalResult, token_gae
 
 SEEN: dict[str, object] = {}
 

@@ -17,7 +17,7 @@ if _HERE not in sys.path:
 import torch  # noqa: E402
 from episode_factory import export, make_episode_groups  # noqa: E402
 
-from areal.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
 
 STEPS = 4
 N_GROUPS = 6

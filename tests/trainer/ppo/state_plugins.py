@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from areal.trainer.ppo.advantage import OutcomeResult
-from areal.trainer.ppo.stage_state import StageState
+from areal_adv.trainer.ppo.advantage import OutcomeResult
+from areal_adv.trainer.ppo.stage_state import StageState
 
 SEEN: dict[str, object] = {}
 

@@ -18,9 +18,9 @@ for _path in (_ROOT, _HERE):
 import torch  # noqa: E402
 from state_cases import CASES, STEPS, fingerprints, make_config, rank_share, step_groups, to_cpu  # noqa: E402
 
-from areal.trainer.parallel.distributed import destroy, init_distributed  # noqa: E402
-from areal.trainer.ppo.actor import PPOActor  # noqa: E402
-from areal.utils.data import concat_batch  # noqa: E402
+from areal_adv.trainer.parallel.distributed import destroy, init_distributed  # noqa: E402
+from areal_adv.trainer.ppo.actor import PPOActor  # noqa: E402
+from areal_adv.utils.data import concat_batch  # noqa: E402
 
 
 def main(out_dir: str) -> int:

@@ -15,12 +15,12 @@ import pytest
 import torch
 from batch_factory import make_batch
 
-from areal.api.cli_args import AdvantageConfig, ConfigError, NormConfig, PPOActorConfig, StageSpec
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.checks.contracts import StageContractError
-from areal.trainer.ppo.fused import FUSED_ENV
-from areal.trainer.ppo.gae import LambdaFunctionError
-from areal.trainer.ppo.output_guard import NonFiniteOutputError
+from areal_adv.api.cli_args import AdvantageConfig, ConfigError, NormConfig, PPOActorConfig, StageSpec
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.checks.contracts import StageContractError
+from areal_adv.trainer.ppo.fused import FUSED_ENV
+from areal_adv.trainer.ppo.gae import LambdaFunctionError
+from areal_adv.trainer.ppo.output_guard import NonFiniteOutputError
 
 
 def _set(key, value):
@@ -70,7 +70,7 @@ def _turn_gap_to_decrease(batch, meta):
 
 
 def _wrong_group_sizes(batch, meta):
-    from areal.utils.data import TrajBatchMeta
+    from areal_adv.utils.data import TrajBatchMeta
 
     sizes = list(meta.traj_group_sizes)
     sizes[0] += 1
@@ -277,7 +277,7 @@ def _reference_wrong_shape(b, m):
 
 
 def _wrong_rollout_group_count(b, m):
-    from areal.utils.data import RolloutGroup
+    from areal_adv.utils.data import RolloutGroup
 
     groups = list(m.rollout_groups or [None] * m.n_trajs)
     groups[0] = RolloutGroup(row_counts=(1,) * (m.traj_group_sizes[0] + 1))
@@ -787,7 +787,7 @@ def _groups_with(singleton: bool):
 @pytest.mark.parametrize("mode", ["off", "on"])
 def test_group_centering_of_a_single_rollout_warns_that_it_erases_the_task_reward(mode, monkeypatch):
     """AReaL's warning: centering a group of one on its own mean sets its score to 0 (on both paths)."""
-    from areal.trainer.ppo.rewards.scores import AdvantageWarning
+    from areal_adv.trainer.ppo.rewards.scores import AdvantageWarning
 
     monkeypatch.setenv(FUSED_ENV, mode)
     cfg = PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level="group"))

@@ -9,8 +9,8 @@ from batch_factory import make_batch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import NormConfig, PPOActorConfig
-from areal.trainer.ppo.actor import PPOActor
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig
+from areal_adv.trainer.ppo.actor import PPOActor
 
 OUT_KEYS = (
     "advantages",
@@ -160,7 +160,7 @@ def test_logprob_modes(decoupled, recompute):
 def test_list_of_groups_equals_concatenated_batch():
     from batch_factory import make_groups
 
-    from areal.utils.data import concat_batch
+    from areal_adv.utils.data import concat_batch
 
     cfg = PPOActorConfig(reward_norm=NormConfig(mean_level="group", std_level="group"), adv_norm=NormConfig())
     groups = make_groups(21)
@@ -171,7 +171,9 @@ def test_list_of_groups_equals_concatenated_batch():
 
 
 @pytest.mark.parametrize(
-    "compute", [None, "areal.trainer.ppo.advantage.compute_default_advantages"], ids=["pipeline", "full-replacement"]
+    "compute",
+    [None, "areal_adv.trainer.ppo.advantage.compute_default_advantages"],
+    ids=["pipeline", "full-replacement"],
 )
 def test_total_rewards_is_the_output_name_and_tot_rewards_its_areal_alias(compute):
     batch, meta = make_batch(0)

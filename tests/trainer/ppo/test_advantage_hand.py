@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from areal.api.cli_args import NormConfig, PPOActorConfig
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils.data import RolloutGroup, TrajBatchMeta
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import RolloutGroup, TrajBatchMeta
 
 
 def two_rows(**extra):

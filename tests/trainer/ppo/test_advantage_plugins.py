@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_advantage_default import assert_same
 
-from areal.api.cli_args import (
+from areal_adv.api.cli_args import (
     AdvantageConfig,
     ConfigError,
     NormConfig,
@@ -27,10 +27,10 @@ from areal.api.cli_args import (
     config_to_yaml,
     load_config,
 )
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.advantage import AdvantageInputs
-from areal.trainer.ppo.checks.contracts import StageContractError
-from areal.utils.dynamic_import import PluginResolutionError
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.advantage import AdvantageInputs
+from areal_adv.trainer.ppo.checks.contracts import StageContractError
+from areal_adv.utils.dynamic_import import PluginResolutionError
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -211,8 +211,8 @@ def test_a_serialised_config_resolves_in_a_fresh_process(tmp_path):
         f"""
         import json, sys, torch
         sys.path.insert(0, {str(HERE)!r})
-        from areal.api.cli_args import actor_config_from_dict
-        from areal.trainer.ppo.actor import PPOActor
+        from areal_adv.api.cli_args import actor_config_from_dict
+        from areal_adv.trainer.ppo.actor import PPOActor
         from batch_factory import make_batch
         cfg = actor_config_from_dict(json.load(open({str(tmp_path / "cfg.json")!r})))
         actor = PPOActor(cfg)
@@ -300,7 +300,7 @@ def test_shaped_references_one_per_logical_rollout():
 
 def test_shaped_references_drive_normalisation():
     """Scaling rows and references by f equals scaling the batch and its references by f."""
-    from areal.utils.data import RolloutGroup, TrajBatchMeta
+    from areal_adv.utils.data import RolloutGroup, TrajBatchMeta
 
     batch, meta = make_batch(8, split=True, explicit_refs=True)
     plugin = "examples.custom_advantage.plugins.scale_outcome_with_references"
@@ -342,7 +342,7 @@ def test_shaped_references_need_concat_batch_metadata():
     # Without rollout groups the plugin returns no references; force them with a wrapper.
     import plugin_fixtures
 
-    from areal.trainer.ppo.advantage import OutcomeResult
+    from areal_adv.trainer.ppo.advantage import OutcomeResult
 
     plugin_fixtures.with_refs = lambda inputs: OutcomeResult(
         inputs.data["rewards"].float(), inputs.data["rewards"].float()

@@ -1,4 +1,4 @@
-"""The call-time agreement (`areal.utils.call_agreement`) in `PPOActor.compute_advantages`.
+"""The call-time agreement (`areal_adv.utils.call_agreement`) in `PPOActor.compute_advantages`.
 
 Two gloo ranks, no trainer (tests/trainer/ppo/dist_agreement_worker.py): rank 1's
 outcome stage raises while rank 0 goes on to the batch-normalisation all-reduce.
@@ -18,9 +18,9 @@ import pytest
 import torch
 from batch_factory import make_batch
 
-from areal.api.cli_args import NormConfig, PPOActorConfig
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils import call_agreement
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils import call_agreement
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))

@@ -9,8 +9,8 @@ import torch
 from batch_factory import make_batch
 from test_advantage_default import assert_same
 
-from areal.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec
-from areal.trainer.ppo.actor import PPOActor
+from areal_adv.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec
+from areal_adv.trainer.ppo.actor import PPOActor
 
 EMITTED = (
     "advantages",
@@ -116,7 +116,7 @@ def test_caller_config_edits_after_init_have_no_effect():
 
 def test_a_plugin_editing_its_config_copy_changes_nothing_else():
     """The edit is reported, and the actor's own config is untouched by it."""
-    from areal.trainer.ppo.checks.contracts import StageContractError
+    from areal_adv.trainer.ppo.checks.contracts import StageContractError
 
     actor = PPOActor(
         PPOActorConfig(

@@ -1,4 +1,4 @@
-"""The fused CPU pipeline (areal/trainer/ppo/fused.py, kernels/fused_cpu.py) equals the tensor path.
+"""The fused CPU pipeline (areal_adv/trainer/ppo/fused.py, kernels/fused_cpu.py) equals the tensor path.
 
 Every batch here is fused-eligible (no process rewards, int64 masks, float32
 fields); `AREAL_FUSED_ADVANTAGE=on` makes a silent fallback to the tensor
@@ -24,14 +24,14 @@ from hypothesis import strategies as st
 from test_advantage_bad_inputs import LEGACY_CASES as CASES
 from test_advantage_default import OUT_KEYS, assert_same, configs, split_counterexample_config
 
-from areal.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec
-from areal.trainer.ppo import fused
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.kernels import fused_cpu
-from areal.trainer.ppo.kernels.numba_cpu import NUMBA_AVAILABLE, PARALLEL_MIN_ELEMENTS
-from areal.trainer.ppo.output_guard import NonFiniteOutputError
-from areal.utils import kl as kl_module
-from areal.utils.kl import KLEstimator
+from areal_adv.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig, StageSpec
+from areal_adv.trainer.ppo import fused
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.kernels import fused_cpu
+from areal_adv.trainer.ppo.kernels.numba_cpu import NUMBA_AVAILABLE, PARALLEL_MIN_ELEMENTS
+from areal_adv.trainer.ppo.output_guard import NonFiniteOutputError
+from areal_adv.utils import kl as kl_module
+from areal_adv.utils.kl import KLEstimator
 
 
 def numba_threads() -> int:
@@ -305,8 +305,8 @@ def test_one_numba_thread_takes_the_serial_drivers_with_the_same_bits(monkeypatc
     """With one numba thread a large batch runs the serial drivers; the outputs equal the parallel ones."""
     import numba
 
-    from areal.trainer.ppo.kernels import numba_cpu
-    from areal.utils import norm_kernels
+    from areal_adv.trainer.ppo.kernels import numba_cpu
+    from areal_adv.utils import norm_kernels
 
     batch, meta = make_batch(3, n_groups=80, max_group=3, max_turns=4, T=3400, drop=("token_rewards",))
     n_rows, n_pos = batch["attention_mask"].shape
@@ -495,7 +495,7 @@ def test_kernel_returns_each_rows_largest_abs_value(unit, n_groups):
 @pytest.mark.parametrize("drop", [("token_rewards",), ("token_rewards", "values")])
 def test_output_guard_gets_the_same_batch_stats_on_both_paths(monkeypatch, drop):
     """The fused kernels' magnitudes are what check_batch_values finds on the tensor path."""
-    from areal.trainer.ppo import advantage
+    from areal_adv.trainer.ppo import advantage
 
     seen = {}
     guard = advantage.guard_outputs
@@ -552,7 +552,7 @@ def test_blockers_name_the_reason(change, needle):
         (PPOActorConfig(advantage=AdvantageConfig(estimator=StageSpec("reinforce_return"))), "reinforce_return"),
         (
             PPOActorConfig(
-                advantage=AdvantageConfig(estimator=StageSpec("areal.trainer.ppo.advantage_algorithms.token_gae"))
+                advantage=AdvantageConfig(estimator=StageSpec("areal_adv.trainer.ppo.advantage_algorithms.token_gae"))
             ),
             "advantage_algorithms.token_gae",
         ),

@@ -16,8 +16,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from areal.trainer.ppo import gae
-from areal.trainer.ppo.gae import (
+from areal_adv.trainer.ppo import gae
+from areal_adv.trainer.ppo.gae import (
     GAELambdaContext,
     GAELambdaInputs,
     compute_gae_lambda,
@@ -26,7 +26,7 @@ from areal.trainer.ppo.gae import (
     turn_gae_tensors,
     validate_turn_ids,
 )
-from areal.trainer.ppo.kernels import BACKEND_ENV, available_backends
+from areal_adv.trainer.ppo.kernels import BACKEND_ENV, available_backends
 
 CPU_BACKENDS = available_backends("cpu")
 HYP = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -433,7 +433,7 @@ def test_turn_backends_agree(batch):
 @pytest.mark.skipif("numba" not in CPU_BACKENDS, reason="needs numba")
 def test_numba_parallel_kernels_on_a_large_batch():
     """Batches above PARALLEL_MIN_ELEMENTS use the parallel compilations; same answers."""
-    from areal.trainer.ppo.kernels.numba_cpu import PARALLEL_MIN_ELEMENTS
+    from areal_adv.trainer.ppo.kernels.numba_cpu import PARALLEL_MIN_ELEMENTS
 
     n_rows, n_pos = 67, 4096
     assert n_rows * n_pos >= PARALLEL_MIN_ELEMENTS
@@ -464,7 +464,7 @@ def test_numba_parallel_kernels_on_a_large_batch():
 def test_numba_kernel_variants_do_not_share_a_cache_entry():
     """numba's disk cache keys by Python function and signature, not by `parallel`:
     the serial and parallel kernels must be distinct functions or one would load the other."""
-    from areal.trainer.ppo.kernels.numba_cpu import _KERNELS
+    from areal_adv.trainer.ppo.kernels.numba_cpu import _KERNELS
 
     names = {kernel.py_func.__qualname__ for kernel in _KERNELS.values()}
     assert len(names) == len(_KERNELS) == 4
@@ -712,7 +712,7 @@ def test_compute_gae_lambda_errors():
 
 
 def test_compute_gae_lambda_names_the_source_in_the_message_on_exceptions():
-    from areal.trainer.ppo.gae import LambdaFunctionError
+    from areal_adv.trainer.ppo.gae import LambdaFunctionError
 
     def broken(ctx):
         raise KeyError("boom")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from areal.trainer.ppo.kernels.numba_cpu import NUMBA_AVAILABLE
+from areal_adv.trainer.ppo.kernels.numba_cpu import NUMBA_AVAILABLE
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(not NUMBA_AVAILABLE, reason="the fused pipeline needs numba")
@@ -27,8 +27,8 @@ import gc, json, sys
 sys.path.insert(0, {factory!r})
 import numba
 from batch_factory import make_groups
-from areal.api.cli_args import PPOActorConfig, NormConfig
-from areal.trainer.ppo.actor import PPOActor
+from areal_adv.api.cli_args import PPOActorConfig, NormConfig
+from areal_adv.trainer.ppo.actor import PPOActor
 
 numba.set_num_threads(1)
 config = PPOActorConfig(kl_ctl=0.0, reward_norm=NormConfig(mean_level="group", std_level="group"),

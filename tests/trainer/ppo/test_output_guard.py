@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_advantage_default import configs
 
-from areal.api.cli_args import AdvantageConfig, ConfigError, NormConfig, PPOActorConfig, StageSpec
-from areal.trainer.ppo import advantage as advantage_module
-from areal.trainer.ppo import output_guard
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.output_guard import GUARDED_FIELDS, NonFiniteOutputError, guard_outputs, output_bounds
-from areal.utils.kl import KLEstimator
+from areal_adv.api.cli_args import AdvantageConfig, ConfigError, NormConfig, PPOActorConfig, StageSpec
+from areal_adv.trainer.ppo import advantage as advantage_module
+from areal_adv.trainer.ppo import output_guard
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.output_guard import GUARDED_FIELDS, NonFiniteOutputError, guard_outputs, output_bounds
+from areal_adv.utils.kl import KLEstimator
 
 FLOAT_OUTPUTS = (
     "advantages",

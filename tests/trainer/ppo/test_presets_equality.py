@@ -41,9 +41,9 @@ import torch
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import load_config
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils.data import concat_batch
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import concat_batch
 
 PRESETS = Path(__file__).resolve().parents[3] / "examples" / "presets"
 PRESET_NAMES = (

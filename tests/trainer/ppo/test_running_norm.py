@@ -18,10 +18,10 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import ConfigError, NormConfig, PPOActorConfig
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.rewards.running_norm import batch_moments, merge_moments
-from areal.utils.data import concat_batch
+from areal_adv.api.cli_args import ConfigError, NormConfig, PPOActorConfig
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.rewards.running_norm import batch_moments, merge_moments
+from areal_adv.utils.data import concat_batch
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 RUNNING = NormConfig(mean_level="running", std_level="running", eps=1e-6)
@@ -135,7 +135,7 @@ def test_running_combines_only_with_running_or_null():
 def test_the_preset_equals_rolls_loop_step_after_step():
     from pathlib import Path
 
-    from areal.api.cli_args import load_config
+    from areal_adv.api.cli_args import load_config
 
     preset = Path(__file__).resolve().parents[3] / "examples" / "presets" / "running_norm.yaml"
     actor, reference = PPOActor(load_config(preset).actor), sref.RollRunningMoments()

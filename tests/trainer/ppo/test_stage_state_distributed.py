@@ -19,8 +19,8 @@ import pytest
 import torch
 from state_cases import CASES, MERGED_MOMENTS, STEPS, fingerprints, make_config, reference_layout
 
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils.data import concat_batch
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import concat_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/trainer: the launch helpers
 from dist_launch import clean_env, run_bounded  # noqa: E402

@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from dist_launch import clean_env, run_bounded
 
-from areal.api.cli_args import load_config
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import read_metrics
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT / "tests" / "trainer" / "ppo") not in sys.path:  # the plain-loop references
@@ -123,7 +123,7 @@ def test_gdpo_with_two_reward_functions_on_two_ranks(tmp_path):
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "areal.trainer.main",
+        "areal_adv.trainer.main",
         "--config",
         str(PRESETS / "gdpo.yaml"),
         *TINY,

@@ -8,10 +8,10 @@ from pathlib import Path
 import datasets
 import pytest
 
-from areal.api.cli_args import load_config
-from areal.api.config_checks import ConfigError
-from areal.trainer.rollout.prompt_data import DatasetPromptSource, load_prompt_dataset
-from areal.trainer.run.loop import Trainer
+from areal_adv.api.cli_args import load_config
+from areal_adv.api.config_checks import ConfigError
+from areal_adv.trainer.rollout.prompt_data import DatasetPromptSource, load_prompt_dataset
+from areal_adv.trainer.run.loop import Trainer
 
 ROWS = [{"prompt": f"{a} + {b} =", "answer": str(a + b), "id": 10 * a + b} for a in range(4) for b in range(3)]
 

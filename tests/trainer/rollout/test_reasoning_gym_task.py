@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import reasoning_gym  # the `reasoning` extra; scripts/test.sh installs it
 
-from areal.api.cli_args import load_config
-from areal.api.train_args import TaskConfig
-from areal.trainer.rollout.tasks import make_task
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import read_metrics
+from areal_adv.api.cli_args import load_config
+from areal_adv.api.train_args import TaskConfig
+from areal_adv.trainer.rollout.tasks import make_task
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import read_metrics
 
 RG = {"dataset": "basic_arithmetic", "size": 50, "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 

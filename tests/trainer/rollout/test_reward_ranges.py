@@ -16,16 +16,16 @@ import pytest
 import torch
 from runtime_helpers import make_runtime
 
-from areal.trainer.rollout.episodes import EpisodeRecord, export_episodes
-from areal.trainer.rollout.reward_functions import (
+from areal_adv.trainer.rollout.episodes import EpisodeRecord, export_episodes
+from areal_adv.trainer.rollout.reward_functions import (
     FLOAT32_MAX,
     RewardFunction,
     RewardFunctionError,
     RewardSet,
     check_values,
 )
-from areal.trainer.rollout.tasks.base import StepResult
-from areal.trainer.rollout.tasks.runtime import Episode, TaskError
+from areal_adv.trainer.rollout.tasks.base import StepResult
+from areal_adv.trainer.rollout.tasks.runtime import Episode, TaskError
 
 PROMPTS = ["1 + 1 =", "2 + 2 =", "3 + 3 ="]
 ROWS = [{"a": 1, "answer": "2"}, {"a": 2, "answer": "4"}, {"a": 3, "answer": "6"}]

@@ -20,12 +20,12 @@ import pytest
 import torch
 from runtime_helpers import make_runtime, run
 
-from areal.api.cli_args import load_config
-from areal.trainer.rollout.episodes import export_episodes, export_turn_rows
-from areal.trainer.rollout.stage_fields import anchor_key
-from areal.trainer.rollout.tasks.guess import GuessEnvironment
-from areal.trainer.rollout.tasks.runtime import TaskError
-from areal.trainer.run.loop import Trainer
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.rollout.episodes import export_episodes, export_turn_rows
+from areal_adv.trainer.rollout.stage_fields import anchor_key
+from areal_adv.trainer.rollout.tasks.guess import GuessEnvironment
+from areal_adv.trainer.rollout.tasks.runtime import TaskError
+from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT / "tests" / "trainer" / "ppo") not in sys.path:  # the plain-loop references

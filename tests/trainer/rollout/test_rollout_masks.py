@@ -6,10 +6,10 @@ import pytest
 import torch
 from runtime_helpers import make_runtime, run, sample_rows
 
-from areal.trainer.lm.sampling import left_pad, sample_continuations
-from areal.trainer.parallel.engine import PolicyEngine
-from areal.trainer.rollout.episodes import export_episodes, export_turn_rows
-from areal.utils.data import RolloutGroup, concat_batch
+from areal_adv.trainer.lm.sampling import left_pad, sample_continuations
+from areal_adv.trainer.parallel.engine import PolicyEngine
+from areal_adv.trainer.rollout.episodes import export_episodes, export_turn_rows
+from areal_adv.utils.data import RolloutGroup, concat_batch
 
 torch.set_num_threads(2)
 

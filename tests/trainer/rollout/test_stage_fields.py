@@ -19,16 +19,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from areal.api.cli_args import load_config
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.rollout.stage_fields import (
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.rollout.stage_fields import (
     add_prompt_keys,
     behaviour_entropy,
     behaviour_token_stats,
     prompt_key,
     stage_batch_fields,
 )
-from areal.trainer.run.loop import Trainer
+from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 PRESETS = ROOT / "examples" / "presets"
@@ -56,7 +56,7 @@ def test_prompt_keys_are_stable_and_distinguish_prompts():
     assert len(keys) == 25
     assert prompt_key({"question": "1+1", "answer": 2}) == prompt_key({"answer": 2, "question": "1+1"})
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from areal.trainer.rollout.stage_fields import prompt_key;"
+        "import sys; sys.path.insert(0, sys.argv[1]); from areal_adv.trainer.rollout.stage_fields import prompt_key;"
         "print(prompt_key({'question': 'x', 'n': [1, 2]}))"
     )
     other = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, check=True)

@@ -1,4 +1,4 @@
-"""Task and reward-function plugins from outside `areal/`: training, and errors naming the plugin."""
+"""Task and reward-function plugins from outside `areal_adv/`: training, and errors naming the plugin."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 import tiny_run  # noqa: E402
 import torch
 
-from areal.api.cli_args import load_config
-from areal.api.config_checks import ConfigError
-from areal.trainer.rollout.reward_functions import RewardFunctionError
-from areal.trainer.rollout.tasks.runtime import TaskError
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import read_metrics
-from areal.utils.dynamic_import import PluginResolutionError
+from areal_adv.api.cli_args import load_config
+from areal_adv.api.config_checks import ConfigError
+from areal_adv.trainer.rollout.reward_functions import RewardFunctionError
+from areal_adv.trainer.rollout.tasks.runtime import TaskError
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import read_metrics
+from areal_adv.utils.dynamic_import import PluginResolutionError
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "custom_task"

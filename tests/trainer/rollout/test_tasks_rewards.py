@@ -7,12 +7,12 @@ import random
 import pytest
 from runtime_helpers import make_runtime
 
-from areal.api.config_checks import ConfigError
-from areal.api.task_specs import build_task_spec
-from areal.api.train_args import TaskConfig
-from areal.trainer.rollout.tasks import make_task
-from areal.trainer.rollout.tasks.arith import arith_answer, arith_reward
-from areal.trainer.rollout.tasks.guess import feedback_word, is_consistent, parse_guess
+from areal_adv.api.config_checks import ConfigError
+from areal_adv.api.task_specs import build_task_spec
+from areal_adv.api.train_args import TaskConfig
+from areal_adv.trainer.rollout.tasks import make_task
+from areal_adv.trainer.rollout.tasks.arith import arith_answer, arith_reward
+from areal_adv.trainer.rollout.tasks.guess import feedback_word, is_consistent, parse_guess
 
 
 def task(name: str, **kwargs):

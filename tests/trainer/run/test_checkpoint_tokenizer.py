@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from checkpoint_factory import build_checkpoint
 
-from areal.api.cli_args import load_config
-from areal.api.config_checks import ConfigError
-from areal.trainer.lm.codec import ChatCodec
-from areal.trainer.run.loop import Trainer
+from areal_adv.api.cli_args import load_config
+from areal_adv.api.config_checks import ConfigError
+from areal_adv.trainer.lm.codec import ChatCodec
+from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "examples" / "custom_task" / "data"

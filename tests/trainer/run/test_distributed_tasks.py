@@ -14,8 +14,8 @@ if str(HERE) not in sys.path:
 import tiny_run  # noqa: E402
 from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
 
-from areal.api.cli_args import load_config  # noqa: E402
-from areal.trainer.run.loop import Trainer  # noqa: E402
+from areal_adv.api.cli_args import load_config  # noqa: E402
+from areal_adv.trainer.run.loop import Trainer  # noqa: E402
 
 CONFIG = ROOT / "examples" / "custom_task" / "single_turn.yaml"
 TINY = [
@@ -37,7 +37,7 @@ def test_eval_and_reward_components_on_two_ranks_equal_one_process(tmp_path: Pat
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "areal.trainer.main",
+        "areal_adv.trainer.main",
         "--config",
         str(CONFIG),
         *TINY,
@@ -65,7 +65,7 @@ def test_task_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> Non
     cmd = [
         sys.executable,
         "-m",
-        "areal.trainer.main",
+        "areal_adv.trainer.main",
         "--config",
         str(CONFIG),
         *TINY,

@@ -1,4 +1,4 @@
-"""`areal validate --dry-run`: every configured stage runs once on a synthetic batch of the config's layout."""
+"""`areal-adv validate --dry-run`: every configured stage runs once on a synthetic batch of the config's layout."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from areal.api.cli_args import load_config
-from areal.cli import main
-from areal.trainer.run.dry_run import synthetic_batch
+from areal_adv.api.cli_args import load_config
+from areal_adv.cli import main
+from areal_adv.trainer.run.dry_run import synthetic_batch
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.yaml"))
@@ -172,9 +172,9 @@ def test_the_reward_dry_run_reports_what_it_scored(capsys):
 
 def test_the_dry_run_scores_as_a_training_step_does():
     """The same components, values and row order as `RewardSet.score` inside a rollout."""
-    from areal.trainer.run.dry_run import DUMMY_COMPLETIONS, dry_run_rewards, reward_rows
-    from areal.trainer.run.preflight import preflight_runtime
-    from areal.trainer.run.task_setup import resolve_task_parts
+    from areal_adv.trainer.run.dry_run import DUMMY_COMPLETIONS, dry_run_rewards, reward_rows
+    from areal_adv.trainer.run.preflight import preflight_runtime
+    from areal_adv.trainer.run.task_setup import resolve_task_parts
 
     cfg = load_config(
         DATASET,
@@ -199,7 +199,7 @@ def test_the_dry_run_scores_as_a_training_step_does():
 def test_the_dry_run_scores_an_empty_completion_and_one_at_the_budget():
     import dry_run_plugins
 
-    from areal.trainer.run.dry_run import DUMMY_COMPLETIONS
+    from areal_adv.trainer.run.dry_run import DUMMY_COMPLETIONS
 
     dry_run_plugins.SEEN_LENGTHS.clear()
     override = "reward=[{implementation: dry_run_plugins.reward_records_lengths}]"
@@ -285,7 +285,7 @@ def test_the_context_check_covers_generated_problems_and_the_turn_cap(capsys):
 
 def test_the_trainer_stops_at_start_with_the_line_validate_prints(tmp_path, capsys):
     """The same check runs in the trainer before step 0 (no model step, no evaluation)."""
-    from areal.trainer.main import main as train
+    from areal_adv.trainer.main import main as train
 
     overrides = ["actor.max_new_tokens=200", f"output.dir={tmp_path}", "output.progress_bar=false"]
     assert main(["validate", DATASET, *overrides]) == 1

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import tiny_run  # noqa: E402
 
-from areal.trainer.main import main
-from areal.trainer.rollout.reward_functions import RewardFunction, RewardFunctionError, call_reward_function
+from areal_adv.trainer.main import main
+from areal_adv.trainer.rollout.reward_functions import RewardFunction, RewardFunctionError, call_reward_function
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
@@ -92,7 +92,7 @@ def test_stage_and_task_errors_are_one_line_too(tmp_path, capsys, override, star
 
 
 def test_an_error_of_ours_keeps_its_traceback_on_the_terminal(tmp_path, capsys, monkeypatch) -> None:
-    from areal.trainer.run.loop import Trainer
+    from areal_adv.trainer.run.loop import Trainer
 
     def broken(self, batch):
         raise RuntimeError("an internal bug")
@@ -219,8 +219,8 @@ def test_a_raising_task_sample_is_a_task_error_naming_it() -> None:
 
     from plugins.bad_plugins import make_raising_sample_task
 
-    from areal.trainer.rollout.prompt_data import TaskPromptSource
-    from areal.trainer.rollout.tasks.runtime import TaskError
+    from areal_adv.trainer.rollout.prompt_data import TaskPromptSource
+    from areal_adv.trainer.rollout.tasks.runtime import TaskError
 
     with pytest.raises(TaskError, match=r"^task RaisingSampleTask\.sample\(rng, 'train'\): ValueError: sample boom$"):
         TaskPromptSource(make_raising_sample_task(), random.Random(0)).sample(2)

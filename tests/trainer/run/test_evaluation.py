@@ -9,11 +9,11 @@ from pathlib import Path
 import tiny_run  # noqa: E402
 import torch
 
-from areal.api.cli_args import load_config
-from areal.api.train_args import EvalConfig
-from areal.trainer.run.evaluation import Evaluator, eval_rows_from_task
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import read_metrics
+from areal_adv.api.cli_args import load_config
+from areal_adv.api.train_args import EvalConfig
+from areal_adv.trainer.run.evaluation import Evaluator, eval_rows_from_task
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = [

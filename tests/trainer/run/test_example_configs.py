@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from areal.api.cli_args import config_to_dict, load_config
-from areal.trainer.run.loop import Trainer
+from areal_adv.api.cli_args import config_to_dict, load_config
+from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 ALL = sorted((ROOT / "examples").rglob("*.yaml"))

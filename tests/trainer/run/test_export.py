@@ -1,4 +1,4 @@
-"""`areal train` and `areal export`: a run's policy as a folder plain transformers loads and generates with."""
+"""`areal-adv train` and `areal-adv export`: a run's policy as a folder plain transformers loads and generates with."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 from checkpoint_factory import CHAT_TEMPLATE, build_checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from areal.cli import main
-from areal.trainer.lm.model import build_policy, special_ids
-from areal.trainer.run.export import export_run
-from areal.trainer.run.trainer_state import load_module
+from areal_adv.cli import main
+from areal_adv.trainer.lm.model import build_policy, special_ids
+from areal_adv.trainer.run.export import export_run
+from areal_adv.trainer.run.trainer_state import load_module
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "examples" / "custom_task" / "data"
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.xdist_group("export")
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A full fine-tuning run and a LoRA run of a tiny local checkpoint, each through `areal train`."""
+    """A full fine-tuning run and a LoRA run of a tiny local checkpoint, each through `areal-adv train`."""
     base = tmp_path_factory.mktemp("base")
     build_checkpoint(base)
     out = tmp_path_factory.mktemp("runs")
@@ -82,7 +82,7 @@ def test_merged_lora_weights_give_the_adapter_model_logits(runs: dict[str, Path]
     assert exported.merged_lora and exported.checkpoint.name == "step_1"
     merged = AutoModelForCausalLM.from_pretrained(exported.out_dir, local_files_only=True)
     tok = AutoTokenizer.from_pretrained(exported.out_dir, local_files_only=True)
-    from areal.api.train_args import LoraConfig, ModelConfig
+    from areal_adv.api.train_args import LoraConfig, ModelConfig
 
     adapter = build_policy(
         ModelConfig(path=str(runs["base"]), lora=LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj"])),

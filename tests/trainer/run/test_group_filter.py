@@ -17,13 +17,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import load_config
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.training.loss import ppo_policy_loss
-from areal.trainer.run.group_filter import filter_zero_advantage_groups, zero_advantage_groups
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import read_metrics
-from areal.utils.data import concat_batch
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.training.loss import ppo_policy_loss
+from areal_adv.trainer.run.group_filter import filter_zero_advantage_groups, zero_advantage_groups
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import read_metrics
+from areal_adv.utils.data import concat_batch
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "trainer" / "ppo"))
@@ -116,7 +116,7 @@ def test_the_trainer_logs_the_filtered_groups(tmp_path: Path) -> None:
 
 def test_a_rank_left_without_groups_keeps_one_with_no_active_token(monkeypatch):
     """Under data parallelism another rank kept groups: this one still joins the update, with no tokens."""
-    import areal.trainer.run.group_filter as group_filter
+    import areal_adv.trainer.run.group_filter as group_filter
 
     actor = PPOActor(load_config(PRESET).actor)
     batch, meta = concat_batch(ref.make_peer_groups(2, [3, 2], binary=True))

@@ -24,26 +24,26 @@ import pytest
 import tiny_run  # noqa: E402
 import torch
 
-import areal.trainer.run.loop as loop
-from areal.api.cli_args import load_config
-from areal.trainer.parallel.distributed import DistContext
-from areal.trainer.ppo.kernels.numba_cpu import NUMBA_AVAILABLE
-from areal.trainer.run.kernel_warmup import KernelWarmUp, warm_up_advantage_kernels
-from areal.trainer.run.loop import Trainer
+import areal_adv.trainer.run.loop as loop
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.parallel.distributed import DistContext
+from areal_adv.trainer.ppo.kernels.numba_cpu import NUMBA_AVAILABLE
+from areal_adv.trainer.run.kernel_warmup import KernelWarmUp, warm_up_advantage_kernels
+from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = [
     *tiny_run.TINY,
     "train.num_threads=1",
 ]
-FUSED = "areal.trainer.ppo.kernels.fused_cpu."
+FUSED = "areal_adv.trainer.ppo.kernels.fused_cpu."
 
 _FRESH_PROCESS = """
 import gc, json, sys, warnings
 warnings.simplefilter("ignore")  # gc.get_objects() touches deprecated torch attributes
 import numba
-from areal.api.cli_args import load_config
-from areal.trainer.run.loop import Trainer
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.run.loop import Trainer
 
 def dispatchers():
     out = {}
@@ -152,7 +152,7 @@ def test_a_stage_that_raises_on_the_synthetic_batch_leaves_a_note_and_the_run_tr
     out = capsys.readouterr().out
     notes = [line for line in out.splitlines() if "advantage kernels" in line]
     assert notes == [
-        "[areal] advantage kernels not loaded before step 0: on a synthetic batch, advantage stage "
+        "[areal-adv] advantage kernels not loaded before step 0: on a synthetic batch, advantage stage "
         "'outcome_reward_shaping' (plugins.warmup_plugins.fails_first_call): raised ValueError: this stage reads "
         "the column 'answer', which only the real task's batches have; the run goes on (step 0 loads them)"
     ]

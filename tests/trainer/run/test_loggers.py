@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import tiny_run  # noqa: E402
 
-from areal.api.cli_args import load_config
-from areal.trainer.run.loggers import open_loggers
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import read_metrics
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.run.loggers import open_loggers
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
@@ -76,7 +76,7 @@ def test_a_resumed_tensorboard_file_is_read_after_the_killed_segment_s_file(tmp_
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    from areal.trainer.run.loggers import TensorBoardSink
+    from areal_adv.trainer.run.loggers import TensorBoardSink
 
     folder = tmp_path / "tensorboard"
     killed = SummaryWriter(log_dir=str(folder))

@@ -15,10 +15,10 @@ import tiny_run  # noqa: E402
 import torch
 from safetensors.torch import load_file
 
-from areal.api.cli_args import ConfigError, load_config
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import is_wall_clock, read_metrics
-from areal.utils.checkpoint_folders import CheckpointError
+from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
+from areal_adv.utils.checkpoint_folders import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "grpo_arith.yaml"

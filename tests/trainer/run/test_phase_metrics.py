@@ -1,4 +1,4 @@
-"""Per-phase timings, throughputs and peak memory in every metrics row (areal.trainer.run.metrics.PhaseTimer).
+"""Per-phase timings, throughputs and peak memory in every metrics row (areal_adv.trainer.run.metrics.PhaseTimer).
 
 * every row carries `time/<phase>` for each phase, `time/step`, the sampling and training throughputs
   and `memory/peak_rss_gib`, in metrics.jsonl and TensorBoard, and the progress line shows them;
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import tiny_run  # noqa: E402
 
-from areal.api.cli_args import load_config
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import PHASES, PhaseTimer, is_wall_clock, peak_memory_metrics, read_metrics
-from areal.trainer.run.progress import Progress, progress_line
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import PHASES, PhaseTimer, is_wall_clock, peak_memory_metrics, read_metrics
+from areal_adv.trainer.run.progress import Progress, progress_line
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from areal.trainer.run.plot import build_figure, ema, plot_curves
+from areal_adv.trainer.run.plot import build_figure, ema, plot_curves
 
 
 def _reference_ema(values: list[float], weight: float) -> list[float]:
@@ -117,7 +117,7 @@ def test_panels_with_only_constant_metrics_are_left_out_and_named_below() -> Non
 
 
 def test_flat_is_relative_to_the_panel_scale() -> None:
-    from areal.trainer.run.plot import constant_value
+    from areal_adv.trainer.run.plot import constant_value
 
     assert constant_value([1.0, None, 1.0, float("nan")]) == 1.0
     assert constant_value([2.0, 2.0 + 1e-15]) == pytest.approx(2.0)

@@ -1,4 +1,4 @@
-"""Checks before launch (areal.trainer.run.preflight): what `areal validate` and the trainer know before step 0."""
+"""Checks before launch (areal_adv.trainer.run.preflight): what `areal-adv validate` and the trainer know before step 0."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from checkpoint_factory import build_checkpoint
 
-from areal.api.cli_args import ConfigError, load_config
-from areal.trainer.run.preflight import check_before_launch, model_facts, preflight_runtime
-from areal.trainer.run.task_setup import make_eval_rows, resolve_task_parts
+from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.trainer.run.preflight import check_before_launch, model_facts, preflight_runtime
+from areal_adv.trainer.run.task_setup import make_eval_rows, resolve_task_parts
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -70,7 +70,7 @@ def test_a_tokenizer_larger_than_the_checkpoint_vocabulary_is_named(tmp_path):
     config = json.loads((tmp_path / "ckpt/config.json").read_text())
     (tmp_path / "ckpt/config.json").write_text(json.dumps({**config, "vocab_size": 100}))
     cfg = load_config({"model": {"path": str(tmp_path / "ckpt")}})
-    from areal.trainer.lm.tokenizer import build_tokenizer
+    from areal_adv.trainer.lm.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(cfg.model, None)
     with pytest.raises(ConfigError, match=r"the tokenizer has \d+ tokens but the model's config has vocab_size=100"):
@@ -115,7 +115,7 @@ def test_required_reward_columns_are_checked_against_train_and_eval_rows(tmp_pat
 
 def test_the_check_draws_no_problem_from_the_trainers_generator(tmp_path):
     """Generated problems come from a fresh RNG: the run's own sequence is untouched (resume stays exact)."""
-    from areal.trainer.run.loop import Trainer
+    from areal_adv.trainer.run.loop import Trainer
 
     cfg = load_config(
         ROOT / "examples/grpo_arith.yaml",

@@ -1,7 +1,7 @@
-"""Every preset trains with the real trainer: `python -m areal.trainer.main --config PRESET`.
+"""Every preset trains with the real trainer: `python -m areal_adv.trainer.main --config PRESET`.
 
 Two steps each on the default arithmetic task with tiny overrides, through
-`areal.trainer.main.main(argv)` (the same code path as the command line), plus
+`areal_adv.trainer.main.main(argv)` (the same code path as the command line), plus
 multi-turn runs that exercise split rollouts and turn-level REINFORCE.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from areal.trainer.main import main
+from areal_adv.trainer.main import main
 
 PRESETS = Path(__file__).resolve().parents[3] / "examples" / "presets"
 TINY = (
@@ -72,7 +72,7 @@ def test_remax_without_greedy_baseline_names_the_missing_field(tmp_path, capsys)
 
 def test_remax_trains_once_the_rollout_adds_baselines(tmp_path, monkeypatch):
     """The rest of the path works: a stand-in baseline (the group's mean reward) instead of the greedy one."""
-    from areal.trainer.run.loop import Trainer
+    from areal_adv.trainer.run.loop import Trainer
 
     rollout = Trainer.rollout
 

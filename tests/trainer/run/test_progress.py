@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from areal.api.cli_args import load_config
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.progress import Progress, progress_line
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.progress import Progress, progress_line
 
 ROOT = Path(__file__).resolve().parents[3]
 ROW = {"reward_mean": 0.5, "success_rate": 0.25, "kl": 0.00123, "entropy": 1.5}
@@ -28,7 +28,7 @@ def test_not_a_terminal_one_line_every_n_steps_and_after_the_last() -> None:
     lines = out.getvalue().splitlines()
     assert [re.search(r"step (\d+)/25", line).group(1) for line in lines] == ["10", "20", "25"]
     assert lines[0].startswith(
-        "[areal] exp step 10/25 (40%) | reward 0.500 | success 0.250 | kl 0.0012 | entropy 1.500 | "
+        "[areal-adv] exp step 10/25 (40%) | reward 0.500 | success 0.250 | kl 0.0012 | entropy 1.500 | "
     )
     assert re.search(r"\| [\d.]+ steps/s \| eta \d+s$", lines[0])
     assert "\r" not in out.getvalue()
@@ -42,7 +42,7 @@ def _eta_seconds(line: str) -> float:
 @pytest.mark.parametrize("interactive", [False, True])
 def test_the_eta_counts_the_steps_after_the_first(monkeypatch: pytest.MonkeyPatch, interactive: bool) -> None:
     """Step 1 takes 100 s (kernels load, optimiser state), later ones 1 s: 98 steps left take about 98 s."""
-    import areal.trainer.run.progress as progress_module
+    import areal_adv.trainer.run.progress as progress_module
 
     now = {"t": 0.0}
     monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now["t"])
@@ -88,7 +88,7 @@ def test_disabled_is_silent() -> None:
 
 def test_missing_metrics_are_left_out_of_the_line() -> None:
     line = progress_line("x", 3, 10, {"reward_mean": 1.0, "kl": None}, None)
-    assert line == "[areal] x step 3/10 (30%) | reward 1.000"
+    assert line == "[areal-adv] x step 3/10 (30%) | reward 1.000"
 
 
 def test_a_run_with_redirected_output_prints_lines(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -114,10 +114,10 @@ def test_a_run_with_redirected_output_prints_lines(tmp_path: Path, capsys: pytes
     # the run opens with its "what runs" block (ending with the threads line) and the kernel warm-up's line,
     # then one line per log_every steps
     end = next(i for i, line in enumerate(lines) if line.startswith("threads: "))
-    assert lines[0] == "[areal] grpo_arith: what runs"
-    assert re.fullmatch(r"\[areal\] advantage kernels ready in \d+\.\d\d s", lines[end + 1]), lines[end + 1]
+    assert lines[0] == "[areal-adv] grpo_arith: what runs"
+    assert re.fullmatch(r"\[areal-adv\] advantage kernels ready in \d+\.\d\d s", lines[end + 1]), lines[end + 1]
     assert [line.split(" | ")[0] for line in lines[end + 2 :]] == [
-        "[areal] grpo_arith step 2/3 (66%)",
-        "[areal] grpo_arith step 3/3 (100%)",
+        "[areal-adv] grpo_arith step 2/3 (66%)",
+        "[areal-adv] grpo_arith step 3/3 (100%)",
     ]
     assert "\r" not in captured.err

@@ -22,11 +22,11 @@ import pytest
 import torch
 from dist_launch import clean_env
 
-from areal.api.cli_args import load_config
-from areal.trainer.main import main
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import is_wall_clock, read_metrics
-from areal.utils.checkpoint_folders import latest_checkpoint
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.main import main
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
+from areal_adv.utils.checkpoint_folders import latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "ppo_token_gae.yaml"
@@ -97,12 +97,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _main_cmd(out: Path, *extra: str, script: str | None = None) -> list[str]:
     """The killed run: a separate process (`script` patches something before calling main)."""
-    head = [sys.executable, "-c", textwrap.dedent(script)] if script else [sys.executable, "-m", "areal.trainer.main"]
+    head = (
+        [sys.executable, "-c", textwrap.dedent(script)] if script else [sys.executable, "-m", "areal_adv.trainer.main"]
+    )
     return [*head, "--config", str(CONFIG), *TINY, f"output.dir={out}", "experiment_name=run", *extra]
 
 
 def _resume(out: Path, capsys: pytest.CaptureFixture) -> str:
-    """`python -m areal.trainer.main ... train.resume=auto`, through `main(argv)` in this process.
+    """`python -m areal_adv.trainer.main ... train.resume=auto`, through `main(argv)` in this process.
 
     The stage object is reset first, as a new process would have it: only the checkpoint restores it.
     """
@@ -141,8 +143,8 @@ def test_sigkill_and_resume_gives_the_uninterrupted_run(
     last = latest_checkpoint(run_dir / "checkpoints")
     assert last is not None and last.name != f"step_{STEPS}"  # killed mid-run, after at least one checkpoint
     out = _resume(tmp_path, capsys)
-    assert f"[areal] resuming from {last} (step {last.name.removeprefix('step_')})\n" in out
-    assert f"[areal] run: done, {STEPS}/{STEPS} steps" in out
+    assert f"[areal-adv] resuming from {last} (step {last.name.removeprefix('step_')})\n" in out
+    assert f"[areal-adv] run: done, {STEPS}/{STEPS} steps" in out
     assert_same_run(run_dir, reference)
     _check_tensorboard(run_dir, reference)
 
@@ -161,14 +163,14 @@ def _check_tensorboard(run_dir: Path, reference: Path) -> None:
 
 _KILL_IN_SAVE = """
 import os, signal, sys
-from areal.utils import checkpoint_folders as checkpoint
+from areal_adv.utils import checkpoint_folders as checkpoint
 real = checkpoint._fsync_tree
 def fsync_tree(folder):
     if folder.name.startswith(".tmp-step_4-"):  # every file of step 4 written, nothing published yet
         os.kill(os.getpid(), signal.SIGKILL)
     return real(folder)
 checkpoint._fsync_tree = fsync_tree
-from areal.trainer.main import main
+from areal_adv.trainer.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -210,7 +212,7 @@ def test_resume_from_an_older_checkpoint_replaces_the_later_history(
     capsys.readouterr()
     result = Trainer(load_config(CONFIG, [*common, f"train.resume={older}"])).run()
     assert result.resumed_from == older and result.steps_done == STEPS
-    assert f"[areal] resuming from {older} (step 2)\n" in capsys.readouterr().out
+    assert f"[areal-adv] resuming from {older} (step 2)\n" in capsys.readouterr().out
     assert sorted(p.name for p in (first.run_dir / "checkpoints").iterdir()) == ["step_2", "step_4", "step_6"]
     assert_same_run(first.run_dir, reference)
     _check_tensorboard(first.run_dir, reference)

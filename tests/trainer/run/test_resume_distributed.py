@@ -18,8 +18,8 @@ import pytest
 import torch
 from dist_launch import clean_env, descendants, run_bounded
 
-from areal.trainer.run.metrics import is_wall_clock, read_metrics
-from areal.utils.checkpoint_folders import latest_checkpoint
+from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
+from areal_adv.utils.checkpoint_folders import latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
 STEPS = 6
@@ -48,7 +48,7 @@ def _torchrun(out: Path, name: str, *extra: str) -> list[str]:
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "areal.trainer.main",
+        "areal_adv.trainer.main",
         "--config",
         str(ROOT / "examples" / "grpo_arith.yaml"),
         *TINY,
@@ -113,7 +113,7 @@ def test_two_rank_job_resumes_exactly(tmp_path: Path, parallel: str) -> None:
     last = latest_checkpoint(run_dir / "checkpoints")
     assert last is not None and last.name != f"step_{STEPS}"
     log = _run(_torchrun(tmp_path, "run", mode, "train.resume=auto"))
-    assert log.count(f"[areal] run: done, {STEPS}/{STEPS} steps") == 1  # rank 0 reports, once
+    assert log.count(f"[areal-adv] run: done, {STEPS}/{STEPS} steps") == 1  # rank 0 reports, once
     rows = _rows(run_dir)
     assert [r["step"] for r in rows] == list(range(STEPS)) and rows == _rows(reference)
     mine, theirs = _final_tensors(run_dir), _final_tensors(reference)

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from areal.api.cli_args import load_config
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import is_wall_clock, read_metrics
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 PRESETS = ROOT / "examples" / "presets"
@@ -108,7 +108,7 @@ def test_dropping_the_stage_state_changes_the_run(
 ) -> None:
     """The control: the same resume with the KRPO state cleared after loading diverges from the reference."""
     out, reference, first = krpo_runs
-    from areal.trainer.ppo.actor import PPOActor
+    from areal_adv.trainer.ppo.actor import PPOActor
 
     load = PPOActor.load_state_dict
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from areal.api.cli_args import ConfigError, load_config
-from areal.trainer.main import main
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.run_dir import RunDirectoryError, plan_run, truncate_jsonl
+from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.trainer.main import main
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.run_dir import RunDirectoryError, plan_run, truncate_jsonl
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
@@ -151,7 +151,7 @@ def test_a_run_that_died_before_its_first_step_does_not_block_the_next(
     assert main(["--config", str(DEFAULT), *TINY, f"output.dir={tmp_path}", crash]) == 1
     assert {"config.yaml", "metrics.jsonl", "error.log"} <= {p.name for p in run_dir.iterdir()}
     assert not (run_dir / "metrics.jsonl").read_text().strip()
-    with caplog.at_level("WARNING", logger="areal.run_dir"):
+    with caplog.at_level("WARNING", logger="areal_adv.run_dir"):
         assert main(["--config", str(DEFAULT), *TINY, f"output.dir={tmp_path}"]) == 0
     assert f"run directory {run_dir}: the run there stopped before its first step" in caplog.text
     assert not (run_dir / "error.log").exists()  # the crashed run's leftovers went with it

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from areal.api.cli_args import load_config
-from areal.api.presets import DEFAULT_RUN, preset_names
-from areal.cli import main
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.run_summary import matching_presets
+from areal_adv.api.cli_args import load_config
+from areal_adv.api.presets import DEFAULT_RUN, preset_names
+from areal_adv.cli import main
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.run_summary import matching_presets
 
 TINY = [
     "train.steps=1",
@@ -50,5 +50,5 @@ def test_the_run_opens_with_validates_table_the_preset_threads_and_device(tmp_pa
     table = capsys.readouterr().out.split("\n\nconfig OK")[0]
     Trainer(load_config("preset:rloo", [*TINY, f"output.dir={tmp_path}"])).run()
     out = capsys.readouterr().out
-    assert f"[areal] preset_rloo: what runs\n{table}\nestimator preset: preset:rloo\n" in out, out
+    assert f"[areal-adv] preset_rloo: what runs\n{table}\nestimator preset: preset:rloo\n" in out, out
     assert "threads: 1 per process (train.num_threads) | device: cpu\n" in out, out

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from areal.api.cli_args import load_config
-from areal.cli import main
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import read_metrics
+from areal_adv.api.cli_args import load_config
+from areal_adv.cli import main
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import read_metrics
 from examples.self_play.nim import NimEnvironment
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -45,7 +45,7 @@ def test_two_ranks_agree_on_the_stage_state(tmp_path: Path, preset: str) -> None
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "areal.trainer.main",
+        "areal_adv.trainer.main",
         "--config",
         str(ROOT / "examples" / "presets" / f"{preset}.yaml"),
         *TINY,
@@ -61,8 +61,8 @@ def test_two_ranks_agree_on_the_stage_state(tmp_path: Path, preset: str) -> None
 
 
 def test_a_checkpoint_refuses_ranks_whose_stage_states_differ(monkeypatch: pytest.MonkeyPatch) -> None:
-    from areal.trainer.run import trainer_state
-    from areal.utils.checkpoint_folders import CheckpointError
+    from areal_adv.trainer.run import trainer_state
+    from areal_adv.utils.checkpoint_folders import CheckpointError
 
     class Actor:
         def state_fingerprints(self):

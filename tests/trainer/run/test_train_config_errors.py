@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from areal.api.cli_args import ConfigError, load_config
-from areal.api.train_args import ExperimentConfig
-from areal.trainer.main import main
+from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.api.train_args import ExperimentConfig
+from areal_adv.trainer.main import main
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
@@ -47,10 +47,10 @@ def test_bad_override_names_the_field(override: str, field: str) -> None:
 def test_process_shaping_without_process_rewards_loads_but_warns(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from areal.trainer.run.loop import Trainer
+    from areal_adv.trainer.run.loop import Trainer
 
     cfg = load_config(ROOT / "examples" / "guess_gvpo.yaml", ["rollout.prm.enabled=false", f"output.dir={tmp_path}"])
-    with caplog.at_level("WARNING", logger="areal.trainer"):
+    with caplog.at_level("WARNING", logger="areal_adv.trainer"):
         Trainer(cfg)
     assert "rollout.prm.enabled=false" in caplog.text
 

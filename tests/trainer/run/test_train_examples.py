@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from areal.api.cli_args import load_config
-from areal.trainer.run.loop import Trainer
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from areal.api.cli_args import load_config
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.metrics import read_metrics
+from areal_adv.api.cli_args import load_config
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
@@ -115,7 +115,7 @@ def test_cli_entry_point_runs_the_default_config(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "areal.trainer.main",
+            "areal_adv.trainer.main",
             "--config",
             str(DEFAULT),
             *TINY,
@@ -130,7 +130,7 @@ def test_cli_entry_point_runs_the_default_config(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "[areal] cli: done, 2/2 steps" in proc.stdout
+    assert "[areal-adv] cli: done, 2/2 steps" in proc.stdout
     lines = (tmp_path / "cli" / "trial0" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2 and json.loads(lines[-1])["step"] == 1
     assert (tmp_path / "cli" / "trial0" / "curves.png").is_file()

@@ -13,15 +13,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import PPOActorConfig, load_config
-from areal.api.train_args import ModelConfig
-from areal.trainer.lm.model import build_critic, build_policy
-from areal.trainer.main import main
-from areal.trainer.parallel.checksum import module_checksum
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.run.loop import Trainer
-from areal.trainer.run.trainer_state import capture_rng, load_module, restore_rng, save_module
-from areal.utils.checkpoint_folders import CheckpointError
+from areal_adv.api.cli_args import PPOActorConfig, load_config
+from areal_adv.api.train_args import ModelConfig
+from areal_adv.trainer.lm.model import build_critic, build_policy
+from areal_adv.trainer.main import main
+from areal_adv.trainer.parallel.checksum import module_checksum
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.trainer_state import capture_rng, load_module, restore_rng, save_module
+from areal_adv.utils.checkpoint_folders import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
@@ -105,7 +105,7 @@ class _Counter:
         self.n = 0
 
     def __call__(self, inputs, *, factor: float = 1.0):
-        from areal.trainer.ppo.advantage import OutcomeResult
+        from areal_adv.trainer.ppo.advantage import OutcomeResult
 
         self.n += 1
         return OutcomeResult(rewards=inputs.data["rewards"] * factor)
@@ -191,7 +191,7 @@ def test_a_critic_mismatch_is_refused(tmp_path: Path, checkpoint: Path) -> None:
 def test_changed_config_is_named_in_a_warning(
     tmp_path: Path, checkpoint: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="areal.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="areal_adv.checkpoint"):
         result = _resume_trainer(tmp_path, checkpoint, "train.lr=0.01", "train.steps=3").run()
     assert result.steps_done == 3 and result.resumed_from == checkpoint
     assert "with a changed config (experiment_name, train.lr)" in caplog.text
@@ -214,6 +214,6 @@ def test_a_finished_run_resumes_to_nothing_to_do(tmp_path: Path, checkpoint: Pat
 
 
 def result_rows(path: Path) -> list[dict]:
-    from areal.trainer.run.metrics import read_metrics
+    from areal_adv.trainer.run.metrics import read_metrics
 
     return read_metrics(path)

@@ -18,10 +18,10 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import NormConfig, PPOActorConfig, load_config
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils.data import concat_batch
-from areal.utils.dynamic_import import PluginResolutionError
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig, load_config
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import concat_batch
+from areal_adv.utils.dynamic_import import PluginResolutionError
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PRESET = Path(__file__).resolve().parents[4] / "examples" / "presets" / "grpo_distill.yaml"

@@ -16,8 +16,8 @@ from episode_factory import batch_of, make_episode_groups
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import NormConfig, PPOActorConfig
-from areal.trainer.ppo.actor import PPOActor
+from areal_adv.api.cli_args import NormConfig, PPOActorConfig
+from areal_adv.trainer.ppo.actor import PPOActor
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -24,10 +24,10 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import PPOActorConfig, load_config
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.checks.contracts import StageContractError
-from areal.utils.data import RolloutGroup, concat_batch
+from areal_adv.api.cli_args import PPOActorConfig, load_config
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.checks.contracts import StageContractError
+from areal_adv.utils.data import RolloutGroup, concat_batch
 
 PRESETS = Path(__file__).resolve().parents[4] / "examples" / "presets"
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from areal.trainer.ppo.estimators.lambda_fn import (
+from areal_adv.trainer.ppo.estimators.lambda_fn import (
     BUILTIN_LAMBDAS,
     constant,
     relative_position,
     vapo_length_adaptive,
 )
-from areal.trainer.ppo.gae import GAELambdaContext, compute_gae_lambda
+from areal_adv.trainer.ppo.gae import GAELambdaContext, compute_gae_lambda
 
 
 def _ctx(lengths: list[int], unit: str = "token") -> GAELambdaContext:
@@ -90,7 +90,7 @@ def test_kwarg_validation(fn, kwargs, pattern):
 
 
 def test_unknown_kwarg_is_reported_with_the_source():
-    from areal.trainer.ppo.gae import LambdaFunctionError
+    from areal_adv.trainer.ppo.gae import LambdaFunctionError
 
     with pytest.raises(LambdaFunctionError) as err:
         compute_gae_lambda(

@@ -10,16 +10,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from areal.api.builtin_stages import BUILTIN_STAGE_IMPLEMENTATIONS
-from areal.api.cli_args import PPOActorConfig, load_config
-from areal.api.stage_registry import STAGE_REGISTRY
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.advantage import OutcomeRewardInputs
-from areal.trainer.ppo.advantage_algorithms import TemporalInputs
-from areal.trainer.ppo.estimators import peer_algorithms as peer
-from areal.trainer.ppo.gae import token_gae_tensors
-from areal.utils.data import RolloutGroup, TrajBatchMeta
-from areal.utils.dynamic_import import PluginResolutionError
+from areal_adv.api.builtin_stages import BUILTIN_STAGE_IMPLEMENTATIONS
+from areal_adv.api.cli_args import PPOActorConfig, load_config
+from areal_adv.api.stage_registry import STAGE_REGISTRY
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.advantage import OutcomeRewardInputs
+from areal_adv.trainer.ppo.advantage_algorithms import TemporalInputs
+from areal_adv.trainer.ppo.estimators import peer_algorithms as peer
+from areal_adv.trainer.ppo.gae import token_gae_tensors
+from areal_adv.utils.data import RolloutGroup, TrajBatchMeta
+from areal_adv.utils.dynamic_import import PluginResolutionError
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

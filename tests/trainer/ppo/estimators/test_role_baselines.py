@@ -17,9 +17,9 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import PPOActorConfig
-from areal.trainer.ppo.actor import PPOActor
-from areal.utils.data import concat_batch
+from areal_adv.api.cli_args import PPOActorConfig
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import concat_batch
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -16,11 +16,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from areal.api.cli_args import PPOActorConfig
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.stage_state import StageState, StageStateError
-from areal.utils.data import concat_batch
-from areal.utils.dynamic_import import PluginResolutionError
+from areal_adv.api.cli_args import PPOActorConfig
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.stage_state import StageState, StageStateError
+from areal_adv.utils.data import concat_batch
+from areal_adv.utils.dynamic_import import PluginResolutionError
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

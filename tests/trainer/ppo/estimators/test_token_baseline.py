@@ -11,10 +11,10 @@ import math
 import pytest
 import torch
 
-from areal.api.cli_args import PPOActorConfig
-from areal.trainer.ppo.actor import PPOActor
-from areal.trainer.ppo.checks.batch_checks import BatchError
-from areal.utils.data import concat_batch
+from areal_adv.api.cli_args import PPOActorConfig
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.checks.batch_checks import BatchError
+from areal_adv.utils.data import concat_batch
 
 NAMES = ("optimal_token_baseline", "tir_optimal_token_baseline")
 

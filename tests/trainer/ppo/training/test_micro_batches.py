@@ -10,12 +10,12 @@ import copy
 import pytest
 import torch
 
-from areal.api.cli_args import ConfigError, PPOActorConfig
-from areal.api.train_args import ModelConfig
-from areal.trainer.lm.model import build_policy
-from areal.trainer.parallel.engine import NonFiniteLossError, PolicyEngine
-from areal.trainer.parallel.micro_batches import chunked_rows, micro_slices
-from areal.trainer.ppo.training.update import ppo_update
+from areal_adv.api.cli_args import ConfigError, PPOActorConfig
+from areal_adv.api.train_args import ModelConfig
+from areal_adv.trainer.lm.model import build_policy
+from areal_adv.trainer.parallel.engine import NonFiniteLossError, PolicyEngine
+from areal_adv.trainer.parallel.micro_batches import chunked_rows, micro_slices
+from areal_adv.trainer.ppo.training.update import ppo_update
 
 SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 MODEL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)

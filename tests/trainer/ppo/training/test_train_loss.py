@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from areal.api.cli_args import PPOActorConfig
-from areal.trainer.ppo.training.loss import clipped_value_loss, masked_mean, ppo_policy_loss
-from areal.trainer.ppo.training.update import minibatch_slices, ppo_update
+from areal_adv.api.cli_args import PPOActorConfig
+from areal_adv.trainer.ppo.training.loss import clipped_value_loss, masked_mean, ppo_policy_loss
+from areal_adv.trainer.ppo.training.update import minibatch_slices, ppo_update
 
 
 def _loss(logp, prox, adv, mask, **kw):

@@ -1,9 +1,0 @@
-"""The advantage pipeline inside TRL 1.16: `AReaLGRPOTrainer`.
-
-Importing this package imports `trl`; see docs/integrations.md.
-"""
-
-from areal.integrations.trl.advantages import GatheredRollouts, group_advantages, process_rows
-from areal.integrations.trl.trainer import AReaLGRPOTrainer, TokenRewardFunc
-
-__all__ = ["AReaLGRPOTrainer", "GatheredRollouts", "TokenRewardFunc", "group_advantages", "process_rows"]

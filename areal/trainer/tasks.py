@@ -1,9 +1,0 @@
-"""The task interface at its earlier path, for task plugins written against it.
-
-The tasks live in `areal.trainer.rollout.tasks`; this module re-exports the
-names a plugin imports, as the same objects.
-"""
-
-from areal.trainer.rollout.tasks import Environment, StepResult, Task, make_task
-
-__all__ = ["Environment", "StepResult", "Task", "make_task"]

@@ -1,0 +1,13 @@
+"""The advantage pipeline inside other training engines.
+
+- `areal_adv.integrations.verl`: the `areal` estimator in verl's advantage-estimator
+  registry (loaded through verl's `verl.plugins` entry points) and a drop-in
+  wrapper of verl's `compute_advantage` for critic and turn-level GAE.
+- `areal_adv.integrations.trl`: `AReaLGRPOTrainer`, a `trl.GRPOTrainer` whose
+  advantages come from the pipeline.
+- `areal_adv.integrations.areal`: AReaL 1.0.4's `PPOActor.compute_advantages` computed by
+  the pipeline (`install()`), and AReaL experiment configs that take `actor.advantage`.
+
+Nothing here is imported by `import areal_adv`; each adapter imports its engine only
+when it is used, so the core package never needs verl, TRL or AReaL installed.
+"""

@@ -1,0 +1,73 @@
+"""AReaL's `PPOActor.compute_advantages`, computed by the areal-adv pipeline.
+
+`install()` replaces the method on AReaL's class, in this process. The replacement
+does what AReaL's does around the computation: `concat_batch` the per-trajectory
+dicts, compute, `split_batch` back. The computation in between is ours, given the
+layout AReaL's `concat_batch` records. That layout matters for group statistics:
+AReaL's `Normalization` cuts the batch into runs of the fixed `group_size`, which
+puts rows of different prompts together whenever prompts have different numbers
+of samples (dynamic sampling, filtered groups); ours normalises each recorded group.
+With equal groups of `group_size` rows both agree.
+
+Our actor is built once per AReaL actor and config (it resolves and checks every
+configured plugin then, so a bad plugin path fails at the first call, naming the
+stage and the path).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from areal.trainer.ppo.actor import PPOActor as ArealPPOActor
+from areal.utils import data as areal_data
+
+from areal_adv.integrations.areal.experiment_configs import areal_config_to_ours
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.utils.data import TrajBatchMeta
+
+__all__ = ["compute_advantages", "install", "installed", "uninstall"]
+
+_ORIGINAL = ArealPPOActor.compute_advantages
+#: Where our actor is kept on AReaL's actor, with the config object it was built from.
+_CACHE = "_areal_adv_actor"
+
+
+def our_actor(areal_actor: Any) -> PPOActor:
+    """The areal-adv actor for this AReaL actor, built on first use and again when its config object changes."""
+    cached = getattr(areal_actor, _CACHE, None)
+    if cached is None or cached[0] is not areal_actor.config:
+        cached = (areal_actor.config, PPOActor(areal_config_to_ours(areal_actor.config)))
+        setattr(areal_actor, _CACHE, cached)
+    return cached[1]
+
+
+def layout(meta: Any) -> TrajBatchMeta:
+    """Our batch metadata from the one AReaL's `concat_batch` records (rows per input dict, their lengths)."""
+    return TrajBatchMeta(meta.n_trajs, tuple(meta.traj_group_sizes), tuple(meta.traj_seqlens))
+
+
+@functools.wraps(_ORIGINAL)
+def compute_advantages(self: Any, data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """AReaL's `compute_advantages(data)`: one dict per trajectory group in, the same out, with advantages."""
+    batched, meta = areal_data.concat_batch(data)
+    result = our_actor(self).compute_advantages(batched, layout(meta))
+    if batched.get("ref_logp") is not None:
+        # AReaL's method multiplies the batch's `ref_logp` by the (shifted) loss mask in place, so AReaL code
+        # after it reads masked values; the same values here, in a new tensor (the caller's stays as it was).
+        result["ref_logp"] = batched["ref_logp"] * result["loss_mask"]
+    return areal_data.split_batch(result, meta)
+
+
+def install() -> None:
+    """Make every AReaL `PPOActor` of this process compute advantages with areal-adv (idempotent)."""
+    ArealPPOActor.compute_advantages = compute_advantages
+
+
+def uninstall() -> None:
+    """Put AReaL's own method back."""
+    ArealPPOActor.compute_advantages = _ORIGINAL
+
+
+def installed() -> bool:
+    return ArealPPOActor.compute_advantages is compute_advantages

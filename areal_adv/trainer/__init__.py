@@ -1,0 +1,9 @@
+"""The trainer, as packages that import only downwards, in this order (top first):
+
+`run` (the loop, start-up, checkpoints of a run, loggers, evaluation) >
+`rollout` (tasks, episodes, reward functions, prompt data) > `ppo` (the advantage
+pipeline, the PPO update) > `parallel` (torchrun, DDP/FSDP2 engines, failures) >
+`lm` (models, tokenizers, sampling); all of them may import `areal_adv.api` and
+`areal_adv.utils`. `main` is the entry point (`python -m areal_adv.trainer.main`) above
+them all. tests/test_layout.py checks the order.
+"""

@@ -1,0 +1,619 @@
+"""The RL training loop: rollout → reference/values → advantages → PPO updates → metrics.
+
+`PPOActor.compute_advantages` is the single place advantages come from; this
+module only prepares its inputs (aligned `ref_logp`, `values`, `prox_logp`) and
+consumes its output. GRPO = `critic.enabled: false` with group reward
+normalisation; PPO = a critic whose values feed GAE and which regresses on the
+pipeline's `returns`.
+
+Data parallelism (`torchrun`, see docs/distributed.md): one `Trainer` per rank,
+given the rank's `DistContext`. Every rank samples the same global prompt list
+(shared seed), rolls out only its round-robin share of the prompts (whole
+groups), and trains through torch's DDP or FSDP2 (`train.parallel`, see
+`areal_adv.trainer.parallel.engine`); metrics are reduced across ranks and only rank 0
+writes files. `Trainer.policy` is always the plain `transformers` module that
+samples and is saved (under FSDP a full copy refreshed after every update).
+Without a process group the loop is exactly the single-process one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, config_to_yaml
+from areal_adv.api.train_args import ExperimentConfig
+from areal_adv.trainer.lm.logprobs import aligned_from_rollout
+from areal_adv.trainer.lm.model import build_critic, build_policy, frozen_copy, special_ids
+from areal_adv.trainer.lm.tokenizer import build_tokenizer
+from areal_adv.trainer.parallel.checksum import module_checksum
+from areal_adv.trainer.parallel.cpu_threads import apply_num_threads
+from areal_adv.trainer.parallel.distributed import (
+    DistContext,
+    all_gather_objects,
+    assign_prompts_to_ranks,
+    barrier,
+    broadcast_module,
+    reduce_metrics,
+)
+from areal_adv.trainer.parallel.engine import PolicyEngine, ValueEngine, reference_logprobs
+from areal_adv.trainer.parallel.failures import staged
+from areal_adv.trainer.parallel.micro_batches import chunked_rows, micro_slices
+from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.estimators.combine import reads_reference
+from areal_adv.trainer.ppo.training.critic import PPOCritic
+from areal_adv.trainer.rollout.episodes import (
+    EpisodeRecord,
+    add_reward_baselines,
+    collect_episodes,
+    export_episodes,
+    export_turn_rows,
+    groups_to_device,
+)
+from areal_adv.trainer.rollout.stage_fields import (
+    add_prompt_keys,
+    add_seat_ids,
+    behaviour_token_stats,
+    reward_components,
+    stage_batch_fields,
+)
+from areal_adv.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
+from areal_adv.trainer.run.group_filter import filter_zero_advantage_groups
+from areal_adv.trainer.run.kernel_warmup import warm_up_advantage_kernels
+from areal_adv.trainer.run.loggers import RunLoggers, open_loggers
+from areal_adv.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
+from areal_adv.trainer.run.plot import plot_curves
+from areal_adv.trainer.run.preflight import check_before_launch
+from areal_adv.trainer.run.progress import Progress
+from areal_adv.trainer.run.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
+from areal_adv.trainer.run.run_summary import start_block
+from areal_adv.trainer.run.task_setup import (
+    agree,
+    build_runtime,
+    make_eval_rows,
+    make_prompt_source,
+    resolve_task_parts,
+)
+from areal_adv.trainer.run.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
+from areal_adv.utils.batch_meta import TrajBatchMeta
+from areal_adv.utils.data import concat_batch
+
+logger = logging.getLogger("areal_adv.trainer")
+
+#: How far apart the ranks' seeds lie: rank r seeds its per-rank streams with seed + offset + RANK_SEED_STRIDE * r.
+#: A prime far above the offsets (1, 2), so no two (offset, rank) pairs share a seed, and rank 0 (the
+#: single-process run) keeps seed + offset.
+RANK_SEED_STRIDE = 1_000_003
+
+
+@dataclass
+class RunResult:
+    """Where a run wrote its outputs and how it went."""
+
+    run_dir: Path
+    metrics_path: Path
+    plot_path: Path | None
+    steps_done: int
+    interrupted: bool
+    seconds: float
+    first5_reward: float | None
+    last10_reward: float | None
+    checkpoint: Path | None = None  # the newest checkpoint this run wrote (None: none)
+    resumed_from: Path | None = None
+    last_save_seconds: float = 0.0  # the checkpoint after the last row (earlier ones: the rows' time/save)
+
+    def summary(self, name: str, total_steps: int) -> str:
+        def fmt(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:.3f}"
+
+        state = "interrupted" if self.interrupted else "done"
+        plot = f" | plot {self.plot_path}" if self.plot_path else ""
+        saved = f" | last checkpoint {self.last_save_seconds:.1f}s" if self.checkpoint is not None else ""
+        return (
+            f"[areal-adv] {name}: {state}, {self.steps_done}/{total_steps} steps in {self.seconds:.1f}s | "
+            f"reward first 5 steps {fmt(self.first5_reward)} -> last 10 steps {fmt(self.last10_reward)} | "
+            f"metrics {self.metrics_path}{plot}{saved}"
+        )
+
+
+@dataclass
+class StepOutput:
+    """A step's metrics plus the batch before and after the advantage pipeline (for tests and hooks)."""
+
+    metrics: dict[str, Any]
+    batch: dict[str, Any]
+    data: dict[str, Any]
+    records: list[EpisodeRecord]
+
+
+def shipped_actor_config(config: PPOActorConfig) -> PPOActorConfig:
+    """The actor config as a remote worker receives it: serialised to JSON and rebuilt (and re-validated)."""
+    return actor_config_from_dict(json.loads(json.dumps(config_to_dict(config))))
+
+
+#: How metrics are averaged over ranks: per episode, per active (loss-mask) token; every other
+#: metric has equal weights (the update statistics are all-reduced inside the update and gradient
+#: norms are of the synchronised gradient, so they are the same on every rank; `seconds` is a mean).
+_EPISODE_KEYS = ("reward_mean", "success_rate", "response_tokens", "turns", "truncated_frac")
+_TOKEN_KEYS = ("adv_mean", "_adv_sq_mean", "kl", "process_reward_mean")
+
+
+def _warn_unused_process_shaping(cfg: ExperimentConfig) -> None:
+    """A process stage without process rewards is valid config but probably not what was meant."""
+    spec = cfg.actor.advantage.process_adv_shaping
+    if spec is not None and spec.implementation in ("gvpo", "process_weighted") and not cfg.rollout.prm.enabled:
+        logger.warning(
+            "actor.advantage.process_adv_shaping=%s but rollout.prm.enabled=false: the batch carries "
+            "no token_rewards, so the shaping has nothing to act on",
+            spec.implementation,
+        )
+
+
+class Trainer:
+    """Builds everything from an `ExperimentConfig` and runs `train.steps` steps.
+
+    `ctx` is this process's place in a data-parallel job (`init_distributed()`);
+    None or a 1-rank context is the plain single-process trainer on CPU.
+    """
+
+    def __init__(self, cfg: ExperimentConfig, ctx: DistContext | None = None) -> None:
+        self.cfg = cfg
+        self.ctx = ctx if ctx is not None and ctx.is_distributed else DistContext()
+        # single process: CPU as always; data parallel: the rank's device (cuda:<local_rank> under nccl)
+        self.device = self.ctx.device if self.ctx.is_distributed else torch.device("cpu")
+        # prompts are dispatched before rollout, round-robin, so a prompt's whole group stays on one rank
+        if cfg.rollout.batch_size < self.ctx.world_size:  # the same verdict on every rank: no collective yet
+            raise ConfigError(
+                f"rollout.batch_size: got {cfg.rollout.batch_size}, but the job has {self.ctx.world_size} ranks; "
+                "batch_size is the global number of prompts per step and a prompt group is never split, so use "
+                f"rollout.batch_size >= {self.ctx.world_size}"
+            )
+        self.prompt_indices = assign_prompts_to_ranks(cfg.rollout.batch_size, self.ctx.world_size)[self.ctx.rank]
+        # before anything is built: a taken run directory fails in a second (decided on rank 0, shared)
+        self.plan = shared_plan(cfg, self.ctx)
+        self.run_dir = self.plan.run_dir
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
+        self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
+        # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1. `generate`
+        # draws from torch's global RNG: sample_continuations seeds a forked global RNG from this generator
+        self.generator = torch.Generator(device=self.device).manual_seed(
+            cfg.seed + 1 + RANK_SEED_STRIDE * self.ctx.rank
+        )
+        # task and reward plugins are imported here, on every rank; any rank's failure stops all of them
+        parts = self.parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
+        self.tokenizer = build_tokenizer(
+            cfg.model, getattr(parts.task, "vocabulary", None), getattr(parts.task, "stop_words", ()) or ()
+        )
+        self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+        # by the policy's size: one thread for a tiny model, the cores / local ranks otherwise (cpu_threads)
+        self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in self.policy.parameters()))
+        self.task = build_runtime(cfg, parts, self.tokenizer, self.policy)
+        eval_rows = make_eval_rows(cfg, parts)
+        # what `areal-adv validate` checks (context, reward columns): a run that cannot fit fails before step 0
+        agree(lambda: check_before_launch(cfg, parts, self.task, eval_rows), self.ctx)
+        self.prompt_source = make_prompt_source(cfg, parts, self.rng)
+        self.evaluator = Evaluator(cfg.eval, eval_rows, cfg.train.steps)
+        broadcast_module(self.policy, self.ctx)
+        parallel = cfg.train.parallel
+        # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP. The KL reward
+        # reads the reference; so does a `combine` estimator distilling against ref_logp. With LoRA the reference
+        # is the policy with its adapters disabled (the frozen base), not a second copy
+        estimator = cfg.actor.advantage.estimator
+        wants_reference = cfg.actor.kl_ctl != 0 or (
+            estimator is not None and reads_reference(estimator.implementation, estimator.kwargs)
+        )
+        self.reference_is_base = wants_reference and cfg.model.lora is not None
+        self.reference = frozen_copy(self.policy) if wants_reference and cfg.model.lora is None else None
+        self.engine = PolicyEngine(
+            self.policy,
+            lr=cfg.train.lr,
+            weight_decay=cfg.train.weight_decay,
+            grad_clip=cfg.train.grad_clip,
+            ctx=self.ctx,
+            parallel=parallel,
+            mixed_precision=cfg.model.mixed_precision,
+        )
+        self.policy = self.engine.rollout_model  # the plain module (under FSDP: the full sampling copy)
+        # built from the serialised config, as a remote worker would; resolves the plugins in this
+        # process and, in a process group, raises WorkerInitError on every rank if any rank fails
+        self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
+        self.critic = None
+        if cfg.critic.enabled:
+            model = build_critic(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+            broadcast_module(model, self.ctx)
+            self.critic = PPOCritic(
+                cfg.critic,
+                ValueEngine(
+                    model,
+                    lr=cfg.critic.lr,
+                    weight_decay=cfg.critic.weight_decay,
+                    grad_clip=cfg.critic.grad_clip,
+                    ctx=self.ctx,
+                    parallel=parallel,
+                    mixed_precision=cfg.model.mixed_precision,
+                ),
+            )
+        # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
+        torch.manual_seed(cfg.seed + 2 + RANK_SEED_STRIDE * self.ctx.rank)
+        # a resumed run appends to the samples it already wrote
+        self.sample_log = SampleLog(self.run_dir / "samples.jsonl", append=self.plan.resume_from is not None)
+        if self.ctx.is_main:
+            _warn_unused_process_shaping(cfg)
+        # numba loads (or compiles) the pipeline's kernels on their first call: here, not in step 0's timer.
+        # A separate actor on synthetic batches; the random states and stage state are put back after it.
+        # `run` prints how it went below the opening block
+        self.kernel_warmup = warm_up_advantage_kernels(
+            cfg, self.actor.config, task=parts.task, device=self.device, ctx=self.ctx
+        )
+
+    # -- one step ---------------------------------------------------------------------------
+
+    @staged("rollout")
+    def rollout(self) -> tuple[list[dict[str, Any]], list[EpisodeRecord]]:
+        """Sample this rank's prompt groups and export them as trajectory-group dicts.
+
+        The global prompt list is drawn identically on every rank; this rank
+        rolls out its round-robin share (all prompts in a single process).
+        """
+        cfg = self.cfg
+        problems = self.prompt_source.sample(cfg.rollout.batch_size)
+        if self.ctx.is_distributed:
+            problems = [problems[i] for i in self.prompt_indices]
+        groups = collect_episodes(
+            self.policy,
+            self.task,
+            problems,
+            cfg.rollout.n_samples,
+            budget=cfg.generation_budget,
+            temperature=cfg.sampling_temperature,
+            generator=self.generator,
+            process_rewards=cfg.rollout.prm.enabled,
+        )
+        pad = self.task.pad_token_id
+        with_process = cfg.rollout.prm.enabled
+        components = reward_components(self.task.rewards)
+        if cfg.rollout.export == "per_turn":
+            dicts = [
+                export_turn_rows(
+                    g,
+                    pad,
+                    with_process=with_process,
+                    components=components,
+                    explicit_rewards=cfg.rollout.explicit_rollout_rewards,
+                )
+                for g in groups
+            ]
+        else:
+            dicts = [export_episodes(g, pad, with_process=with_process, components=components) for g in groups]
+        if cfg.rollout.greedy_baseline:
+            greedy = collect_episodes(
+                self.policy,
+                self.task,
+                problems,
+                1,
+                budget=cfg.generation_budget,
+                temperature=cfg.sampling_temperature,
+                greedy=True,
+            )
+            dicts = [add_reward_baselines(d, g[0].reward) for d, g in zip(dicts, greedy)]
+        dicts = add_prompt_keys(dicts, problems)  # per-prompt stage state (KRPO, SPO)
+        if "role_ids" in stage_batch_fields(self.actor.resolved):  # RAE: the seat and game of each problem row
+            dicts = add_seat_ids(dicts, problems)
+        if self.device.type != "cpu":
+            dicts = groups_to_device(dicts, self.device)
+        return dicts, [rec for g in groups for rec in g]
+
+    @staged("reference log-probs and values")
+    def prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Add the aligned model outputs the advantage pipeline reads."""
+        ids, mask, temp = batch["input_ids"], batch["attention_mask"], self.cfg.sampling_temperature
+        wanted = aligned_from_rollout(batch["loss_mask"])  # the only positions the pipeline and the loss read
+        size = self.cfg.actor.ppo_micro_batch_size
+        chunks = micro_slices(ids.shape[0], size, self.ctx)  # the update's micro-batch size bounds these too
+        if self.reference is not None or self.reference_is_base:
+            batch["ref_logp"] = chunked_rows(self._reference_logprobs, chunks, ids, mask, wanted, temperature=temp)
+        if self.critic is not None:
+            batch["values"] = self.critic.compute_values(batch)
+        if self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss:
+            batch["prox_logp"] = chunked_rows(
+                lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w), chunks, ids, mask, wanted
+            )
+        # the behaviour policy's entropy and Σπ², before the update, in one pass; only the fields a stage reads
+        batch.update(
+            behaviour_token_stats(
+                self.engine.model, ids, mask, temp, stage_batch_fields(self.actor.resolved), rows_per_chunk=size or 16
+            )
+        )
+        return batch
+
+    def _reference_logprobs(
+        self, ids: torch.Tensor, mask: torch.Tensor, wanted: torch.Tensor, *, temperature: float
+    ) -> torch.Tensor:
+        """The KL reference's aligned log-probs: the frozen copy, or the LoRA policy's base (adapters disabled)."""
+        if self.reference_is_base:
+            return self.engine.compute_logprobs(ids, mask, temperature, wanted=wanted, base=True)
+        with self.engine.autocast():
+            return reference_logprobs(self.reference, ids, mask, temperature, wanted=wanted)
+
+    @staged("advantages")
+    def compute_advantages(self, batch: dict[str, Any], meta: TrajBatchMeta | None) -> dict[str, Any]:
+        return self.actor.compute_advantages(batch, meta, shaping=self.cfg.rollout.prm.advantage_shaping)
+
+    @staged("evaluation")
+    def evaluate(self, updates: int) -> dict[str, float]:
+        """Greedy decoding of the held-out rows (`eval/*` metrics); rank 0 logs a few as samples."""
+        start = time.perf_counter()
+        metrics, records = self.evaluator.run(
+            self.policy,
+            self.task,
+            self.ctx,
+            budget=self.cfg.generation_budget,
+            temperature=self.cfg.sampling_temperature,
+            updates=updates,
+        )
+        metrics["eval/seconds"] = time.perf_counter() - start
+        if self.ctx.is_main and self.cfg.eval.samples_per_step:
+            self.sample_log.write(sample_rows(records, self.cfg.eval.samples_per_step, 1, updates, "eval"))
+        return metrics
+
+    @staged(lambda self, step: f"step {step}")
+    def step(self, step: int) -> StepOutput:
+        """One RL step: rollout, advantages, policy (and critic) update, metrics.
+
+        Evaluation runs before the update of every `eval.every`-th step and
+        after the last update (`eval/updates` says which policy it measured);
+        rank 0 appends a few of the step's episodes to `samples.jsonl`. The
+        row carries this process's `time/<phase>` seconds (see `PhaseTimer`),
+        the throughputs of sampling and training and the peak memory so far.
+        """
+        timer = PhaseTimer(self.device)
+        evaluation: dict[str, float] = {}
+        if self.evaluator.due(step, after_update=False):
+            with timer.phase("eval"):
+                evaluation = self.evaluate(step)
+        start = time.perf_counter()
+        with timer.phase("rollout"):
+            dicts, records = self.rollout()
+            batch, meta = concat_batch(dicts)
+        with timer.phase("reference"):
+            batch = self.prepare(batch)
+        with timer.phase("advantages"):
+            data = self.compute_advantages(batch, meta)
+        filtered = None
+        if self.cfg.rollout.filter_zero_advantage:  # the update sees only groups with a non-zero advantage
+            filtered = filter_zero_advantage_groups(data, meta.traj_group_sizes, self.ctx)
+            data = filtered.data
+        with timer.phase("update"):
+            stats = {} if filtered is not None and filtered.skip_update else self.actor.ppo_update(data)
+            if self.critic is not None and stats:
+                stats.update(self.critic.ppo_update(data))
+            self.engine.sync_rollout_model()  # FSDP: the sampling copy takes the new weights (no-op otherwise)
+            self.engine.release_gradients()
+            if self.critic is not None:
+                self.critic.engine.release_gradients()
+        seconds = time.perf_counter() - start
+        row = self._metrics(step, records, data, stats, seconds)
+        if filtered is not None:  # over all ranks (the same number on every rank)
+            row["filtered_groups"] = filtered.filtered
+            row["filtered_group_frac"] = filtered.filtered / filtered.groups
+        counts = {
+            "generated": float(sum(r.generated_tokens for r in records)),
+            "trained": float(data["attention_mask"].sum()),
+        }
+        if self.ctx.is_distributed:
+            row, counts = self._reduce_metrics(row, records, data, counts)
+        if self.evaluator.due(step, after_update=True):
+            with timer.phase("eval"):
+                evaluation = self.evaluate(step + 1)
+        row.update(evaluation)
+        row.update(timer.metrics())
+        row["throughput/sample_tokens_per_s"] = rate(counts["generated"], timer.seconds["rollout"])
+        row["throughput/train_tokens_per_s"] = rate(counts["trained"], timer.seconds["update"])
+        row.update(peak_memory_metrics(self.device))
+        if self.ctx.is_main and self.cfg.eval.samples_per_step:
+            self.sample_log.write(
+                sample_rows(records, self.cfg.eval.samples_per_step, self.cfg.rollout.n_samples, step, "train")
+            )
+        return StepOutput(row, batch, data, records)
+
+    @staged("metrics")
+    def _reduce_metrics(
+        self, row: dict[str, Any], records: list[EpisodeRecord], data: dict[str, Any], counts: dict[str, float]
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """The step's metrics over all ranks (the same row on every rank), and `counts` summed over ranks.
+
+        Episode means are weighted by each rank's episodes, token means by its
+        active tokens; the update statistics are global already. `adv_std` is
+        rebuilt from the pooled first and second moments; `tokens_per_s` is all
+        ranks' generated tokens per (mean) step time.
+        """
+        n_episodes, n_tokens = float(len(records)), float(data["loss_mask"].sum())
+        local = {k: float(v) for k, v in row.items() if k != "step" and v is not None and k != "tokens_per_s"}
+        local["_adv_sq_mean"] = row["adv_std"] ** 2 + row["adv_mean"] ** 2
+        local.update({f"_count_{k}": v for k, v in counts.items()})
+        local.pop("adv_std")
+        weights = {
+            k: n_episodes if k in _EPISODE_KEYS or k.startswith("reward/") else n_tokens if k in _TOKEN_KEYS else 1.0
+            for k in local
+        }
+        out = reduce_metrics(local, self.ctx, weights=weights)
+        reduced: dict[str, Any] = {"step": row["step"]}
+        for key in row:
+            if key == "step":
+                continue
+            reduced[key] = out.get(key)
+        reduced["adv_std"] = math.sqrt(max(out["_adv_sq_mean"] - out["adv_mean"] ** 2, 0.0))
+        summed = {k: out[f"_count_{k}"] * self.ctx.world_size for k in counts}  # equal weights: mean x ranks
+        reduced["tokens_per_s"] = summed["generated"] / out["seconds"] if out["seconds"] > 0 else None
+        return reduced, summed
+
+    def _metrics(
+        self, step: int, records: list[EpisodeRecord], data: dict[str, Any], stats: dict[str, float], seconds: float
+    ) -> dict[str, float]:
+        mask = data["loss_mask"]
+        adv_mean, adv_std = masked_stats(data["advantages"], mask)
+        generated = sum(r.generated_tokens for r in records)
+        row: dict[str, Any] = {
+            "step": step,
+            "reward_mean": sum(r.reward for r in records) / len(records),
+            "success_rate": sum(r.reward >= 1.0 for r in records) / len(records),
+            "adv_mean": adv_mean,
+            "adv_std": adv_std,
+            "kl": None,
+            "policy_loss": stats.get("policy_loss"),
+            "value_loss": stats.get("value_loss"),
+            "entropy": stats.get("entropy"),
+            "clip_frac": stats.get("clip_frac"),
+            "grad_norm": stats.get("grad_norm"),
+            "response_tokens": generated / len(records),
+            "turns": sum(len(r.turn_spans) for r in records) / len(records),
+            "truncated_frac": sum(r.truncated for r in records) / len(records),
+            "tokens_per_s": generated / seconds if seconds > 0 else None,
+            "seconds": seconds,
+        }
+        row.update({k: v for k, v in episode_metrics(records, 1.0, "").items() if k.startswith("reward/")})
+        if "ref_logp" in data and isinstance(data.get("ref_logp"), torch.Tensor):
+            row["kl"] = masked_stats(data["logprobs"] - data["ref_logp"], mask)[0]
+        if "token_rewards" in data:
+            row["process_reward_mean"] = masked_stats(data["token_rewards"].float(), data["loss_mask"])[0]
+        return row
+
+    # -- the run ----------------------------------------------------------------------------
+
+    @staged(lambda self, fh, step: f"step {step} > parameter checksums")
+    def _write_checksums(self, fh: Any, step: int) -> None:
+        """`train.debug_param_checksum`: every rank's model checksums, one JSON line per step (rank 0 writes)."""
+        models = {
+            "policy": self.policy,
+            "reference": self.reference,
+            "critic": None if self.critic is None else self.critic.engine.model,
+        }
+        mine = {name: module_checksum(m) for name, m in models.items() if m is not None}
+        ranks = all_gather_objects(mine, self.ctx)
+        if fh is not None:
+            row = {"step": step, **{name: [r[name] for r in ranks] for name in mine}}
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+
+    def run(self) -> RunResult:
+        """Train up to `train.steps`, resuming first when planned; Ctrl-C stops early but keeps the outputs.
+
+        Checkpoints every `train.save_every` steps and after the last one
+        (`areal_adv.trainer.run.trainer_state`). Under data parallelism every rank runs
+        the loop (collectives each step); only rank 0 writes config.yaml,
+        metrics, the plot and checkpoints and reports progress.
+        """
+        cfg, main = self.cfg, self.ctx.is_main
+        start, records = self._restore()
+        if main:
+            print(
+                start_block(
+                    cfg,
+                    self.actor,
+                    self.parts,
+                    num_threads=self.num_threads,
+                    device=self.device,
+                    world_size=self.ctx.world_size,
+                ),
+                flush=True,
+            )
+            print(self.kernel_warmup.message(), flush=True)
+            prepare_run_dir(self.plan, start)
+            (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
+        loggers = open_loggers(cfg, self.run_dir, records=records, start_step=start, is_main=main)
+        checksums = None
+        if cfg.train.debug_param_checksum and main:
+            checksums = (self.run_dir / "param_checksums.jsonl").open("a", encoding="utf-8")
+        progress = Progress(
+            name=cfg.experiment_name,
+            total=cfg.train.steps,
+            start=start,
+            every=cfg.train.log_every,
+            enabled=cfg.output.progress_bar and main,
+        )
+        elapsed_before = float((records[-1].get("elapsed") if records else None) or 0.0)
+        begin, interrupted, done, saved = time.perf_counter(), False, start, None
+        mark, save_seconds = begin, 0.0
+        try:
+            for step in range(start, cfg.train.steps):
+                row = self.step(step).metrics
+                now = time.perf_counter()
+                # a checkpoint is written after its row is logged: its time goes into the next row
+                row["time/save"], save_seconds = save_seconds, 0.0
+                row["time/step"], mark = now - mark, now
+                row["elapsed"] = elapsed_before + now - begin
+                row = loggers.log(row)
+                if cfg.train.debug_param_checksum:
+                    self._write_checksums(checksums, step)
+                done = step + 1
+                progress.update(done, row)
+                if cfg.train.save_every and (done % cfg.train.save_every == 0 or done == cfg.train.steps):
+                    save_start = time.perf_counter()
+                    saved = self.save_checkpoint(done, loggers) or saved
+                    save_seconds = time.perf_counter() - save_start
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            progress.close()
+            loggers.close()
+            if checksums is not None:
+                checksums.close()
+        result = self._finish(loggers.records, done, interrupted, time.perf_counter() - begin)
+        result.checkpoint, result.resumed_from = saved, self.plan.resume_from
+        result.last_save_seconds = save_seconds
+        if not interrupted:
+            barrier(self.ctx)  # ranks leave together, after rank 0 has written everything
+        return result
+
+    @staged("resuming from a checkpoint")
+    def _restore(self) -> tuple[int, list[dict[str, Any]]]:
+        """Load the planned checkpoint into this freshly built trainer: (next step, metrics rows before it)."""
+        if self.plan.resume_from is None:
+            return 0, []
+        restored = load_trainer_checkpoint(self, self.plan.resume_from)
+        if restored.step > self.cfg.train.steps:
+            raise RunDirectoryError(
+                f"train.steps: got {self.cfg.train.steps}, but the checkpoint "
+                f"{restored.folder} is at step {restored.step}; raise train.steps to continue"
+            )
+        if self.ctx.is_main:
+            print(f"[areal-adv] resuming from {restored.folder} (step {restored.step})", flush=True)
+        return restored.step, restored.records
+
+    @staged(lambda self, step, loggers: f"step {step} > checkpoint")
+    def save_checkpoint(self, step: int, loggers: RunLoggers) -> Path | None:
+        """Write `checkpoints/step_<step>` (a collective; rank 0 writes), then keep the newest `train.keep_last`."""
+        from areal_adv.utils.checkpoint_folders import checkpoint_root, prune
+
+        loggers.flush()  # what the checkpoint covers is on disk in every sink
+        folder = save_trainer_checkpoint(self, step, loggers.records)
+        if folder is not None:
+            prune(checkpoint_root(self.run_dir), self.cfg.train.keep_last)
+        return folder
+
+    @staged("writing the run's outputs")
+    def _finish(self, records: list[dict[str, Any]], done: int, interrupted: bool, seconds: float) -> RunResult:
+        cfg = self.cfg
+        plot_path = None
+        if cfg.output.plot and records:
+            plot_path = self.run_dir / "curves.png"
+            if self.ctx.is_main:
+                plot_curves(records, plot_path, title=cfg.experiment_name, smoothing=cfg.output.plot_smoothing)
+        return RunResult(
+            run_dir=self.run_dir,
+            metrics_path=self.run_dir / "metrics.jsonl",
+            plot_path=plot_path,
+            steps_done=done,
+            interrupted=interrupted,
+            seconds=seconds,
+            first5_reward=window_mean(records, "reward_mean", first=5),
+            last10_reward=window_mean(records, "reward_mean", last=10),
+        )

@@ -1,0 +1,452 @@
+"""What a checkpoint holds for a `Trainer`, and how it is restored bit for bit.
+
+A checkpoint folder (`areal_adv.utils.checkpoint_folders` makes it atomic) contains:
+
+| file | content |
+| --- | --- |
+| `policy/` | the policy via `save_pretrained` plus the tokenizer: loadable with `model.path=` (with `model.lora`: the adapters only, peft's format; `areal-adv export` merges them into a model folder) |
+| `critic/` | the critic's backbone via `save_pretrained` plus `value_head.safetensors` (PPO only) |
+| `optimizer.pt`, `critic_optimizer.pt` | the AdamW states (`optimizer.state_dict()`) |
+| `trainer_state.pt` | step, every RNG of every rank, the data position, the stages' state, checksums |
+| `metrics.jsonl` | the per-step metrics rows before this step (the metrics file is rebuilt from them) |
+| `config.yaml` | the config that wrote it |
+
+RNGs, per rank: python's global `random`, numpy's global generator, torch's
+CPU (and CUDA) generators, the trainer's sampling generator and its prompt
+`random.Random`. The data position is `trainer.prompt_source.state_dict()` when
+the trainer has a prompt source (and the prompt RNG otherwise).
+
+The KL reference is not saved: it is rebuilt exactly as at the start (same
+seed, same `model.path`) when the resumed trainer is built, and its sha256,
+recorded in every checkpoint, is checked on resume, so a changed `model.path`
+cannot silently move the reference.
+
+Everything is loaded with `torch.load(weights_only=True)`: a checkpoint holds
+tensors and plain values only, never pickled code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from areal_adv.api.cli_args import config_to_dict, config_to_yaml
+from areal_adv.trainer.parallel.checksum import module_checksum
+from areal_adv.trainer.parallel.distributed import all_gather_objects
+from areal_adv.utils.checkpoint_folders import CheckpointError, checkpoint_root, read_manifest, write_atomically
+
+logger = logging.getLogger("areal_adv.checkpoint")
+
+STATE_FILE = "trainer_state.pt"
+METRICS_FILE = "metrics.jsonl"
+POLICY_DIR, CRITIC_DIR = "policy", "critic"
+OPTIMIZER_FILE, CRITIC_OPTIMIZER_FILE = "optimizer.pt", "critic_optimizer.pt"
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+#: Config keys that may change between a run and its resumption without changing the trajectory.
+_FREE_KEYS = (
+    "train.steps",
+    "train.resume",
+    "train.save_every",
+    "train.keep_last",
+    "train.log_every",
+    "train.num_threads",
+    "train.dist_timeout_s",
+    "train.debug_param_checksum",
+    "output.",
+)
+
+_reference_sums: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakKeyDictionary()
+
+
+# -- RNG and data position ----------------------------------------------------------------
+
+
+def capture_rng(trainer: Any) -> dict[str, Any]:
+    """Every RNG state of this process that a step can consume (plain values and tensors)."""
+    np_state = np.random.get_state(legacy=False)
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": np_state["state"]["key"].tolist(),
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
+        "torch_cpu": torch.get_rng_state(),
+        "generator": trainer.generator.get_state(),
+        "prompt_rng": trainer.rng.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["torch_cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(trainer: Any, state: dict[str, Any]) -> None:
+    random.setstate(_as_random_state(state["python"]))
+    numpy = state["numpy"]
+    np.random.set_state(
+        {
+            "bit_generator": numpy["bit_generator"],
+            "state": {"key": np.asarray(numpy["key"], dtype=np.uint32), "pos": numpy["pos"]},
+            "has_gauss": numpy["has_gauss"],
+            "gauss": numpy["gauss"],
+        }
+    )
+    torch.set_rng_state(state["torch_cpu"])
+    trainer.generator.set_state(state["generator"])
+    trainer.rng.setstate(_as_random_state(state["prompt_rng"]))
+    if "torch_cuda" in state:
+        if not torch.cuda.is_available() or torch.cuda.device_count() != len(state["torch_cuda"]):
+            raise CheckpointError(
+                f"the checkpoint holds CUDA RNG states of {len(state['torch_cuda'])} devices; "
+                "this process sees a different number, so it cannot continue exactly"
+            )
+        torch.cuda.set_rng_state_all(state["torch_cuda"])
+
+
+def _as_random_state(value: Any) -> tuple:
+    """`random.getstate()` comes back from torch.load as nested lists/tuples; setstate needs tuples."""
+    version, internal, gauss = value
+    return (version, tuple(internal), gauss)
+
+
+def data_state(trainer: Any) -> dict[str, Any]:
+    """The prompt position: the prompt source's own state when the trainer has one."""
+    source = getattr(trainer, "prompt_source", None)
+    return {"prompt_source": source.state_dict()} if source is not None else {}
+
+
+def restore_data(trainer: Any, state: dict[str, Any]) -> None:
+    source = getattr(trainer, "prompt_source", None)
+    if source is not None:
+        if "prompt_source" not in state:
+            raise CheckpointError(
+                "the checkpoint has no prompt-source state, but this trainer draws prompts "
+                "from a prompt source; it was written by a different configuration"
+            )
+        source.load_state_dict(state["prompt_source"])
+
+
+# -- models and optimisers ----------------------------------------------------------------
+
+
+@contextmanager
+def _no_hf_progress_bars() -> Iterator[None]:
+    """transformers draws a "Writing model shards" bar per save; in a run's log that is noise."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    if was_on:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+def save_module(module: torch.nn.Module, folder: Path) -> None:
+    """`save_pretrained` for Hugging Face models; a value model saves its backbone that way plus its head."""
+    with _no_hf_progress_bars():
+        _save_module(module, folder)
+
+
+def _save_module(module: torch.nn.Module, folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    if hasattr(module, "save_pretrained"):
+        module.save_pretrained(folder)
+    elif hasattr(module, "backbone") and hasattr(module, "value_head"):
+        module.backbone.save_pretrained(folder)
+        save_file(
+            {k: v.detach().contiguous() for k, v in module.value_head.state_dict().items()},
+            str(folder / VALUE_HEAD_FILE),
+        )
+    else:
+        raise TypeError(
+            f"cannot checkpoint a {type(module).__name__}: expected a Hugging Face model or a "
+            "ValueModel (backbone + value_head)"
+        )
+
+
+def _read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    elif (folder / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    else:
+        raise CheckpointError(f"{folder}: no model.safetensors (or model.safetensors.index.json)")
+    state: dict[str, torch.Tensor] = {}
+    for name in files:
+        state.update(load_file(str(folder / name)))
+    return state
+
+
+def _load_exact(module: torch.nn.Module, state: dict[str, torch.Tensor], where: Path) -> None:
+    """Load every tensor; a key the file lacks is only allowed when it is tied to one it has."""
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if unexpected:
+        raise CheckpointError(f"{where}: weights {sorted(unexpected)[:5]} do not exist in the model being resumed")
+    own = module.state_dict(keep_vars=True)
+    loaded = {own[k].data_ptr() for k in state if k in own}
+    untied = [k for k in missing if own[k].data_ptr() not in loaded]
+    if untied:
+        raise CheckpointError(f"{where}: the checkpoint lacks weights {untied[:5]} of the model being resumed")
+
+
+def _load_adapters(module: torch.nn.Module, folder: Path) -> None:
+    """A LoRA policy's checkpoint holds its adapters only (peft's `save_pretrained`); the base is `model.path`."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    path = folder / "adapter_model.safetensors"
+    if not path.is_file():
+        raise CheckpointError(
+            f"{folder}: no adapter_model.safetensors, but model.lora is set; the checkpoint was "
+            "written by a run without LoRA (resume it without model.lora)"
+        )
+    state = load_file(str(path))
+    result = set_peft_model_state_dict(module, state)
+    if result.unexpected_keys:
+        raise CheckpointError(
+            f"{folder}: adapter weights {sorted(result.unexpected_keys)[:5]} do not exist in the "
+            "model being resumed (a different model.lora.target_modules?)"
+        )
+    adapters = [k for k in result.missing_keys if "lora_" in k]
+    if adapters:
+        raise CheckpointError(
+            f"{folder}: the checkpoint lacks adapter weights {adapters[:5]} of the model being "
+            "resumed (a different model.lora.target_modules or r?)"
+        )
+
+
+def load_module(module: torch.nn.Module, folder: Path) -> None:
+    """Load what `save_module` wrote into the existing module, in place (the optimiser keeps its params)."""
+    from safetensors.torch import load_file
+
+    from areal_adv.trainer.lm.model import is_lora
+
+    if is_lora(module):
+        _load_adapters(module, folder)
+    elif (folder / "adapter_model.safetensors").is_file():
+        raise CheckpointError(
+            f"{folder}: holds LoRA adapters only, but this run has no model.lora; resume it with "
+            "the model.lora of the run that wrote it"
+        )
+    elif hasattr(module, "save_pretrained"):
+        _load_exact(module, _read_hf_weights(folder), folder)
+    else:
+        _load_exact(module.backbone, _read_hf_weights(folder), folder)
+        module.value_head.load_state_dict(load_file(str(folder / VALUE_HEAD_FILE)))
+
+
+def _optimizer_state(engine: Any) -> dict[str, Any]:
+    custom = getattr(engine, "optimizer_state_dict", None)
+    return custom() if callable(custom) else engine.optimizer.state_dict()
+
+
+def _load_optimizer_state(engine: Any, state: dict[str, Any]) -> None:
+    custom = getattr(engine, "load_optimizer_state_dict", None)
+    if callable(custom):
+        custom(state)
+    else:
+        engine.optimizer.load_state_dict(state)
+
+
+def _checkpoint_model(engine: Any, default: torch.nn.Module) -> torch.nn.Module:
+    """The plain module holding the engine's full weights (under FSDP a collective: every rank calls it)."""
+    custom = getattr(engine, "checkpoint_model", None)
+    return custom() if callable(custom) else default
+
+
+def _load_into(engine: Any, default: torch.nn.Module, folder: Path) -> None:
+    """Load a saved module into the engine's plain module, then into what it trains (FSDP shards)."""
+    module = _checkpoint_model(engine, default)
+    load_module(module, folder)
+    push = getattr(engine, "load_checkpoint_model", None)
+    if callable(push):
+        push(module)
+
+
+def _reference_checksum(reference: torch.nn.Module | None) -> str | None:
+    if reference is None:
+        return None
+    if reference not in _reference_sums:  # the reference never changes: hash it once
+        _reference_sums[reference] = module_checksum(reference)
+    return _reference_sums[reference]
+
+
+# -- whole checkpoints --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Restored:
+    """Where a resumed run continues: the next step to run and the metrics rows before it."""
+
+    step: int
+    records: list[dict[str, Any]]
+    folder: Path
+
+
+def _tokenizer(trainer: Any) -> Any:
+    own = getattr(trainer, "tokenizer", None)
+    return own if own is not None else trainer.task.tokenizer
+
+
+def _check_stage_states_agree(trainer: Any) -> None:
+    """Rank 0's stage state is what the checkpoint holds for every rank, so the ranks must agree on it."""
+    fingerprints = all_gather_objects(trainer.actor.state_fingerprints(), trainer.ctx)
+    differing = sorted({name for fp in fingerprints for name in fp if fp.get(name) != fingerprints[0].get(name)})
+    if differing:
+        raise CheckpointError(
+            f"the state of stage(s) {differing} differs between data-parallel ranks; a checkpoint stores rank 0's "
+            "copy for all of them, so a stateful stage must reduce its updates over the ranks (see "
+            "areal_adv.trainer.ppo.stage_state)"
+        )
+
+
+def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any]]) -> Path | None:
+    """Write `<run_dir>/checkpoints/step_<step>/` after `step` completed steps.
+
+    A collective: every rank contributes its RNG states; rank 0 writes (the
+    replicas are identical) and returns the folder, the other ranks None.
+    """
+    rngs = all_gather_objects(capture_rng(trainer), trainer.ctx)
+    _check_stage_states_agree(trainer)
+    # every rank takes part: under FSDP (train.parallel) the full weights and optimiser states are gathered
+    policy, policy_optim = _checkpoint_model(trainer.engine, trainer.policy), _optimizer_state(trainer.engine)
+    critic = critic_optim = None
+    if trainer.critic is not None:
+        critic = _checkpoint_model(trainer.critic.engine, trainer.critic.engine.model)
+        critic_optim = _optimizer_state(trainer.critic.engine)
+    if not trainer.ctx.is_main:
+        return None
+    state = {
+        "step": step,
+        "world_size": trainer.ctx.world_size,
+        "rng": rngs,
+        "data": data_state(trainer),
+        "actor": trainer.actor.state_dict(),
+        "reference_sha256": _reference_checksum(trainer.reference),
+    }
+    cfg = trainer.cfg
+
+    def write(folder: Path) -> dict[str, Any]:
+        save_module(policy, folder / POLICY_DIR)
+        _tokenizer(trainer).save_pretrained(folder / POLICY_DIR)
+        torch.save(policy_optim, folder / OPTIMIZER_FILE)
+        if critic is not None:
+            save_module(critic, folder / CRITIC_DIR)
+            torch.save(critic_optim, folder / CRITIC_OPTIMIZER_FILE)
+        torch.save(state, folder / STATE_FILE)
+        with open(folder / METRICS_FILE, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(row) + "\n" for row in records)
+        (folder / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
+        return {
+            "experiment_name": cfg.experiment_name,
+            "trial_name": cfg.trial_name,
+            "world_size": trainer.ctx.world_size,
+            "critic": trainer.critic is not None,
+        }
+
+    return write_atomically(checkpoint_root(trainer.run_dir), step, write)
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix[:-1]: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flat(value, f"{prefix}{key}."))
+    return out
+
+
+def _warn_config_changes(cfg: Any, folder: Path) -> list[str]:
+    """Keys whose values differ from the checkpoint's config (ignoring ones that cannot change the result)."""
+    from omegaconf import OmegaConf
+
+    path = folder / "config.yaml"
+    if not path.is_file():
+        return []
+    then = _flat(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    now = _flat(config_to_dict(cfg))
+    changed = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k) and not k.startswith(_FREE_KEYS))
+    if changed:
+        logger.warning(
+            "resuming %s with a changed config (%s): the run continues with the new values, so it "
+            "is no longer the uninterrupted run",
+            folder,
+            ", ".join(changed),
+        )
+    return changed
+
+
+def _load_models(trainer: Any, folder: Path, manifest: dict[str, Any]) -> None:
+    has_critic = bool(manifest.get("critic"))
+    if has_critic != (trainer.critic is not None):
+        want = "enabled" if has_critic else "disabled"
+        raise CheckpointError(
+            f"checkpoint {folder} was written with critic.enabled={want == 'enabled'}; set "
+            f"critic.{'enabled=true' if has_critic else 'enabled=false'} to resume it"
+        )
+    _load_into(trainer.engine, trainer.policy, folder / POLICY_DIR)
+    _load_optimizer_state(trainer.engine, torch.load(folder / OPTIMIZER_FILE, weights_only=True, map_location="cpu"))
+    if trainer.critic is not None:
+        _load_into(trainer.critic.engine, trainer.critic.engine.model, folder / CRITIC_DIR)
+        _load_optimizer_state(
+            trainer.critic.engine, torch.load(folder / CRITIC_OPTIMIZER_FILE, weights_only=True, map_location="cpu")
+        )
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def load_trainer_checkpoint(trainer: Any, folder: str | Path) -> Restored:
+    """Restore a freshly built trainer to the state saved in `folder`; every rank calls it."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    state = torch.load(folder / STATE_FILE, weights_only=True, map_location="cpu")
+    ranks = trainer.ctx.world_size
+    if state["world_size"] != ranks:
+        raise CheckpointError(
+            f"checkpoint {folder} was written by a {state['world_size']}-rank job and this job "
+            f"has {ranks}; exact resume restores every rank's RNG, so use the same number of ranks"
+        )
+    if trainer.ctx.is_main:
+        _warn_config_changes(trainer.cfg, folder)
+    saved_ref, ref = state.get("reference_sha256"), _reference_checksum(trainer.reference)
+    if saved_ref != ref:
+        raise CheckpointError(
+            f"checkpoint {folder}: the KL reference rebuilt for this run (sha256 {ref}) is not the "
+            f"initial policy the run started from ({saved_ref}); seed, model.* and actor.kl_ctl "
+            "must be those of the original run"
+        )
+    _load_models(trainer, folder, manifest)
+    restore_rng(trainer, state["rng"][trainer.ctx.rank])
+    restore_data(trainer, state["data"])
+    trainer.actor.load_state_dict(state["actor"])
+    records = _read_rows(folder / METRICS_FILE)
+    if [r.get("step") for r in records] != list(range(state["step"])):
+        logger.warning(
+            "checkpoint %s: its metrics rows do not cover steps 0..%d exactly; metrics.jsonl continues "
+            "from what is there",
+            folder,
+            state["step"] - 1,
+        )
+    return Restored(state["step"], records, folder)

@@ -1,0 +1,103 @@
+"""areal-adv installed beside the real AReaL 1.0.4: names, AReaL's files, and the pipeline inside AReaL's actor.
+
+The checks run in `.venv-areal` (scripts/setup_areal.sh: AReaL from the index, areal-adv with
+`pip install -e .`), through tests/integrations/areal_checks.py; this module asserts on what they report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+PYTHON = ROOT / ".venv-areal" / "bin" / "python"
+CHECKS = HERE / "areal_checks.py"
+#: float32 round-off between two orders of the same sums (AReaL's loop GAE, our kernels)
+TOL = 1e-6
+
+pytestmark = pytest.mark.xdist_group("areal")
+
+
+def _json_lines(proc: subprocess.CompletedProcess) -> list[dict]:
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def areal_venv() -> Path:
+    proc = subprocess.run([str(ROOT / "scripts" / "setup_areal.sh")], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return PYTHON
+
+
+@pytest.fixture(scope="module")
+def report(areal_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("areal")
+    config = tmp / "grpo_advantage.yaml"
+    config.write_text((HERE / "areal_grpo_advantage.yaml").read_text() + f"cluster: {{fileroot: {tmp / 'root'}}}\n")
+    proc = subprocess.run(
+        [str(areal_venv), str(CHECKS), "all", str(config)], cwd=tmp, capture_output=True, text=True, timeout=600
+    )
+    (result,) = _json_lines(proc)
+    return result
+
+
+def test_installing_beside_areal_leaves_areal_as_it_was(report: dict) -> None:
+    install = report["install"]
+    assert install["version"] == "1.0.4" and install["files"] > 300
+    assert install["changed"] == [], "AReaL files differ from its RECORD"
+    assert install["areal_is_areal"] and install["areal_adv"] == "areal_adv"
+
+
+def test_beside_areal_the_seed_path_is_ours_and_the_shared_paths_are_areal_s(report: dict) -> None:
+    install = report["install"]
+    assert install["same_class"], "areal.trainer.ppo.advantage.OutcomeRewardInputs is not areal_adv's"
+    assert install["shared_are_areal"] == [True] * 4
+
+
+@pytest.mark.parametrize("config", ["default", "grpo", "ppo"])
+def test_the_hook_equals_areal_s_own_computation(report: dict, config: str) -> None:
+    worst = report[f"equal_{config}"]
+    assert {"advantages", "returns", "kl_rewards", "tot_rewards", "loss_mask", "logprobs"} <= set(worst)
+    assert max(worst.values()) <= TOL, worst
+
+
+def test_variable_group_sizes_are_normalised_per_prompt(report: dict) -> None:
+    """AReaL's fixed group size mixes prompts; ours equals AReaL's own computation run on each group alone."""
+    ours, areal = report["variable_groups"]["ours_vs_per_group"], report["variable_groups"]["areal_vs_per_group"]
+    assert max(ours.values()) <= TOL, ours
+    assert areal["advantages"] > 0.1, "the batch does not show the difference it is built to show"
+
+
+def test_a_plugin_named_by_its_areal_path_runs_inside_areal_s_actor(report: dict) -> None:
+    plugin = report["plugin"]
+    assert plugin["calls"] == ["areal_adv.trainer.ppo.stage_types"]
+    assert max(plugin["diff"].values()) <= TOL and plugin["rewards_vs_half"] <= TOL, plugin
+
+
+def test_areal_s_loader_takes_actor_advantage_with_the_subclass(report: dict) -> None:
+    loaded = report["config_loader"]
+    assert loaded["refused"] == "ConfigKeyError", "AReaL's own GRPOConfig accepted actor.advantage"
+    assert loaded["actor_class"] == "AdvPPOActorConfig"
+    assert loaded["outcome"] == ["examples.custom_advantage.plugins.scale_outcome", {"factor": 0.5}]
+    assert loaded["kl_ctl"] == 0.0 and loaded["reward_norm"] == ["group", 4]
+
+
+def test_two_ranks_share_batch_statistics_as_areal_does(areal_venv: Path, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [str(areal_venv), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        + [str(CHECKS), "two_ranks", "grpo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    ranks = sorted(_json_lines(proc), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        assert max(r["worst"].values()) <= TOL, r
+        assert r["global_vs_local"] > 1e-3, "the two ranks' statistics were not shared"
