@@ -21,18 +21,13 @@ import sysconfig
 import time
 from pathlib import Path
 
+from bench_threads import pressure  # the first line of /proc/pressure/cpu
+
 
 def start_time() -> float:
     began = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     return time.perf_counter() - began
-
-
-def pressure() -> str:
-    try:
-        return Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        return "n/a"
 
 
 def main() -> None:

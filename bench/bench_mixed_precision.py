@@ -19,17 +19,12 @@ import statistics
 import time
 from pathlib import Path
 
+from bench_threads import pressure  # the first line of /proc/pressure/cpu
+
 from areal_adv.api.cli_args import load_config
 from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _pressure() -> str:
-    try:
-        return Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        return "n/a"
 
 
 def main() -> None:
@@ -54,7 +49,7 @@ def main() -> None:
     )
     trainer = Trainer(cfg)
     trainer.step(0)  # warm-up: kernels, allocator, AdamW state
-    rows, start = [], _pressure()
+    rows, start = [], pressure()
     with open(args.out, "a", encoding="utf-8") as fh:  # row by row: an interrupted run keeps what it measured
         for step in range(1, 2 * args.pairs + 1):
             mode = "bf16" if step % 2 == 0 else None
@@ -78,7 +73,7 @@ def main() -> None:
                 "ratio_median": statistics.median(b / f for f, b in pairs),
                 "pairs": pairs,
                 "cpu_pressure_before": start,
-                "cpu_pressure_after": _pressure(),
+                "cpu_pressure_after": pressure(),
                 "overrides": args.overrides,
             },
         )

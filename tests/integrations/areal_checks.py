@@ -128,7 +128,14 @@ def check_install() -> dict[str, Any]:
         if digest != entry.hash.value:
             changed.append(str(entry))
     shared = ["areal.api.cli_args", "areal.trainer.ppo.actor", "areal.utils.data", "areal.utils.dynamic_import"]
+    from dataclasses import fields
+
+    from areal_adv.api.cli_args import PPOActorConfig
+    from areal_adv.integrations.areal import SHARED_FIELDS
+
+    both_have = {f.name for f in fields(areal.api.cli_args.PPOActorConfig)} & {f.name for f in fields(PPOActorConfig)}
     return {
+        "shared_fields": sorted(SHARED_FIELDS) == sorted(both_have) and len(SHARED_FIELDS) == 21,
         "version": dist.version,
         "files": sum(1 for e in dist.files or [] if e.hash is not None),
         "changed": changed,

@@ -57,6 +57,7 @@ def test_beside_areal_the_seed_path_is_ours_and_the_shared_paths_are_areal_s(rep
     install = report["install"]
     assert install["same_class"], "areal.trainer.ppo.advantage.OutcomeRewardInputs is not areal_adv's"
     assert install["shared_are_areal"] == [True] * 4
+    assert install["shared_fields"], "SHARED_FIELDS is not the 21 actor fields both configs have"
 
 
 @pytest.mark.parametrize("config", ["default", "grpo", "ppo"])

@@ -23,38 +23,12 @@ from areal.api import cli_args as areal_args
 
 from areal_adv.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig
 
-__all__ = [
-    "EXTRA_FIELDS",
-    "SHARED_FIELDS",
-    "AdvGRPOConfig",
-    "AdvPPOActorConfig",
-    "AdvPPOConfig",
-    "areal_config_to_ours",
-]
-
 #: `PPOActorConfig` fields that AReaL 1.0.4 and we both have, with the same meaning: copied by name.
-SHARED_FIELDS: tuple[str, ...] = (
-    "reward_bias",
-    "reward_scaling",
-    "reward_clip",
-    "reward_norm",
-    "overlong_reward_penalty",
-    "overlong_tokens",
-    "overlong_penalty_factor",
-    "max_new_tokens",
-    "mask_no_eos_with_zero",
-    "kl_ctl",
-    "kl_estimator",
-    "discount",
-    "gae_lambda",
-    "adv_norm",
-    "use_decoupled_loss",
-    "recompute_logprob",
-    "eps_clip",
-    "eps_clip_higher",
-    "c_clip",
-    "ppo_n_minibatches",
-    "temperature",
+SHARED_FIELDS: tuple[str, ...] = tuple(
+    """reward_bias reward_scaling reward_clip reward_norm overlong_reward_penalty overlong_tokens
+    overlong_penalty_factor max_new_tokens mask_no_eos_with_zero kl_ctl kl_estimator discount gae_lambda
+    adv_norm use_decoupled_loss recompute_logprob eps_clip eps_clip_higher c_clip ppo_n_minibatches
+    temperature""".split()
 )
 #: Our advantage fields that AReaL lacks, declared on `AdvPPOActorConfig` (same defaults as ours).
 EXTRA_FIELDS: tuple[str, ...] = ("advantage", "gae_timestep_unit", "token_rewards_as_adv")
