@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import os
 import sys
 
 TYPE_CHECKING = False  # `typing` costs about 3 ms at start; type checkers read the block below
@@ -74,6 +75,13 @@ MOVED: dict[str, str] = {
 }
 
 
+#: With this environment variable set to 1, AReaL's actor module installs the areal-adv hook as it loads
+#: (`areal_adv.integrations.areal.install()`), in every process that inherits the variable.
+HOOK_ENV = "AREAL_ADV_HOOK_AREAL"
+#: AReaL's module whose `PPOActor.compute_advantages` the hook replaces.
+AREAL_ACTOR = f"{SEED}.trainer.ppo.actor"
+
+
 def our_name(name: str) -> str:
     """`areal.X` -> `areal_adv.X`; any other name unchanged."""
     return OURS + name[len(SEED) :] if name == SEED or name.startswith(SEED + ".") else name
@@ -117,6 +125,23 @@ class _AliasLoader:
         return spec is not None and spec.submodule_search_locations is not None
 
 
+class _HookAfterLoad:
+    """AReaL's own loader of its actor module, plus `install()` of the hook once the module has run."""
+
+    def __init__(self, loader: object) -> None:
+        self.loader = loader
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.loader, name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)  # type: ignore[attr-defined, no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)  # type: ignore[attr-defined]
+        importlib.import_module(f"{OURS}.integrations.areal").install()
+
+
 class ImportPathFinder:
     """Answers `areal.*` names that no other finder has, and the moved paths; everything else passes."""
 
@@ -130,6 +155,8 @@ class ImportPathFinder:
             return None
         if not self._parent_is_ours(fullname):
             found = self._found_elsewhere(fullname, path, target)
+            if found is not None and fullname == AREAL_ACTOR and os.environ.get(HOOK_ENV) == "1":
+                found.loader = _HookAfterLoad(found.loader)  # type: ignore[assignment]
             if found is not None:
                 return found  # AReaL's own module
         ours = our_name(fullname)

@@ -134,7 +134,9 @@ def check_install() -> dict[str, Any]:
     from areal_adv.integrations.areal import SHARED_FIELDS
 
     both_have = {f.name for f in fields(areal.api.cli_args.PPOActorConfig)} & {f.name for f in fields(PPOActorConfig)}
+    hook = sys.modules.get("areal_adv.integrations.areal")
     return {
+        "hook_installed_at_import": bool(hook and hook.installed()),
         "shared_fields": sorted(SHARED_FIELDS) == sorted(both_have) and len(SHARED_FIELDS) == 21,
         "version": dist.version,
         "files": sum(1 for e in dist.files or [] if e.hash is not None),
@@ -228,8 +230,10 @@ def check_merged_config(base: str, fragment: str, out: str) -> dict[str, Any]:
 
 def check_two_ranks(name: str) -> dict[str, Any]:
     """Under torchrun with 2 gloo ranks (batch statistics all-reduced): ours against AReaL's on this rank."""
+    import areal.trainer.ppo.actor  # noqa: F401 - AReaL's actor, loaded as a worker loads it
     import torch.distributed as dist
 
+    hooked_at_import = "areal_adv.integrations.areal" in sys.modules  # no AREAL_ADV_HOOK_AREAL here
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     worst: dict[str, float] = {}
@@ -242,7 +246,8 @@ def check_two_ranks(name: str) -> dict[str, Any]:
     ours_global, _ = both(areal_actor_config(name, group_size=4), data)
     dist.destroy_process_group()
     _, local = both(areal_actor_config(name, group_size=4), data)  # statistics of this rank's rows alone
-    return {"rank": rank, "worst": worst, "global_vs_local": max_diff(ours_global, local)["advantages"]}
+    local_diff = max_diff(ours_global, local)["advantages"]
+    return {"rank": rank, "worst": worst, "global_vs_local": local_diff, "hooked_at_import": hooked_at_import}
 
 
 def check_all(yaml_path: str) -> dict[str, Any]:
@@ -269,7 +274,9 @@ def main(argv: list[str]) -> None:
     }
     name, *args = argv
     result = checks[name](*args)
-    print(json.dumps(result))
+    # one write of one line: the two ranks of `two_ranks` share the pipe, and a write under 4 KiB is atomic
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ The checks run in `.venv-areal` (scripts/setup_areal.sh: AReaL from the index, a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -39,8 +40,14 @@ def report(areal_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("areal")
     config = tmp / "grpo_advantage.yaml"
     config.write_text((HERE / "areal_grpo_advantage.yaml").read_text() + f"cluster: {{fileroot: {tmp / 'root'}}}\n")
+    env = {**os.environ, "AREAL_ADV_HOOK_AREAL": "1"}  # the documented switch for every AReaL process
     proc = subprocess.run(
-        [str(areal_venv), str(CHECKS), "all", str(config)], cwd=tmp, capture_output=True, text=True, timeout=600
+        [str(areal_venv), str(CHECKS), "all", str(config)],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     (result,) = _json_lines(proc)
     return result
@@ -51,6 +58,10 @@ def test_installing_beside_areal_leaves_areal_as_it_was(report: dict) -> None:
     assert install["version"] == "1.0.4" and install["files"] > 300
     assert install["changed"] == [], "AReaL files differ from its RECORD"
     assert install["areal_is_areal"] and install["areal_adv"] == "areal_adv"
+
+
+def test_the_environment_switch_installs_the_hook_when_areal_loads_its_actor(report: dict) -> None:
+    assert report["install"]["hook_installed_at_import"]
 
 
 def test_beside_areal_the_seed_path_is_ours_and_the_shared_paths_are_areal_s(report: dict) -> None:
@@ -99,6 +110,7 @@ def test_two_ranks_share_batch_statistics_as_areal_does(areal_venv: Path, tmp_pa
     )
     ranks = sorted(_json_lines(proc), key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1]
+    assert not any(r["hooked_at_import"] for r in ranks), "the hook came without AREAL_ADV_HOOK_AREAL=1"
     for r in ranks:
         assert max(r["worst"].values()) <= TOL, r
         assert r["global_vs_local"] > 1e-3, "the two ranks' statistics were not shared"
