@@ -33,7 +33,7 @@ _ORIGINAL = ArealPPOActor.compute_advantages
 _CACHE = "_areal_adv_actor"
 
 
-def our_actor(areal_actor: Any) -> PPOActor:
+def our_actor(areal_actor: ArealPPOActor) -> PPOActor:
     """The areal-adv actor for this AReaL actor, built on first use and again when its config object changes."""
     cached = getattr(areal_actor, _CACHE, None)
     if cached is None or cached[0] is not areal_actor.config:
@@ -42,13 +42,13 @@ def our_actor(areal_actor: Any) -> PPOActor:
     return cached[1]
 
 
-def layout(meta: Any) -> TrajBatchMeta:
-    """Our batch metadata from the one AReaL's `concat_batch` records (rows per input dict, their lengths)."""
+def layout(meta: areal_data.TrajBatchMeta) -> TrajBatchMeta:
+    """Our batch metadata from AReaL's (same name and first fields): rows per input dict, their lengths."""
     return TrajBatchMeta(meta.n_trajs, tuple(meta.traj_group_sizes), tuple(meta.traj_seqlens))
 
 
 @functools.wraps(_ORIGINAL)
-def compute_advantages(self: Any, data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def compute_advantages(self: ArealPPOActor, data: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """AReaL's `compute_advantages(data)`: one dict per trajectory group in, the same out, with advantages."""
     batched, meta = areal_data.concat_batch(data)
     result = our_actor(self).compute_advantages(batched, layout(meta))
