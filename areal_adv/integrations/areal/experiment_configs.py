@@ -69,14 +69,14 @@ class AdvGRPOConfig(areal_args.GRPOConfig):
     actor: AdvPPOActorConfig = field(default_factory=AdvPPOActorConfig, metadata={"help": "The actor (AReaL's)."})
 
 
-def _norm(value: Any) -> NormConfig | None:
+def _norm(value: areal_args.NormConfig | None) -> NormConfig | None:
     """AReaL's `NormConfig` (same six fields) as ours; None stays None."""
     if value is None:
         return None
     return NormConfig(**{f.name: getattr(value, f.name) for f in dataclasses.fields(NormConfig)})
 
 
-def areal_config_to_ours(config: Any) -> PPOActorConfig:
+def areal_config_to_ours(config: areal_args.PPOActorConfig) -> PPOActorConfig:
     """Our `PPOActorConfig` from AReaL's actor config (or `AdvPPOActorConfig`): shared fields by name.
 
     A plain AReaL config gets our defaults for `EXTRA_FIELDS`, which reproduce AReaL's own
