@@ -90,11 +90,24 @@ def resolve(path: str) -> object:
     raise ModuleNotFoundError(path)
 
 
-def _page_paths() -> list[tuple[str, str]]:
+#: Names that exist only beside AReaL (docs/integrations.md, "Inside AReaL"): tests/integrations/test_areal.py
+#: resolves them in `.venv-areal`, where AReaL is installed.
+NEEDS_AREAL = ("areal_adv.integrations.areal", "areal.api.cli_args.load_expr_config")
+
+
+def needs_areal(path: str) -> bool:
+    return any(path == name or path.startswith(name + ".") for name in NEEDS_AREAL)
+
+
+def all_page_paths() -> list[tuple[str, str]]:
     found = set()
     for page in PAGES + EXAMPLES:
         found.update((page.relative_to(ROOT).as_posix(), p) for p in documented_paths(page.read_text()))
     return sorted(found)
+
+
+def _page_paths() -> list[tuple[str, str]]:
+    return [(page, path) for page, path in all_page_paths() if not needs_areal(path)]
 
 
 def _entry_points() -> list[str]:

@@ -6,6 +6,7 @@ The checks run in `.venv-areal` (scripts/setup_areal.sh: AReaL from the index, a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,6 +27,15 @@ pytestmark = pytest.mark.xdist_group("areal")
 def _json_lines(proc: subprocess.CompletedProcess) -> list[dict]:
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def documented_areal_paths() -> list[str]:
+    """The dotted names in README and docs that exist only beside AReaL (tests/test_public_paths.py leaves them here)."""
+    spec = importlib.util.spec_from_file_location("public_paths", ROOT / "tests" / "test_public_paths.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return sorted({path for _, path in module.all_page_paths() if module.needs_areal(path)})
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +68,11 @@ def test_installing_beside_areal_leaves_areal_as_it_was(report: dict) -> None:
     assert install["version"] == "1.0.4" and install["files"] > 300
     assert install["changed"] == [], "AReaL files differ from its RECORD"
     assert install["areal_is_areal"] and install["areal_adv"] == "areal_adv"
+
+
+def test_the_documented_names_that_need_areal_resolve_beside_it(report: dict) -> None:
+    assert len(documented_areal_paths()) >= 3
+    assert report["unresolved"] == []
 
 
 def test_the_environment_switch_installs_the_hook_when_areal_loads_its_actor(report: dict) -> None:
