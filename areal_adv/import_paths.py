@@ -10,9 +10,11 @@ own name on the package index and in `sys.modules`. So the code lives in
   gets our class and `isinstance` agrees. When AReaL is installed, every name that
   AReaL has stays AReaL's (the other finders are asked first), and only the names
   AReaL lacks resolve to ours.
-* The module paths of releases before 0.1.0 (`areal_adv.trainer.distributed`, ...,
-  the table `MOVED`) resolve to the moved module, with a DeprecationWarning naming
-  the new path.
+* The module paths of releases before 0.1.0 (`areal.trainer.distributed`, ...; the
+  table `MOVED`, in either spelling) resolve to the moved module, with a
+  DeprecationWarning naming the new path.
+* With `AREAL_ADV_HOOK_AREAL=1` in the environment, AReaL's actor module installs
+  the areal-adv hook as it loads (docs/integrations.md, "Inside AReaL").
 
 The finder is installed at interpreter start by `areal_adv.pth`, which the wheel and
 the editable install put in site-packages (see setup.py), and again by

@@ -16,11 +16,11 @@ stage and the path).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from areal.trainer.ppo.actor import PPOActor as ArealPPOActor
 from areal.utils import data as areal_data
+from areal.utils.perf_tracer import trace_perf
 
 from areal_adv.integrations.areal.experiment_configs import areal_config_to_ours
 from areal_adv.trainer.ppo.actor import PPOActor
@@ -47,7 +47,7 @@ def layout(meta: areal_data.TrajBatchMeta) -> TrajBatchMeta:
     return TrajBatchMeta(meta.n_trajs, tuple(meta.traj_group_sizes), tuple(meta.traj_seqlens))
 
 
-@functools.wraps(_ORIGINAL)
+@trace_perf("ppo_actor.compute_advantages", category="compute")  # AReaL's trace of its own method
 def compute_advantages(self: ArealPPOActor, data: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """AReaL's `compute_advantages(data)`: one dict per trajectory group in, the same out, with advantages."""
     batched, meta = areal_data.concat_batch(data)
