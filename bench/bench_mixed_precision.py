@@ -4,8 +4,8 @@ One `Trainer` on the real-model example (`examples/real_model/grpo_smollm2.yaml`
 evaluation off): steps alternate between `model.mixed_precision` null and
 bf16 (the engine's autocast is switched between steps; weights and AdamW state
 are float32 either way), so both see the same machine load. What autocast
-touches is the training forward/backward (`time/update`) and the no-grad log-prob
-passes; sampling is not under autocast. Writes one JSON line per step and a
+touches is the training forward/backward (`time/update`), the no-grad log-prob
+passes and the rollout's sampling (`time/rollout`). Writes one JSON line per step and a
 summary line (median update-time ratio bf16 / fp32, and the CPU pressure).
 
     .venv/bin/python bench/bench_mixed_precision.py --model runs/models/SmolLM2-135M-Instruct --pairs 4

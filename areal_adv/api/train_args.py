@@ -191,8 +191,9 @@ class ModelConfig:
     mixed_precision: str | None = field(
         default=None,
         metadata={
-            "help": "`bf16`: every model forward (training, log-prob passes, critic) runs under torch.autocast "
-            "to bfloat16, while weights, gradients and AdamW state stay `dtype`; sampling is not autocast. "
+            "help": "`bf16`: every model forward (training rollouts' sampling, training, log-prob passes, critic) "
+            "runs under torch.autocast to bfloat16, so the sampled and the trained log-probs come from the same "
+            "precision, while weights, gradients and AdamW state stay `dtype`; evaluation is not autocast. "
             "Null (default): no autocast."
         },
     )

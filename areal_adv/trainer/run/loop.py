@@ -267,16 +267,17 @@ class Trainer:
         problems = self.prompt_source.sample(cfg.rollout.batch_size)
         if self.ctx.is_distributed:
             problems = [problems[i] for i in self.prompt_indices]
-        groups = collect_episodes(
-            self.policy,
-            self.task,
-            problems,
-            cfg.rollout.n_samples,
-            budget=cfg.generation_budget,
-            temperature=cfg.sampling_temperature,
-            generator=self.generator,
-            process_rewards=cfg.rollout.prm.enabled,
-        )
+        with self.engine.autocast():  # sampled in the precision the update trains in (mixed_precision)
+            groups = collect_episodes(
+                self.policy,
+                self.task,
+                problems,
+                cfg.rollout.n_samples,
+                budget=cfg.generation_budget,
+                temperature=cfg.sampling_temperature,
+                generator=self.generator,
+                process_rewards=cfg.rollout.prm.enabled,
+            )
         pad = self.task.pad_token_id
         with_process = cfg.rollout.prm.enabled
         components = reward_components(self.task.rewards)
@@ -294,15 +295,16 @@ class Trainer:
         else:
             dicts = [export_episodes(g, pad, with_process=with_process, components=components) for g in groups]
         if cfg.rollout.greedy_baseline:
-            greedy = collect_episodes(
-                self.policy,
-                self.task,
-                problems,
-                1,
-                budget=cfg.generation_budget,
-                temperature=cfg.sampling_temperature,
-                greedy=True,
-            )
+            with self.engine.autocast():
+                greedy = collect_episodes(
+                    self.policy,
+                    self.task,
+                    problems,
+                    1,
+                    budget=cfg.generation_budget,
+                    temperature=cfg.sampling_temperature,
+                    greedy=True,
+                )
             dicts = [add_reward_baselines(d, g[0].reward) for d, g in zip(dicts, greedy)]
         dicts = add_prompt_keys(dicts, problems)  # per-prompt stage state (KRPO, SPO)
         if "role_ids" in stage_batch_fields(self.actor.resolved):  # RAE: the seat and game of each problem row

@@ -139,3 +139,26 @@ def test_a_mixed_precision_lora_run_trains_with_float32_weights(tmp_path: Path) 
     assert result.steps_done == 2 and all(r["grad_norm"] > 0 for r in rows)
     assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
     assert trainer.engine.mixed_precision == "bf16"
+
+
+@pytest.mark.parametrize("precision, autocast", [(None, False), ("bf16", True)])
+def test_the_rollout_samples_in_the_precision_the_update_trains_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str | None, autocast: bool
+) -> None:
+    """Under bf16 the sampled log-probs come from bf16 products, as the update's do (a PPO ratio near 1)."""
+    import areal_adv.trainer.run.loop as loop
+
+    seen: list[tuple[bool, torch.dtype]] = []
+    original = loop.collect_episodes
+
+    def recording(*args, **kwargs):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "collect_episodes", recording)
+    overrides = [*TINY, f"output.dir={tmp_path}", "train.steps=1", "train.save_every=0"]
+    trainer = Trainer(load_config(CONFIG, [*overrides, f"model.mixed_precision={precision or 'null'}"]))
+    trainer.run()
+    assert seen and all(enabled == autocast for enabled, _ in seen), seen
+    if autocast:
+        assert all(dtype == torch.bfloat16 for _, dtype in seen)
