@@ -128,7 +128,8 @@ class _AliasLoader:
 
 
 class _HookAfterLoad:
-    """AReaL's own loader of its actor module, plus `install()` of the hook once the module has run."""
+    """AReaL's own loader of its actor module, then an import of the hook module, which installs itself
+    under `HOOK_ENV` when it finishes loading (also when this import is what is loading it)."""
 
     def __init__(self, loader: object) -> None:
         self.loader = loader
@@ -141,7 +142,9 @@ class _HookAfterLoad:
 
     def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)  # type: ignore[attr-defined]
-        importlib.import_module(f"{OURS}.integrations.areal").install()
+        # Not `install()` here: AReaL's actor may be loading because the hook module imports it, and the
+        # half-loaded hook module has no `install` yet; it installs itself at its end.
+        importlib.import_module(f"{OURS}.integrations.areal.hook")
 
 
 class ImportPathFinder:

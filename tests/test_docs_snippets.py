@@ -403,7 +403,6 @@ def check_shell(snippet: Snippet, project: Project) -> None:
 
 def check_readme_commands(snippet: Snippet, project: Project) -> None:
     """`./scripts/train.sh` runs (2 steps of the default run); `./scripts/test.sh` is this suite."""
-    import subprocess
 
     commands = list(_commands(snippet.text))
     assert commands == [["./scripts/train.sh"], ["./scripts/test.sh"]], commands
@@ -616,38 +615,29 @@ def check_ray_task_runner(snippet: Snippet, project: Project) -> None:
     assert "task_runner_class" in inspect.signature(run_ppo).parameters
 
 
-def _areal_python(*args: str, cwd: Path, stdin: str | None = None) -> list[dict[str, Any]]:
-    """Run in `.venv-areal` (AReaL 1.0.4 beside areal-adv, scripts/setup_areal.sh); the JSON lines printed."""
-    setup = subprocess.run([str(ROOT / "scripts/setup_areal.sh")], capture_output=True, text=True, timeout=900)
-    assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
-    proc = subprocess.run(
-        [str(ROOT / ".venv-areal/bin/python"), *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-
-
-def _areal_experiment(project: Project) -> Path:
-    """An AReaL GRPO experiment YAML that names everything AReaL's loader requires."""
-    base = (ROOT / "tests/integrations/areal_grpo_advantage.yaml").read_text()
-    return project.write("areal_grpo.yaml", base + f"cluster: {{fileroot: {project.dir / 'root'}}}\n")
+def _areal_venv() -> Any:
+    """tests/integrations/areal_venv.py: running code in `.venv-areal` (AReaL 1.0.4 beside areal-adv)."""
+    folder = str(ROOT / "tests" / "integrations")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module("areal_venv")
 
 
 def check_areal_script(snippet: Snippet, project: Project) -> None:
     """The training-script lines, run with AReaL's own loader on an experiment config: the hook is installed."""
+    venv = _areal_venv()
     probe = "\nimport json\nprint(json.dumps({'installed': adv.installed(), 'actor': type(config.actor).__name__}))\n"
-    out = _areal_python("-", "--config", str(_areal_experiment(project)), cwd=project.dir, stdin=snippet.text + probe)
+    config = venv.experiment_config(project.dir)
+    out = venv.run_json("-", "--config", str(config), cwd=project.dir, stdin=snippet.text + probe)
     assert out == [{"installed": True, "actor": "AdvPPOActorConfig"}], out
 
 
 def check_areal_yaml(snippet: Snippet, project: Project) -> None:
     """The `actor:` block merged into an AReaL experiment config loads through AReaL's loader with AdvGRPOConfig."""
+    venv = _areal_venv()
     fragment = project.write("fragment.yaml", snippet.text)
-    merged = project.dir / "merged.yaml"
-    checks = ROOT / "tests/integrations/areal_checks.py"
-    (out,) = _areal_python(
-        str(checks), "merged_config", str(_areal_experiment(project)), str(fragment), str(merged), cwd=project.dir
-    )
+    base, merged = venv.experiment_config(project.dir), project.dir / "merged.yaml"
+    (out,) = venv.run_json(str(venv.CHECKS), "merged_config", str(base), str(fragment), str(merged), cwd=project.dir)
     outcome = yaml.safe_load(snippet.text)["actor"]["advantage"]["outcome_reward_shaping"]
     assert out["outcome"] == [outcome["implementation"], outcome["kwargs"]] and out["kl_ctl"] == 0.0, out
 

@@ -7,26 +7,16 @@ The checks run in `.venv-areal` (scripts/setup_areal.sh: AReaL from the index, a
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from areal_venv import CHECKS, ROOT, ensure_venv, experiment_config, run_json
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
-PYTHON = ROOT / ".venv-areal" / "bin" / "python"
-CHECKS = HERE / "areal_checks.py"
 #: float32 round-off between two orders of the same sums (AReaL's loop GAE, our kernels)
 TOL = 1e-6
 
 pytestmark = pytest.mark.xdist_group("areal")
-
-
-def _json_lines(proc: subprocess.CompletedProcess) -> list[dict]:
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
 def documented_areal_paths() -> list[str]:
@@ -40,26 +30,15 @@ def documented_areal_paths() -> list[str]:
 
 @pytest.fixture(scope="module")
 def areal_venv() -> Path:
-    proc = subprocess.run([str(ROOT / "scripts" / "setup_areal.sh")], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return PYTHON
+    return ensure_venv()
 
 
 @pytest.fixture(scope="module")
 def report(areal_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("areal")
-    config = tmp / "grpo_advantage.yaml"
-    config.write_text((HERE / "areal_grpo_advantage.yaml").read_text() + f"cluster: {{fileroot: {tmp / 'root'}}}\n")
     env = {**os.environ, "AREAL_ADV_HOOK_AREAL": "1"}  # the documented switch for every AReaL process
-    proc = subprocess.run(
-        [str(areal_venv), str(CHECKS), "all", str(config)],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    (result,) = _json_lines(proc)
+    args = [str(CHECKS), "all", str(experiment_config(tmp)), *documented_areal_paths()]
+    (result,) = run_json(*args, cwd=tmp, env=env)
     return result
 
 
@@ -77,6 +56,17 @@ def test_the_documented_names_that_need_areal_resolve_beside_it(report: dict) ->
 
 def test_the_environment_switch_installs_the_hook_when_areal_loads_its_actor(report: dict) -> None:
     assert report["install"]["hook_installed_at_import"]
+
+
+def test_the_environment_switch_also_works_when_the_integration_is_imported_first(
+    areal_venv: Path, tmp_path: Path
+) -> None:
+    """The documented script imports `areal_adv.integrations.areal` first, which loads AReaL's actor mid-import."""
+    code = (
+        "import json\nimport areal_adv.integrations.areal as adv\nprint(json.dumps({'installed': adv.installed()}))\n"
+    )
+    env = {**os.environ, "AREAL_ADV_HOOK_AREAL": "1"}
+    assert run_json("-", cwd=tmp_path, stdin=code, env=env) == [{"installed": True}]
 
 
 def test_beside_areal_the_seed_path_is_ours_and_the_shared_paths_are_areal_s(report: dict) -> None:
@@ -115,15 +105,8 @@ def test_areal_s_loader_takes_actor_advantage_with_the_subclass(report: dict) ->
 
 
 def test_two_ranks_share_batch_statistics_as_areal_does(areal_venv: Path, tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [str(areal_venv), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-        + [str(CHECKS), "two_ranks", "grpo"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    ranks = sorted(_json_lines(proc), key=lambda r: r["rank"])
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    ranks = sorted(run_json(*torchrun, str(CHECKS), "two_ranks", "grpo", cwd=tmp_path), key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1]
     assert not any(r["hooked_at_import"] for r in ranks), "the hook came without AREAL_ADV_HOOK_AREAL=1"
     for r in ranks:

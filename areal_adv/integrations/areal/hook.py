@@ -16,12 +16,14 @@ stage and the path).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from areal.trainer.ppo.actor import PPOActor as ArealPPOActor
 from areal.utils import data as areal_data
 from areal.utils.perf_tracer import trace_perf
 
+from areal_adv.import_paths import HOOK_ENV
 from areal_adv.integrations.areal.experiment_configs import areal_config_to_ours
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.utils.data import TrajBatchMeta
@@ -71,3 +73,7 @@ def uninstall() -> None:
 
 def installed() -> bool:
     return ArealPPOActor.compute_advantages is compute_advantages
+
+
+if os.environ.get(HOOK_ENV) == "1":
+    install()  # AREAL_ADV_HOOK_AREAL=1: every process that loads AReaL's actor (areal_adv.import_paths)
