@@ -55,6 +55,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from areal_adv.trainer.lm.logprobs import token_logprobs
 from areal_adv.trainer.parallel.distributed import DistContext, all_reduce_tensor
+from areal_adv.trainer.parallel.embedding_gradient import add_lookup_gradient_sparsely
 
 PARALLEL_MODES = ("ddp", "fsdp")
 
@@ -413,6 +414,8 @@ class PolicyEngine(_OptimEngine):
         replica = copy.deepcopy(model) if sharded else model  # copied before fully_shard changes `model`
         super().__init__(model, **kwargs)
         self.rollout_model = replica
+        # one process only: see areal_adv.trainer.parallel.embedding_gradient
+        self.sparse_lookup_gradient = self.parallel is None and add_lookup_gradient_sparsely(model)
 
     def sync_rollout_model(self) -> None:
         """Copy the trained weights into `rollout_model` (FSDP: an all-gather on every rank; else a no-op)."""
