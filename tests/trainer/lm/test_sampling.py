@@ -4,6 +4,7 @@
   several architectures and attention kernels, with per-row caps, stop tokens and left padding;
 * the sampled distribution is exactly softmax(logits / T), even when the checkpoint's
   `generation_config.json` asks for top-k/top-p/min-p, penalties, suppressed tokens or another EOS;
+  the inverse-CDF draw never returns a token of probability 0, at either end of the uniform range;
 * behaviour log-probs equal a recomputed forward pass at the sampling temperature;
 * randomness: a `generator` makes samples reproducible and leaves the global RNG alone;
 * rows sharing a context are prefilled once and sample as without sharing.
@@ -23,7 +24,12 @@ from transformers import GenerationConfig
 
 from areal_adv.api.train_args import ModelConfig
 from areal_adv.trainer.lm.model import build_policy
-from areal_adv.trainer.lm.sampling import Continuation, neutral_generation_config, sample_continuations
+from areal_adv.trainer.lm.sampling import (
+    Continuation,
+    inverse_cdf_draw,
+    neutral_generation_config,
+    sample_continuations,
+)
 from areal_adv.trainer.lm.tokenizer import build_word_tokenizer
 
 torch.set_num_threads(2)
@@ -160,6 +166,41 @@ def test_checkpoint_generation_config_does_not_change_the_sampled_distribution(h
     assert model.generation_config.top_k == 2 and model.generation_config.eos_token_id == 9  # restored
 
 
+def test_inverse_cdf_draw_follows_a_long_tailed_distribution() -> None:
+    """A 20k vocabulary whose probabilities fall geometrically: the draw's frequencies match them."""
+    vocab, n, rows = 20_000, 10_000, 250
+    logp = torch.log_softmax(-0.01 * torch.arange(vocab, dtype=torch.float32), dim=-1)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        tokens = torch.cat([inverse_cdf_draw(logp.expand(rows, vocab)).squeeze(-1) for _ in range(n // rows)])
+    probs = logp.double().exp()
+    counts = torch.bincount(tokens, minlength=vocab).double()
+    tv = 0.5 * (counts / n - probs).abs().sum().item()
+    noise = 0.5 * math.sqrt(2 / math.pi) * (probs * (1 - probs) / n).sqrt().sum().item()
+    assert tv < 3 * noise
+    mean = (tokens.double().mean() - (torch.arange(vocab) * probs).sum()).abs().item()
+    assert mean < 4 * math.sqrt(((torch.arange(vocab) ** 2) * probs).sum().item() / n)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    allowed=st.lists(st.booleans(), min_size=2, max_size=40).filter(any),
+    u=st.sampled_from([0.0, 1.0 - 2.0**-53, 0.5]),
+    seed=st.integers(0, 2**16),
+)
+def test_inverse_cdf_draw_never_returns_a_token_of_probability_zero(allowed: list[bool], u: float, seed: int) -> None:
+    logits = torch.randn(len(allowed), generator=torch.Generator().manual_seed(seed)) * 30
+    logits[~torch.tensor(allowed)] = float("-inf")
+    logp = torch.log_softmax(logits, dim=-1).expand(3, -1)
+    with pytest.MonkeyPatch.context() as patch:  # the uniform number at 0, just under 1, or in the middle
+        patch.setattr(torch, "rand", lambda size, **kw: torch.full(size, u, **kw))
+        token = int(inverse_cdf_draw(logp)[0, 0])
+    assert allowed[token]
+    cdf = logp[0].exp().cumsum(-1, dtype=torch.float64)
+    below = float(cdf[token - 1]) if token else 0.0
+    assert below <= u * float(cdf[-1]) < float(cdf[token])  # the first index whose cumulative value exceeds u
+
+
 def test_no_global_top_k_default_truncates_a_vocabulary_larger_than_50() -> None:
     """`generate` defaults to top_k=50 when sampling; the neutral config must switch that off."""
     torch.manual_seed(0)
@@ -246,18 +287,16 @@ def test_sampling_contract_holds_for_any_batch(
         assert out.logprobs == pytest.approx(recomputed_logprobs(model, c, out, temperature), abs=3e-5)
 
 
-def test_neutral_config_sets_every_distribution_option_explicitly() -> None:
-    cfg = neutral_generation_config(max_new_tokens=3, greedy=False, stop_ids=[2, 3], pad_id=0)
-    assert (cfg.do_sample, cfg.temperature, cfg.top_k, cfg.top_p, cfg.typical_p, cfg.repetition_penalty) == (
-        True,
+def test_neutral_config_sets_every_score_changing_option_explicitly() -> None:
+    cfg = neutral_generation_config(max_new_tokens=3, stop_ids=[2, 3], pad_id=0)
+    assert (cfg.do_sample, cfg.num_beams, cfg.repetition_penalty, cfg.no_repeat_ngram_size, cfg.min_new_tokens) == (
+        False,  # the draw is made by the processor; generate takes the arg-max of what it returns
+        1,
         1.0,
         0,
-        1.0,
-        1.0,
-        1.0,
+        0,
     )
     assert cfg.eos_token_id == [2, 3] and cfg.pad_token_id == 0 and cfg.max_new_tokens == 3
-    assert neutral_generation_config(max_new_tokens=3, greedy=True, stop_ids=[], pad_id=0).do_sample is False
 
 
 @pytest.mark.parametrize(
