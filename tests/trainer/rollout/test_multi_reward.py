@@ -87,7 +87,10 @@ def test_identity_shaping_sees_the_weighted_sum_exactly(tmp_path):
 
 
 def test_gdpo_preset_with_two_reward_functions_trains_and_equals_verls_definition(tmp_path):
-    cfg = load_config(PRESETS / "gdpo.yaml", [*TINY, f"output.dir={tmp_path}", "train.steps=2", TWO_FUNCTIONS])
+    # 8 prompts x 4 samples, so that the seeded step's completions differ in both graded components
+    # (checked below: the comparison with the blind advantage needs it)
+    overrides = [*TINY, "rollout.batch_size=8", f"output.dir={tmp_path}", "train.steps=2", TWO_FUNCTIONS]
+    cfg = load_config(PRESETS / "gdpo.yaml", overrides)
     trainer, seen = _recording_trainer(cfg)
     result = trainer.run()
     rows = read_metrics(result.metrics_path)

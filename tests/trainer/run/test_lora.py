@@ -132,7 +132,17 @@ def test_target_modules_the_model_lacks_fail_at_build_naming_the_field(tmp_path:
 
 
 def test_a_mixed_precision_lora_run_trains_with_float32_weights(tmp_path: Path) -> None:
-    overrides = [*TINY, f"output.dir={tmp_path}", "train.steps=2", "train.save_every=0", "model.mixed_precision=bf16"]
+    # a graded reward (the completion's length): groups whose rows all score the same, and so give a zero
+    # gradient, are then rare, and both steps do train
+    graded = "reward=[{implementation: plugins.graded_rewards.char_length}]"
+    overrides = [
+        *TINY,
+        f"output.dir={tmp_path}",
+        "train.steps=2",
+        "train.save_every=0",
+        "model.mixed_precision=bf16",
+        graded,
+    ]
     trainer = Trainer(load_config(CONFIG, overrides))
     result = trainer.run()
     rows = read_metrics(result.run_dir / "metrics.jsonl")
