@@ -15,6 +15,12 @@ reference model, one optimiser step per batch (AdamW, lr 1e-6, gradient
 clipping at 1), no evaluation, no checkpoints. TRL runs `GRPOTrainer` with
 `transformers` generation on CPU (`use_cpu=True`); ours runs
 `areal_adv.trainer.run.loop.Trainer`. Both end a turn at `<|im_end|>`.
+Neither recomputes activations: TRL's `GRPOConfig` turns gradient
+checkpointing on by default (each block's forward runs again during the
+backward, to save memory), which ours does not do, so it is turned off here;
+`--trl-gradient-checkpointing` keeps TRL's default (the rows recorded before
+2026-12-05 11:30 ran that way). Each TRL worker reports whether its model
+checkpoints, and the run prints it.
 
 Each side is one long-lived subprocess per round (model loaded once); the
 driver lets them take turns, one step at a time (ours then TRL on even steps,
@@ -179,7 +185,14 @@ def _step_clock(channel: Channel) -> Any:
     return StepClock()
 
 
-def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int, precision: str | None = None) -> Any:
+def _trl_trainer(
+    model: str,
+    rows: list[dict[str, str]],
+    out: Path,
+    steps: int,
+    precision: str | None = None,
+    checkpointing: bool = False,
+) -> Any:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -211,6 +224,7 @@ def _trl_trainer(model: str, rows: list[dict[str, str]], out: Path, steps: int, 
         use_cpu=True,
         bf16=precision == "bf16",
         fp16=False,
+        gradient_checkpointing=checkpointing,  # TRL's default is True; ours recomputes nothing
         seed=SEED,
         dataloader_num_workers=0,
         log_completions=False,
@@ -237,14 +251,17 @@ def run_trl(
     threads: int,
     channel: Channel,
     precision: str | None = None,
+    checkpointing: bool = False,
 ) -> None:
     """TRL's GRPOTrainer, one optimiser step per "go" (its logged completion lengths are read afterwards)."""
     import torch
 
     torch.set_num_threads(threads)
-    trainer = _trl_trainer(model, rows, out, steps, precision)
+    trainer = _trl_trainer(model, rows, out, steps, precision, checkpointing)
     trainer.add_callback(_step_clock(channel))
-    channel.send({"ready": True})
+    channel.send(
+        {"ready": True, "gradient_checkpointing": bool(getattr(trainer.model, "is_gradient_checkpointing", False))}
+    )
     trainer.train()
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     channel.send({"completion_means": lengths})
@@ -281,7 +298,16 @@ def worker(args: argparse.Namespace) -> None:
             data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
             run_ours(args.model, data, tmp_path / "runs", args.steps, args.threads, channel, args.precision)
         else:
-            run_trl(args.model, rows, tmp_path / "trl", args.steps, args.threads, channel, args.precision)
+            run_trl(
+                args.model,
+                rows,
+                tmp_path / "trl",
+                args.steps,
+                args.threads,
+                channel,
+                args.precision,
+                args.trl_gradient_checkpointing,
+            )
 
 
 # ---------------------------------------------------------------------------
@@ -314,6 +340,7 @@ class Side:
             "--worker",
             base,
             *(["--precision", precision] if precision else []),
+            *(["--trl-gradient-checkpointing"] if args.trl_gradient_checkpointing else []),
             "--report-fd",
             str(write),
             "--steps",
@@ -360,8 +387,10 @@ def run_round(args: argparse.Namespace, sides: list[str], tmp: Path) -> dict[str
     """Both workers alive; steps taken in turn (the order flips every step); the warm-up step included."""
     workers = {name: Side(name, args, tmp) for name in sides}
     try:
-        for worker_side in workers.values():
-            worker_side.receive()  # ready: model loaded
+        for name, worker_side in workers.items():
+            ready = worker_side.receive()  # model loaded
+            if "gradient_checkpointing" in ready:
+                print(f"{name}: gradient checkpointing {'on' if ready['gradient_checkpointing'] else 'off'}")
         steps: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
         for i in range(args.steps + 1):
             for name in sides if i % 2 == 0 else sides[::-1]:
@@ -426,6 +455,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--sides", default="ours,trl", help="comma-separated: ours, trl, ours:bf16, trl:bf16 (bf16 autocast)"
     )
     parser.add_argument("--results", type=Path, default=None, help="append one JSON row per run (JSONL)")
+    parser.add_argument(
+        "--trl-gradient-checkpointing",
+        action="store_true",
+        help="keep TRL's default gradient checkpointing (off otherwise: ours recomputes no activations)",
+    )
     parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--precision", choices=["bf16"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--report-fd", type=int, help=argparse.SUPPRESS)
@@ -482,6 +516,7 @@ def drive(args: argparse.Namespace) -> None:
             command="bench/bench_vs_trl.py " + " ".join(sys.argv[1:]),
             busy=args.busy,
             threads=args.threads,
+            trl_gradient_checkpointing=args.trl_gradient_checkpointing,
             load=load,
         )
         args.results.parent.mkdir(parents=True, exist_ok=True)
