@@ -413,8 +413,14 @@ def _step_times(steps: list[dict[str, Any]]) -> list[float]:
     return [s["seconds"] for s in steps[1:]]
 
 
+#: a Python loop that spins until its parent is gone (checked every few million turns), so loops outlive
+#: neither a finished run nor a driver that was killed before it could end them
+#: (the parent's pid comes as an argument: read in the child, it could already be init's)
+SPIN_WHILE_PARENT = "import os, sys\nwhile os.getppid() == int(sys.argv[1]):\n    for _ in range(5_000_000): pass"
+
+
 def _busy_loops(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    return [subprocess.Popen([sys.executable, "-c", SPIN_WHILE_PARENT, str(os.getpid())]) for _ in range(n)]
 
 
 def _load() -> str:
