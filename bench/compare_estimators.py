@@ -688,7 +688,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report(opts)
     if not opts.tiny and not (opts.model / "config.json").is_file():
         raise SystemExit(f"--model {opts.model}: no converted checkpoint; run examples/real_model/install.sh")
-    extra = [*(TINY if opts.tiny else [f"model.path={opts.model}"]), *opts.set]
+    # the campaigns compare estimators in float32, as their recorded rows were run; --set may change it
+    extra = [*(TINY if opts.tiny else [f"model.path={opts.model}"]), "model.mixed_precision=null", *opts.set]
     opts.steps = opts.steps or config_steps(opts.config, extra)
     if opts.chunk_steps == 1 or opts.chunk_steps < 0:
         # a 1-update first chunk would be its own last step: the trainer then skips the evaluation before it

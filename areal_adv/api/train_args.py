@@ -70,7 +70,7 @@ TINY_ARCHITECTURE: dict[str, Any] = {
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-_MIXED_PRECISION = (None, "bf16")
+_MIXED_PRECISION = (None, "bf16", "auto")
 
 
 @dataclass
@@ -194,6 +194,8 @@ class ModelConfig:
             "help": "`bf16`: every model forward (training rollouts' sampling, training, log-prob passes, critic) "
             "runs under torch.autocast to bfloat16, so the sampled and the trained log-probs come from the same "
             "precision, while weights, gradients and AdamW state stay `dtype`; evaluation is not autocast. "
+            "`auto`: `bf16` where the device multiplies bfloat16 natively (a CUDA GPU with bf16 support, a CPU "
+            "with AVX512-BF16 or AMX), else no autocast; the run's opening lines say which. "
             "Null (default): no autocast."
         },
     )

@@ -67,6 +67,7 @@ def test_every_estimator_runs_and_appends_one_row(campaign: Path):
         assert len(row["step_seconds"]) == 4 and row["load1_mean"] is not None
         assert len(row["samples"]["0"]) == 2 and len(row["samples"]["4"]) == 2  # eval.n_prompts=2
         assert row["commands"] and "train.resume=auto" in row["commands"][0]
+        assert "model.mixed_precision=null" in row["commands"][0]  # campaigns run float32, as recorded
     assert (campaign / "plot.png").stat().st_size > 0
 
 

@@ -47,6 +47,7 @@ from areal_adv.trainer.parallel.distributed import (
 from areal_adv.trainer.parallel.engine import PolicyEngine, ValueEngine, reference_logprobs
 from areal_adv.trainer.parallel.failures import staged
 from areal_adv.trainer.parallel.micro_batches import chunked_rows, micro_slices
+from areal_adv.trainer.parallel.precision import resolve_mixed_precision
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.trainer.ppo.estimators.combine import reads_reference
 from areal_adv.trainer.ppo.training.critic import PPOCritic
@@ -212,6 +213,7 @@ class Trainer:
         )
         self.reference_is_base = wants_reference and cfg.model.lora is not None
         self.reference = frozen_copy(self.policy) if wants_reference and cfg.model.lora is None else None
+        precision, self.precision_note = resolve_mixed_precision(cfg.model.mixed_precision, self.device)
         self.engine = PolicyEngine(
             self.policy,
             lr=cfg.train.lr,
@@ -219,7 +221,7 @@ class Trainer:
             grad_clip=cfg.train.grad_clip,
             ctx=self.ctx,
             parallel=parallel,
-            mixed_precision=cfg.model.mixed_precision,
+            mixed_precision=precision,
         )
         self.policy = self.engine.rollout_model  # the plain module (under FSDP: the full sampling copy)
         # built from the serialised config, as a remote worker would; resolves the plugins in this
@@ -238,7 +240,7 @@ class Trainer:
                     grad_clip=cfg.critic.grad_clip,
                     ctx=self.ctx,
                     parallel=parallel,
-                    mixed_precision=cfg.model.mixed_precision,
+                    mixed_precision=precision,
                 ),
             )
         # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
@@ -524,6 +526,7 @@ class Trainer:
                     num_threads=self.num_threads,
                     device=self.device,
                     world_size=self.ctx.world_size,
+                    precision=self.precision_note if cfg.model.mixed_precision is not None else None,
                 ),
                 flush=True,
             )

@@ -94,8 +94,17 @@ def _extends(other: tuple[tuple[str, str, Any], ...], own: tuple[tuple[str, str,
     return len(other) > len(own) and all(item in other for item in own)
 
 
-def start_block(config: Any, actor: Any, parts: Any, *, num_threads: int, device: Any, world_size: int) -> str:
-    """The trainer's opening lines: the stage table, the matching preset, threads and device."""
+def start_block(
+    config: Any,
+    actor: Any,
+    parts: Any,
+    *,
+    num_threads: int,
+    device: Any,
+    world_size: int,
+    precision: str | None = None,
+) -> str:
+    """The trainer's opening lines: the stage table, the matching preset, threads and device (and precision)."""
     try:
         presets = matching_presets(config)
     except Exception as exc:  # a broken preset file must not stop a run that does not use it
@@ -111,5 +120,6 @@ def start_block(config: Any, actor: Any, parts: Any, *, num_threads: int, device
             stage_table(stage_rows(config, actor, parts)),
             f"estimator preset: {preset}",
             f"threads: {num_threads} per process ({threads}) | device: {device}{ranks}",
+            *([f"precision: {precision}"] if precision else []),
         ]
     )

@@ -117,7 +117,7 @@ def test_resuming_an_adapter_checkpoint_without_lora_names_the_field(lora_run, t
         ("model.lora.dropout=1.5", "model.lora.dropout: got 1.5"),
         ("model.lora={target_modules: q_proj}", r"model.lora.target_modules .*: got 'q_proj' \(str\), expected a list"),
         ("model.lora.target_modules=['']", r"model.lora.target_modules: got \[''\], expected null or a list of module"),
-        ("model.mixed_precision=fp16", r"model.mixed_precision: got 'fp16', expected one of \[None, 'bf16'\]"),
+        ("model.mixed_precision=fp16", r"model.mixed_precision: got 'fp16', expected one of \[None, 'bf16', 'auto'\]"),
     ],
 )
 def test_bad_lora_and_precision_settings_name_the_field(override: str, message: str) -> None:
