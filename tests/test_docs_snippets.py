@@ -916,6 +916,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/performance.md: .venv/bin/python bench/bench_sampling.py train.num_threads=1": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 # no busy l": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 --sides our": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 --sides our [2]": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_pipeline.py # whole pipeline vs": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --scenes": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_threads.py --sizes 64 128 256 3": check_shell,

@@ -135,6 +135,25 @@ def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> 
     assert bad.returncode != 0 and "--sides: unknown ['vllm']" in bad.stderr
 
 
+def test_lookup_gradient_bench_alternates_sparse_and_dense_on_a_tied_checkpoint(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "trainer"))
+    from checkpoint_factory import build_checkpoint
+
+    build_checkpoint(tmp_path / "tied", tied=True)
+    proc = _run("bench/bench_lookup_gradient.py", "--model", str(tmp_path / "tied"), "--pairs", "2", "--threads", "1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("pair ")] == [
+        "pair 0 dense ",
+        "pair 0 sparse",
+        "pair 1 sparse",
+        "pair 1 dense ",
+    ]
+    assert re.search(r"sparse / dense [\d.]+ \(median of 2 pairs", proc.stdout), proc.stdout
+    build_checkpoint(tmp_path / "untied")
+    untied = _run("bench/bench_lookup_gradient.py", "--model", str(tmp_path / "untied"), "--pairs", "1")
+    assert untied.returncode != 0 and "no tied lookup table" in untied.stderr
+
+
 def test_matmul_bench_prints_rates_and_the_step_floor() -> None:
     proc = _run("bench/bench_matmul.py", "--threads", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -40,8 +40,13 @@ def build_bpe_tokenizer(vocab_size: int = 320) -> PreTrainedTokenizerFast:
     return tok
 
 
-def build_checkpoint(path: Path, *, seed: int = 0, with_tokenizer: bool = True) -> PreTrainedTokenizerFast:
-    """Writes `save_pretrained` model (and tokenizer) files to `path`; returns the tokenizer."""
+def build_checkpoint(
+    path: Path, *, seed: int = 0, with_tokenizer: bool = True, tied: bool = False
+) -> PreTrainedTokenizerFast:
+    """Writes `save_pretrained` model (and tokenizer) files to `path`; returns the tokenizer.
+
+    `tied`: one weight for the token lookup and the output projection, as SmolLM2 has.
+    """
     tok = build_bpe_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tok),
@@ -54,7 +59,7 @@ def build_checkpoint(path: Path, *, seed: int = 0, with_tokenizer: bool = True) 
         pad_token_id=tok.pad_token_id,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
     )
     torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(path)
