@@ -163,10 +163,19 @@ def inverse_cdf_draw(logprobs: torch.Tensor) -> torch.Tensor:
     float64, so every token keeps its probability to about 1e-16 (a float32 sum
     over a large vocabulary would round the smallest ones away). A token of
     probability 0 is never drawn: its cumulative value equals its predecessor's,
-    so it is never the first to exceed u * total, and u * total < total.
+    so it is never the first to exceed u * total, and u * total < total. A row
+    with nothing to draw from (NaN or infinite logits) is an error naming it, as
+    `torch.multinomial` would refuse it, not an arbitrary token.
     """
     cdf = logprobs.exp().cumsum(-1, dtype=torch.float64)
-    u = torch.rand((cdf.shape[0], 1), dtype=torch.float64, device=cdf.device) * cdf[:, -1:]
+    total = cdf[:, -1:]
+    bad = ~(torch.isfinite(total) & (total > 0)).squeeze(-1)
+    if bool(bad.any()):
+        raise FloatingPointError(
+            f"rollout sampling: rows {bad.nonzero().flatten().tolist()} of the batch have no finite "
+            "probabilities to draw from (the model's logits there are NaN or infinite); expected finite logits"
+        )
+    u = torch.rand((cdf.shape[0], 1), dtype=torch.float64, device=cdf.device) * total
     return torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[-1] - 1)
 
 

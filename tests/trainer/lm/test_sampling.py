@@ -201,6 +201,14 @@ def test_inverse_cdf_draw_never_returns_a_token_of_probability_zero(allowed: lis
     assert below <= u * float(cdf[-1]) < float(cdf[token])  # the first index whose cumulative value exceeds u
 
 
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+def test_inverse_cdf_draw_refuses_a_row_without_finite_probabilities(poison: float) -> None:
+    logits = torch.randn(4, 10)
+    logits[2, 3] = poison  # NaN, or +inf which log_softmax turns into NaN
+    with pytest.raises(FloatingPointError, match=r"rollout sampling: rows \[2\] of the batch have no finite"):
+        inverse_cdf_draw(torch.log_softmax(logits, dim=-1))
+
+
 def test_no_global_top_k_default_truncates_a_vocabulary_larger_than_50() -> None:
     """`generate` defaults to top_k=50 when sampling; the neutral config must switch that off."""
     torch.manual_seed(0)
