@@ -271,7 +271,7 @@ def _unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
 
 
 @torch.no_grad()
-def generate_continuations(
+def sample_continuations(
     model: PreTrainedModel,
     contexts: Sequence[Sequence[int]],
     max_new_tokens: Sequence[int],
@@ -282,7 +282,18 @@ def generate_continuations(
     generator: torch.Generator | None = None,
     greedy: bool = False,
 ) -> list[Continuation]:
-    """`sample_continuations` through `model.generate` (see the module docstring)."""
+    """Sample up to `max_new_tokens[i]` tokens after each context, stopping at `stop_ids`.
+
+    Recorded log-probs are `log_softmax(logits / temperature)` at each sampled
+    token, what a training forward pass at that temperature recomputes. `greedy`
+    takes the arg-max token instead (e.g. ReMax's greedy baseline); its
+    log-probs are still those at `temperature`. Rows are left-padded, so every
+    architecture `generate` supports sees each row at its unpadded positions
+    (how `generate` is driven: the module docstring).
+    """
+    check_request(contexts, max_new_tokens, temperature)
+    if not contexts:
+        return []
     if max(max_new_tokens) == 0:
         return [Continuation([], [], False) for _ in contexts]
     device = next(model.parameters()).device
@@ -309,37 +320,3 @@ def generate_continuations(
         model.train(was_training)
     generated = sequences[:, ids.shape[1] :]
     return _continuations(generated, recorder.logprobs(generated), caps, stop_ids)
-
-
-def sample_continuations(
-    model: PreTrainedModel,
-    contexts: Sequence[Sequence[int]],
-    max_new_tokens: Sequence[int],
-    stop_ids: frozenset[int],
-    *,
-    temperature: float,
-    pad_id: int,
-    generator: torch.Generator | None = None,
-    greedy: bool = False,
-) -> list[Continuation]:
-    """Sample up to `max_new_tokens[i]` tokens after each context, stopping at `stop_ids`.
-
-    Recorded log-probs are `log_softmax(logits / temperature)` at each sampled
-    token, what a training forward pass at that temperature recomputes. `greedy`
-    takes the arg-max token instead (e.g. ReMax's greedy baseline); its
-    log-probs are still those at `temperature`. Rows are left-padded, so every
-    architecture `generate` supports sees each row at its unpadded positions.
-    """
-    check_request(contexts, max_new_tokens, temperature)
-    if not contexts:
-        return []
-    return generate_continuations(
-        model,
-        contexts,
-        list(max_new_tokens),
-        stop_ids,
-        temperature=temperature,
-        pad_id=pad_id,
-        generator=generator,
-        greedy=greedy,
-    )
