@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
+from pathlib import Path
 
 from areal_adv.trainer.ppo.advantage import OutcomeResult
 
@@ -58,9 +60,14 @@ def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: i
     machine produces either order by chance. With `boundary`, a raising rank 1 also takes
     `_SLOW_SHUTDOWN_S` to shut its interpreter down (as freeing a large model does), so rank 0 ends
     first and the launcher's SIGTERM reaches rank 1 while Python finalises, after its own handlers are gone.
+    In both, rank 1 fails only once rank 0 is inside its own call (`_rank0_is_in_its_call`): a rank 0 that
+    learnt of the failure before it got there would stop at the stage boundary before it, whatever `rank0` says.
     """
     _CALLS.append(len(completions))
     if os.environ.get("RANK") == "1" and len(_CALLS) - 1 == at_call:
+        if rank0 != "free":
+            _wait_for(_rank0_is_in_its_call().exists)
+            _rank0_is_in_its_call().unlink(missing_ok=True)  # a later launch's agent may get the same pid
         if how == "exit":
             os._exit(3)
         if how == "hang":
@@ -71,18 +78,33 @@ def reward_dying_on_rank1(prompts, completions, *, how: str = "exit", at_call: i
     if os.environ.get("RANK") == "0" and len(_CALLS) - 1 == at_call and rank0 != "free":
         if rank0 == "boundary":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _rank0_is_in_its_call().touch()
         _wait_until_the_watch_learns_of_a_peer_failure()
         if rank0 == "sigterm":
             time.sleep(_LEARN_TIMEOUT_S)
     return [0.0 for _ in completions]
 
 
+def _rank0_is_in_its_call() -> Path:
+    """A file rank 0 creates on entering its failing-step call; both ranks of one launch name it alike.
+
+    The ranks' parent is their torchrun agent, one per launch, so its pid keys the file.
+    """
+    return Path(tempfile.gettempdir()) / f"dist_failing_plugins-{os.getppid()}-rank0-in-call"
+
+
+def _wait_for(condition) -> None:
+    """Poll `condition` until it holds or `_LEARN_TIMEOUT_S` has passed (a bound, not an expected wait)."""
+    deadline = time.monotonic() + _LEARN_TIMEOUT_S
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.01)
+
+
 def _wait_until_the_watch_learns_of_a_peer_failure() -> None:
     from areal_adv.trainer.parallel import failures
 
-    deadline = time.monotonic() + _LEARN_TIMEOUT_S
-    while time.monotonic() < deadline:
+    def learnt() -> bool:
         watch = failures._ACTIVE
-        if watch is not None and watch.peer_report is not None:
-            return
-        time.sleep(0.01)
+        return watch is not None and watch.peer_report is not None
+
+    _wait_for(learnt)
