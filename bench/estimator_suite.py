@@ -44,11 +44,25 @@ for _path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(_path))
 
 from suite_definitions import ESTIMATORS, TASKS, run_config  # noqa: E402
+from suite_fingerprint import behaviour_fingerprint  # noqa: E402
 from suite_report import report_text, write_docs, write_figure  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "estimator_suite.jsonl"
 #: What a rerun must reproduce exactly (timings and load naturally differ).
-EXACT_FIELDS = ("task", "estimator", "seed", "steps", "config_hash", "final_success", "auc", "curve", "train_reward")
+EXACT_FIELDS = (
+    "task",
+    "estimator",
+    "seed",
+    "steps",
+    "config_hash",
+    "fingerprint",
+    "final_success",
+    "auc",
+    "curve",
+    "train_reward",
+)
+#: The one command that brings the committed rows, tables and figure up to date with the code.
+REFRESH_COMMAND = ".venv/bin/python bench/estimator_suite.py --refresh"
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,17 @@ def current_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+@functools.cache
+def fingerprint(task: str, estimator: str) -> str:
+    """This code's behaviour fingerprint of (task, estimator), computed once per process (suite_fingerprint)."""
+    return behaviour_fingerprint(task, estimator)
+
+
+def stale_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows whose recorded fingerprint differs from this code's (rows without one are stale too)."""
+    return [r for r in rows if r.get("fingerprint") != fingerprint(r["task"], r["estimator"])]
+
+
 def git_commit() -> str | None:
     try:
         return subprocess.run(
@@ -142,6 +167,7 @@ def run_job(job: Job) -> dict[str, Any]:
     from areal_adv.api.cli_args import load_config
     from areal_adv.trainer.run.loop import Trainer
 
+    behaviour = fingerprint(job.task, job.estimator)  # before the clocks start: once per process and pair
     start_load, wall, cpu = os.getloadavg()[0], time.perf_counter(), time.process_time()
     config = job.config()
     with tempfile.TemporaryDirectory(prefix="estimator_suite_") as tmp:
@@ -161,6 +187,7 @@ def run_job(job: Job) -> dict[str, Any]:
         "curve": curve,
         "train_reward": [round(float(r["reward_mean"]), 6) for r in metrics],
         "config_hash": job.key()[3],
+        "fingerprint": behaviour,
         "eval_every": config["eval"]["every"],
         "git": git_commit(),
         "wall_s": round(time.perf_counter() - wall, 3),
@@ -193,6 +220,7 @@ def train(jobs: list[Job], results: Path, workers: int) -> int:
     """Run the jobs whose rows are missing from `results`, appending each row as it finishes."""
     from tqdm import tqdm
 
+    drop_stale(results, jobs)
     done = {(r["task"], r["estimator"], r["seed"], r["config_hash"]) for r in read_rows(results)}
     todo = [j for j in jobs if j.key() not in done]
     print(f"[suite] {len(jobs) - len(todo)} of {len(jobs)} runs already in {results}; {len(todo)} to run", flush=True)
@@ -226,6 +254,25 @@ def train(jobs: list[Job], results: Path, workers: int) -> int:
     return 1 if failed else 0
 
 
+def drop_stale(results: Path, jobs: list[Job]) -> None:
+    """Remove from `results` the rows of the jobs' (task, estimator) pairs that this code no longer reproduces.
+
+    A row whose fingerprint differs from this code's describes code that no
+    longer exists; it is dropped (git keeps its history) so the campaign reruns
+    it, and a results file never mixes two behaviours of the trainer.
+    """
+    rows = read_rows(results)
+    pairs = {(j.task, j.estimator) for j in jobs}
+    stale = {id(r) for r in stale_rows([r for r in rows if (r["task"], r["estimator"]) in pairs])}
+    if not stale:
+        return
+    kept = [r for r in rows if id(r) not in stale]
+    tmp = results.with_name(results.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    tmp.replace(results)
+    print(f"[suite] dropped {len(stale)} rows of {results} that this code no longer reproduces", flush=True)
+
+
 def _append(results: Path, row: dict[str, Any], bar: Any) -> None:
     with results.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")
@@ -246,7 +293,7 @@ def verify(jobs: list[Job], results: Path) -> int:
     bad = 0
     for job in checked:
         again, kept = run_job(job), rows[job.key()]
-        diff = [k for k in EXACT_FIELDS if again[k] != kept[k]]
+        diff = [k for k in EXACT_FIELDS if again[k] != kept.get(k)]
         bad += bool(diff)
         print(
             f"[suite] {job.task}/{job.estimator}/seed{job.seed}: "
@@ -255,6 +302,24 @@ def verify(jobs: list[Job], results: Path) -> int:
         )
     print(f"[suite] --verify: {len(checked) - bad} of {len(checked)} rows reproduced exactly")
     return 1 if bad else 0
+
+
+def check_current(results: Path) -> int:
+    """1 when any current row's fingerprint differs from this code's, naming them and the refresh command."""
+    rows = current_rows(read_rows(results))
+    stale = stale_rows(rows)
+    pairs = sorted({(r["task"], r["estimator"], r.get("fingerprint")) for r in stale}, key=str)
+    for task, estimator, recorded in pairs:
+        print(
+            f"[suite] {task}/{estimator}: rows record fingerprint {recorded}, this code gives "
+            f"{fingerprint(task, estimator)}",
+            flush=True,
+        )
+    if stale:
+        print(f"[suite] {len(stale)} of {len(rows)} rows are stale; refresh them with: {REFRESH_COMMAND}")
+        return 1
+    print(f"[suite] all {len(rows)} rows match this code's behaviour fingerprints")
+    return 0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -277,6 +342,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "img" / "estimator_suite.png")
     parser.add_argument("--verify", action="store_true", help="rerun the selected rows and compare them exactly")
+    parser.add_argument(
+        "--refresh",
+        action="store_true",
+        help="the whole campaign brought up to date: rerun every missing or stale row, then write the docs block",
+    )
+    parser.add_argument(
+        "--check-current",
+        action="store_true",
+        help="recompute each (task, estimator)'s behaviour fingerprint and name the rows this code no longer "
+        "reproduces; train nothing",
+    )
     opts = parser.parse_args(argv)
     for task in opts.tasks:
         if task not in TASKS:
@@ -294,6 +370,13 @@ def main(argv: list[str] | None = None) -> int:
     jobs = plan_jobs(opts)
     if opts.verify:
         return verify(jobs, opts.results)
+    if opts.check_current:
+        return check_current(opts.results)
+    if opts.refresh:
+        status = train(jobs, opts.results, opts.workers)
+        if status:
+            return status
+        opts.report = opts.write_docs = True
     if not opts.report:
         return train(jobs, opts.results, opts.workers)
     wanted = {job.key() for job in jobs}
