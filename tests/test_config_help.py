@@ -36,9 +36,10 @@ def test_the_walk_reaches_every_section_and_key():
     assert sections["LoraConfig"] == ("model.lora",)
     assert sections["RewardFunctionConfig"] == ("reward[]",)
     assert sections["AdvantageShapingConfig"] == ("rollout.prm.advantage_shaping",)
+    assert sections["DiagnosticsConfig"] == ("diagnostics",)
     n_fields = sum(len(s.fields) for s in ref.config_sections())
     assert n_fields == sum(len(dataclasses.fields(s.cls)) for s in ref.config_sections())
-    assert len(sections) == 17, sorted(sections)
+    assert len(sections) == 18, sorted(sections)
 
 
 @dataclass

@@ -762,6 +762,82 @@ class TrainConfig:
 
 
 _LOGGERS = ("jsonl", "tensorboard", "wandb")
+#: What `diagnostics.params` may name: the parameters whose gradient `grad_snr` and `cos_to_active` measure.
+DIAGNOSTIC_PARAMS = ("all", "lm_head", "last_layer")
+#: The name of the run's own advantages in `diagnostics/<name>/<metric>`; no shadow estimator may take it.
+ACTIVE_ESTIMATOR = "active"
+
+
+def diagnostic_estimator_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(preset names, built-in estimator names) that `diagnostics.estimators` accepts (no torch import)."""
+    from areal_adv.api.presets import preset_names
+    from areal_adv.api.stage_registry import SELECTORS, builtin_stage_names
+
+    estimators = tuple(n for n in builtin_stage_names()["estimator"] if n not in SELECTORS["estimator"])
+    return tuple(preset_names()), estimators
+
+
+@dataclass
+class DiagnosticsConfig:
+    """Shadow estimators: other estimators' advantages on each step's batch, measured beside the run's own.
+
+    Every listed estimator computes its advantages on the step's exact batch (the
+    same rewards, masks, log-probs and values) and is measured as
+    `diagnostics/<name>/<metric>`, the run's own advantages as `diagnostics/active/*`.
+    Training is unchanged: the same metrics and weights with diagnostics on or
+    off. docs/training.md, "Diagnostics", defines the metrics and their cost.
+    """
+
+    estimators: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Shadow estimators: preset names (`rloo`, `maxrl`, `grpo`, ...; `areal-adv presets`) or "
+            "built-in estimator names (`token_gae`, `turn_gae`, ...). [] (default) turns diagnostics off."
+        },
+    )
+    every: int = field(default=1, metadata={"help": "Measure every N-th step (steps 0, N, 2N, ...). Default 1."})
+    folds: int = field(
+        default=4,
+        metadata={
+            "help": "Parts the step's prompt groups are split into, one gradient each, for `grad_snr` (>= 2; "
+            "capped by the number of groups). Default 4."
+        },
+    )
+    params: str = field(
+        default="all",
+        metadata={
+            "help": "Parameters whose gradient `grad_snr` and `cos_to_active` measure: `all` trainable ones "
+            "(the adapters under LoRA), `lm_head` (the output projection) or `last_layer` (the last "
+            "transformer block). Default `all`."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        check_int("diagnostics.every", self.every, 1)
+        check_int("diagnostics.folds", self.folds, 2)
+        _check_choice("diagnostics.params", self.params, DIAGNOSTIC_PARAMS)
+        if not isinstance(self.estimators, list):
+            raise ConfigError(f"diagnostics.estimators: got {self.estimators!r}, expected a list of names")
+        presets, estimators = diagnostic_estimator_names()
+        for i, name in enumerate(self.estimators):
+            if not isinstance(name, str) or (name not in presets and name not in estimators):
+                raise ConfigError(
+                    f"diagnostics.estimators[{i}]: got {name!r}, expected a preset ({', '.join(presets)}) "
+                    f"or an estimator ({', '.join(estimators)})"
+                )
+        if len(set(self.estimators)) != len(self.estimators):
+            raise ConfigError(f"diagnostics.estimators: got {self.estimators}, expected each name at most once")
+        self.estimators = list(self.estimators)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.estimators)
+
+    def due(self, step: int) -> bool:
+        """Whether step `step` is measured."""
+        return self.enabled and step % self.every == 0
+
+
 _WANDB_MODES = ("offline", "online")
 
 
@@ -812,6 +888,13 @@ class OutputConfig:
             "0 draws the raw curves only. Default 0.9."
         },
     )
+    save_rollouts: bool = field(
+        default=False,
+        metadata={
+            "help": "Save each step's batch (tokens, masks, log-probs, Σπ², rewards, group ids, values) to "
+            "`rollouts/step_<N>.safetensors` in the run directory, for `areal-adv diagnose`. False (default)."
+        },
+    )
     save_checkpoint: bool = field(
         default=False,
         metadata={
@@ -823,7 +906,7 @@ class OutputConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.dir, str) or not self.dir:
             raise ConfigError(f"output.dir: got {self.dir!r}, expected a non-empty path")
-        for name in ("plot", "progress_bar", "overwrite", "save_checkpoint"):
+        for name in ("plot", "progress_bar", "overwrite", "save_rollouts", "save_checkpoint"):
             _check_bool(f"output.{name}", getattr(self, name))
         if self.save_checkpoint:
             raise ConfigError(
@@ -911,6 +994,10 @@ class ExperimentConfig:
     eval: EvalConfig = field(
         default_factory=EvalConfig,
         metadata={"help": "Held-out greedy evaluation and the sample log (the `eval` section)."},
+    )
+    diagnostics: DiagnosticsConfig = field(
+        default_factory=DiagnosticsConfig,
+        metadata={"help": "Shadow estimators measured on each step's batch (the `diagnostics` section)."},
     )
 
     def __post_init__(self) -> None:
