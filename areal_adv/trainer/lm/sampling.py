@@ -42,6 +42,7 @@ reference (bench/reference_sampler.py); docs/performance.md has both timings.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from transformers import (
     StoppingCriteria,
     StoppingCriteriaList,
 )
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from areal_adv.api.config_checks import is_integer
 from areal_adv.trainer.lm.logprobs import shared_prefix_mode
@@ -254,11 +256,24 @@ def shared_prefix_cache(model: PreTrainedModel, ids: torch.Tensor, mask: torch.T
     positions = (head_mask.cumsum(-1) - 1).clamp(min=0)
     extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     out = model(input_ids=head_ids, attention_mask=head_mask, position_ids=positions, use_cache=True, **extra)
-    cache = getattr(out, "past_key_values", None)
+    cache = getattr(out, cache_keyword(), None)
     if cache is None or not callable(getattr(cache, "batch_select_indices", None)):
         return None
     cache.batch_select_indices(inverse)
     return cache
+
+
+@functools.cache
+def cache_keyword() -> str:
+    """The installed release's name for the KV cache in `forward`, `generate` and model outputs.
+
+    transformers renamed `past_key_values` to `cache`; the newer releases keep the
+    old name as a deprecated alias that warns on every run. Their causal-LM output
+    class has the field under the name the release uses, whatever wraps the model
+    (a PEFT model's `forward` takes `**kwargs` and names neither), so the pinned
+    and the newest releases each get their own name and no warning.
+    """
+    return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 def _unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -306,7 +321,7 @@ def sample_continuations(
     model.eval()
     try:
         cache = shared_prefix_cache(model, ids, mask)
-        extra = {"past_key_values": cache} if cache is not None else {}
+        extra = {cache_keyword(): cache} if cache is not None else {}
         with _model_generation_defaults(model, config), _rng_from(generator, device):
             sequences = model.generate(
                 input_ids=ids,
