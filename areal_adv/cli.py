@@ -1,5 +1,5 @@
 """`areal-adv` command line: `areal-adv validate CONFIG [key=value ...] [--dry-run]`, `areal-adv presets`, `areal-adv train`,
-`areal-adv export`.
+`areal-adv export`; `areal-adv --version` prints the installed version.
 
 `train [--config FILE] [key=value ...]` is `python -m areal_adv.trainer.main` (what
 scripts/train.sh runs). `export RUN_DIR OUT_DIR [--step N]` writes a run's
@@ -31,6 +31,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from areal_adv.api.cli_args import ConfigError, load_config
+
+#: What `areal-adv --help` says above the list of commands.
+DESCRIPTION = (
+    "areal-adv: check a config (validate), list the shipped presets (presets), train a policy (train) "
+    "and write a run's policy as a model folder (export)"
+)
+
+
+def installed_version() -> str:
+    """The installed distribution's version (pyproject.toml's), read from its metadata without importing torch."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("areal-adv")
+    except PackageNotFoundError:  # a clone on sys.path that pip never installed
+        return "unknown (not installed; pip install -e . records the version)"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -139,14 +155,11 @@ def train(argv: Sequence[str]) -> int:
     """`areal-adv train ...`: the trainer's own entry point, arguments as for `python -m areal_adv.trainer.main`."""
     from areal_adv.trainer.main import main as train_main
 
-    return train_main(list(argv))
+    return train_main(list(argv), prog="areal-adv train")
 
 
 def export(argv: Sequence[str]) -> int:
     """`areal-adv export RUN_DIR OUT_DIR [--step N]`: the run's policy as a plain transformers model folder."""
-    from areal_adv.trainer.run.export import export_run
-    from areal_adv.utils.checkpoint_folders import CheckpointError
-
     p = argparse.ArgumentParser(
         prog="areal-adv export",
         description="write a run's trained policy as a "
@@ -156,6 +169,10 @@ def export(argv: Sequence[str]) -> int:
     p.add_argument("out_dir", help="a new or empty folder for the model")
     p.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
     args = p.parse_args(argv)
+    # after the arguments: torch and transformers take seconds to import, `export --help` should not wait for them
+    from areal_adv.trainer.run.export import export_run
+    from areal_adv.utils.checkpoint_folders import CheckpointError
+
     try:
         done = export_run(args.run_dir, args.out_dir, args.step)
     except (CheckpointError, ConfigError, FileExistsError) as exc:
@@ -179,14 +196,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return validate(args.config, args.overrides, dry_run=args.dry_run)
     if argv[:1] and argv[0] in _COMMANDS:  # each parses its own arguments
         return _COMMANDS[argv[0]](argv[1:])
-    parser = argparse.ArgumentParser(prog="areal-adv", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="areal-adv", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"areal-adv {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
         "validate",
         help="load a config and resolve every advantage stage, the task and the rewards (areal-adv validate -h)",
     )
     sub.add_parser("presets", help="list the presets shipped with the package (use one as preset:NAME)")
-    sub.add_parser("train", help="train: the same as python -m areal_adv.trainer.main (areal-adv train -h)")
+    sub.add_parser("train", help="train a policy: the same as python -m areal_adv.trainer.main (areal-adv train -h)")
     sub.add_parser("export", help="a run's policy as a save_pretrained model folder (areal-adv export -h)")
     args = parser.parse_args(argv)
     if args.command == "presets":

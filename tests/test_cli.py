@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -78,3 +79,52 @@ def test_a_bad_key_is_answered_before_torch_is_imported(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "1 []", proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: actor.no_such (in override 'actor.no_such=1'): unknown key 'no_such'")
+
+
+def _cli(*args: str, cwd: Path | None = None) -> tuple[int, str, str, list[str]]:
+    """`areal-adv ARGS` in a fresh interpreter: exit status, stdout, stderr and which heavy modules it imported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from areal_adv.cli import main\n"
+        "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as exc:\n    rc = exc.code\n"
+        "print('MODULES', sorted(m for m in ('torch', 'transformers') if m in sys.modules))\nsys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd or ROOT, capture_output=True, text=True, timeout=120
+    )
+    out, _, modules = proc.stdout.rpartition("MODULES ")
+    return proc.returncode, out, proc.stderr, ast.literal_eval(modules)
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    rc, out, err, modules = _cli("--version")
+    assert (rc, out.strip(), modules) == (0, f"areal-adv {version('areal-adv')}", []), err
+
+
+def test_top_level_help_names_every_command():
+    rc, out, _, _ = _cli("--help")
+    assert rc == 0
+    description = " ".join(out.split("positional arguments")[0].split("\n", 2)[-1].split())
+    assert description == (
+        "areal-adv: check a config (validate), list the shipped presets (presets), train a policy (train) and "
+        "write a run's policy as a model folder (export)"
+    )
+
+
+def test_train_help_shows_the_command_it_was_called_as():
+    rc, out, _, _ = _cli("train", "--help")
+    assert rc == 0 and out.startswith("usage: areal-adv train [-h] [--config CONFIG]")
+    text = " ".join(out.split())
+    assert "local checkpoint (model.path)" in text and "prompt files (data.train)" in text
+
+
+def test_export_help_and_a_missing_run_answer_before_torch_loads(tmp_path: Path):
+    rc, out, _, modules = _cli("export", "--help")
+    assert rc == 0 and out.startswith("usage: areal-adv export") and modules == []
+    rc, _, err, _ = _cli("export", "runs/nope", str(tmp_path / "out"), cwd=tmp_path)
+    assert rc == 1
+    assert err.strip() == "error: runs/nope: does not exist; expected a run directory or one of its checkpoint folders"

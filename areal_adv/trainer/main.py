@@ -32,6 +32,7 @@ from areal_adv.trainer.parallel.launch_env import prefer_passive_waiting
 prefer_passive_waiting()  # OpenMP reads it when torch loads, so before anything below imports torch
 
 import argparse  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
@@ -44,10 +45,17 @@ from areal_adv.api.cli_args import ConfigError, config_to_yaml, load_config  # n
 DEFAULT_CONFIG = "preset:grpo_arith"
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m areal_adv.trainer.main", description="Train a tiny policy with GRPO/PPO on a synthetic task."
-    )
+#: What `--help` says: the default run, and what else a config can train.
+DESCRIPTION = (
+    "Train a policy with PPO/GRPO-family advantages: by default a tiny random-init policy on a synthetic task "
+    "(preset:grpo_arith); a config can name a local checkpoint (model.path), a task plugin (task.implementation) "
+    "or prompt files (data.train), reward functions (reward) and any estimator or preset."
+)
+
+
+def parse_args(argv: Sequence[str] | None, prog: str = "python -m areal_adv.trainer.main") -> argparse.Namespace:
+    """The trainer's arguments; `prog` is the command the usage line shows (`areal-adv train` from the CLI)."""
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     parser.add_argument(
         "--config",
         default=DEFAULT_CONFIG,
@@ -180,8 +188,26 @@ def _start_watch(watch_cls: Any, ctx: Any, timeout_s: float) -> Any:
         return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def _run_dir_refusal(cfg: Any) -> ConfigError | None:
+    """The run directory's refusal (another run there, contradictory resume settings), before torch loads.
+
+    A single process only: under torchrun rank 0 decides and every rank hears the
+    verdict (`areal_adv.trainer.run.run_dir.shared_plan`), which needs the process group.
+    """
+    if "WORLD_SIZE" in os.environ:
+        return None
+    from areal_adv.trainer.run.run_dir import RunDirectoryError, check_run_dir
+
+    try:
+        check_run_dir(cfg)
+    except RunDirectoryError as exc:
+        return exc
+    return None
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m areal_adv.trainer.main") -> int:
+    """Train (exit statuses: the module docstring); `prog` is the command `--help` shows."""
+    args = parse_args(argv, prog)
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as exc:
@@ -190,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(config_to_yaml(cfg), end="")
         return 0
+    refusal = _run_dir_refusal(cfg)
+    if refusal is not None:  # answered in a fraction of a second, not after the model is built
+        print(f"config error: {refusal}", file=sys.stderr)
+        return 1
     import torch.distributed as dist
 
     from areal_adv.trainer.parallel.distributed import destroy, init_distributed

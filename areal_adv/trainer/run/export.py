@@ -40,6 +40,8 @@ class Exported:
 
 def find_checkpoint(run_dir: Path, step: int | None) -> Path:
     """The run's checkpoint at `step` (None: the newest); RUN_DIR may also be a checkpoint folder itself."""
+    if not run_dir.exists():
+        raise CheckpointError(f"{run_dir}: does not exist; expected a run directory or one of its checkpoint folders")
     if (run_dir / POLICY_DIR).is_dir() and step is None:
         read_manifest(run_dir)  # a complete checkpoint, not a torn save
         return run_dir

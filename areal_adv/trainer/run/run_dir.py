@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from areal_adv.api.cli_args import ConfigError
-from areal_adv.trainer.run.metrics import write_jsonl
 from areal_adv.utils.checkpoint_folders import (
     CheckpointError,
     checkpoint_root,
@@ -72,6 +71,19 @@ def _refusal(run_dir: Path, found: list[str]) -> RunDirectoryError:
 
 def plan_run(cfg: Any) -> RunPlan:
     """Decide how this run starts: fresh, fresh over a deleted old run, or from a checkpoint."""
+    plan, note = _decide(cfg)
+    if note:
+        logger.warning("%s", note)
+    return plan
+
+
+def check_run_dir(cfg: Any) -> None:
+    """`plan_run`'s refusals, nothing done or logged: the entry point asks before torch and the model load."""
+    _decide(cfg)
+
+
+def _decide(cfg: Any) -> tuple[RunPlan, str | None]:
+    """The plan, and a warning to log when it replaces what a stopped run left behind."""
     run_dir = run_directory(cfg)
     resume, overwrite = cfg.train.resume, cfg.output.overwrite
     if resume is not None and overwrite:
@@ -82,32 +94,29 @@ def plan_run(cfg: Any) -> RunPlan:
     if resume == "auto":
         found = latest_checkpoint(checkpoint_root(run_dir))
         if found is not None:
-            return RunPlan(run_dir, found, clear=False)
+            return RunPlan(run_dir, found, clear=False), None
         old = existing_outputs(run_dir)
-        if old:
-            logger.warning(
-                "train.resume=auto: %s has no complete checkpoint, so a new run starts there (replacing %s)",
-                run_dir,
-                ", ".join(old),
-            )
-        return RunPlan(run_dir, None, clear=bool(old))
+        note = (
+            f"train.resume=auto: {run_dir} has no complete checkpoint, so a new run starts there "
+            f"(replacing {', '.join(old)})"
+        )
+        return RunPlan(run_dir, None, clear=bool(old)), note if old else None
     if resume is not None:
         try:
             read_manifest(resume)
         except CheckpointError as exc:
             raise RunDirectoryError(f"train.resume: {exc}") from None
-        return RunPlan(run_dir, Path(resume), clear=False)
+        return RunPlan(run_dir, Path(resume), clear=False), None
     old = existing_outputs(run_dir)
+    note = None
     if old and not overwrite:
         if not stopped_before_first_step(run_dir):
             raise _refusal(run_dir, old)
-        logger.warning(
-            "run directory %s: the run there stopped before its first step (no checkpoint, no step in "
-            "metrics.jsonl), so a new run starts there (replacing %s)",
-            run_dir,
-            ", ".join(old),
+        note = (
+            f"run directory {run_dir}: the run there stopped before its first step (no checkpoint, no step in "
+            f"metrics.jsonl), so a new run starts there (replacing {', '.join(old)})"
         )
-    return RunPlan(run_dir, None, clear=bool(old))
+    return RunPlan(run_dir, None, clear=bool(old)), note
 
 
 def stopped_before_first_step(run_dir: Path) -> bool:
@@ -155,6 +164,8 @@ def truncate_jsonl(path: Path, before_step: int) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         return []
+    from areal_adv.trainer.run.metrics import write_jsonl  # imports torch: the entry point checks before it loads
+
     kept = [row for row in complete_rows(path) if row["step"] < before_step]
     write_jsonl(path, kept)
     return kept

@@ -55,6 +55,27 @@ def test_a_new_run_over_an_old_one_is_refused_with_what_to_do(tmp_path: Path, ca
     assert (tmp_path / "grpo_arith" / "trial0" / "metrics.jsonl").read_text() == metrics
 
 
+def test_the_refusal_comes_before_torch_and_the_model_load(tmp_path: Path) -> None:
+    """A taken run directory is answered from the config and the disk alone, as fast as a bad key."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "grpo_arith" / "trial0").mkdir(parents=True)
+    (tmp_path / "grpo_arith" / "trial0" / "config.yaml").write_text("seed: 1\n")
+    code = (
+        "import sys; from areal_adv.trainer.main import main; "
+        f"rc = main(['--config', {str(DEFAULT)!r}, 'output.dir={tmp_path}']); "
+        "print(rc, sorted(m for m in ('torch', 'transformers', 'numba') if m in sys.modules))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}  # a single process
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.stdout.strip() == "1 []", proc.stdout + proc.stderr
+    assert proc.stderr.startswith(
+        f"config error: run directory {tmp_path / 'grpo_arith' / 'trial0'} already holds a run (config.yaml)"
+    ), proc.stderr
+
+
 def test_another_trial_name_runs_beside_it(tmp_path: Path) -> None:
     Trainer(_cfg(tmp_path)).run()
     other = Trainer(_cfg(tmp_path, "trial_name=trial1")).run()
