@@ -66,6 +66,7 @@ from areal_adv.trainer.rollout.stage_fields import (
     reward_components,
     stage_batch_fields,
 )
+from areal_adv.trainer.run.diagnostics import StepDiagnostics, preserved_rng
 from areal_adv.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
 from areal_adv.trainer.run.group_filter import filter_zero_advantage_groups
 from areal_adv.trainer.run.kernel_warmup import warm_up_advantage_kernels
@@ -74,6 +75,7 @@ from areal_adv.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_
 from areal_adv.trainer.run.plot import plot_curves
 from areal_adv.trainer.run.preflight import check_before_launch
 from areal_adv.trainer.run.progress import Progress
+from areal_adv.trainer.run.rollout_store import rollout_path, save_rollout
 from areal_adv.trainer.run.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
 from areal_adv.trainer.run.run_summary import start_block
 from areal_adv.trainer.run.task_setup import (
@@ -255,6 +257,13 @@ class Trainer:
         self.kernel_warmup = warm_up_advantage_kernels(
             cfg, self.actor.config, task=parts.task, device=self.device, ctx=self.ctx
         )
+        # shadow estimators (`diagnostics`): their own actors, resolved here like the run's
+        self.diagnostics = None
+        if cfg.diagnostics.enabled:
+            with preserved_rng(self.device):
+                self.diagnostics = StepDiagnostics(
+                    cfg, self.actor, self.engine, world_size=self.ctx.world_size, device=self.device
+                )
 
     # -- one step ---------------------------------------------------------------------------
 
@@ -391,6 +400,7 @@ class Trainer:
             batch = self.prepare(batch)
         with timer.phase("advantages"):
             data = self.compute_advantages(batch, meta)
+        diagnosed = self._diagnose(step, timer, batch, meta, data)
         filtered = None
         if self.cfg.rollout.filter_zero_advantage:  # the update sees only groups with a non-zero advantage
             filtered = filter_zero_advantage_groups(data, meta.traj_group_sizes, self.ctx)
@@ -403,8 +413,10 @@ class Trainer:
             self.engine.release_gradients()
             if self.critic is not None:
                 self.critic.engine.release_gradients()
-        seconds = time.perf_counter() - start
+        # the step's own work: diagnostics (time/diagnostics) are not part of the run's throughput
+        seconds = time.perf_counter() - start - timer.seconds.get("diagnostics", 0.0)
         row = self._metrics(step, records, data, stats, seconds)
+        row.update(diagnosed)
         if filtered is not None:  # over all ranks (the same number on every rank)
             row["filtered_groups"] = filtered.filtered
             row["filtered_group_frac"] = filtered.filtered / filtered.groups
@@ -427,6 +439,39 @@ class Trainer:
                 sample_rows(records, self.cfg.eval.samples_per_step, self.cfg.rollout.n_samples, step, "train")
             )
         return StepOutput(row, batch, data, records)
+
+    @staged("diagnostics")
+    def _diagnose(
+        self, step: int, timer: PhaseTimer, batch: dict[str, Any], meta: TrajBatchMeta, data: dict[str, Any]
+    ) -> dict[str, float]:
+        """Shadow estimators' `diagnostics/*` keys and the saved rollout (`output.save_rollouts`), timed together.
+
+        Runs after the run's advantages and before its update, and changes
+        nothing either reads (see `areal_adv.trainer.run.diagnostics`).
+        """
+        save = self.cfg.output.save_rollouts
+        if self.diagnostics is None and not save:
+            return {}
+        timer.seconds.setdefault("diagnostics", 0.0)
+        due = self.diagnostics is not None and self.cfg.diagnostics.due(step)
+        if not due and not save:
+            return {}
+        with timer.phase("diagnostics"):
+            row = self.diagnostics.measure(batch, meta, data) if due and self.diagnostics is not None else {}
+            if save:
+                with preserved_rng(self.device):
+                    spp = batch.get("sum_pi_squared")
+                    if spp is None:
+                        spp = behaviour_token_stats(
+                            self.engine.model,
+                            batch["input_ids"],
+                            batch["attention_mask"],
+                            self.cfg.sampling_temperature,
+                            ("sum_pi_squared",),
+                        )["sum_pi_squared"]
+                    path = rollout_path(self.run_dir, step, self.ctx.rank)
+                    save_rollout(path, batch, meta, advantages=data["advantages"], sum_pi_squared=spp)
+        return row
 
     @staged("metrics")
     def _reduce_metrics(
@@ -531,6 +576,8 @@ class Trainer:
                 flush=True,
             )
             print(self.kernel_warmup.message(), flush=True)
+            if self.diagnostics is not None:
+                print(self.diagnostics.opening_lines(), flush=True)
             prepare_run_dir(self.plan, start)
             (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
         loggers = open_loggers(cfg, self.run_dir, records=records, start_step=start, is_main=main)

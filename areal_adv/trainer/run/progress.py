@@ -44,7 +44,7 @@ def phase_summary(row: Mapping[str, Any]) -> str:
         return ""
     phases = [
         f"{name} {_seconds(row[f'time/{name}'])}"
-        for name in PHASES
+        for name in (*PHASES, "diagnostics")  # diagnostics: only in runs that measure shadow estimators
         if isinstance(row.get(f"time/{name}"), (int, float)) and row[f"time/{name}"] >= 0.01 * step > 0
     ]
     return f"step {_seconds(step)}s" + (": " + " ".join(phases) if phases else "")

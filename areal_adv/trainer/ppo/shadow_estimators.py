@@ -1,0 +1,165 @@
+"""Shadow estimators: other estimators' advantages computed on the batch a run trains on.
+
+A shadow is a second `PPOActor` (no engine: it never trains) whose config is the
+run's actor config with the algorithm replaced: a preset's algorithm keys
+(`ALGORITHM_KEYS`, each replacing the run's value whole, as the preset file sets
+it) or, for a built-in estimator name, `actor.advantage.estimator`. It computes
+its advantages on the step's exact batch (the same rewards, masks, log-probs and
+values) and never touches the run's actor, batch or stage state, so training is
+unchanged.
+
+A shadow whose algorithm needs a batch field the run does not produce (a
+critic's values, greedy baselines, process rewards, per-turn rows, seat ids) is
+skipped with the reason; the behaviour policy's entropy and Σπ² are computed
+for it (`computed_fields`).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, load_config
+from areal_adv.api.presets import preset_names, preset_path
+from areal_adv.utils.batch_meta import TrajBatchMeta
+
+__all__ = [
+    "ALGORITHM_KEYS",
+    "COMPUTED_FIELDS",
+    "BatchOffer",
+    "Shadow",
+    "build_shadows",
+    "shadow_actor_config",
+    "shadow_advantages",
+]
+
+#: The actor keys that make up an estimator's algorithm (the rest, e.g. the PPO clip and minibatches, is the update).
+ALGORITHM_KEYS = (
+    "kl_ctl",
+    "kl_estimator",
+    "discount",
+    "gae_lambda",
+    "gae_timestep_unit",
+    "reward_norm",
+    "adv_norm",
+    "advantage",
+    "token_rewards_as_adv",
+    "mask_no_eos_with_zero",
+    "reward_clip",
+)
+#: Batch fields a shadow may read that are computed for it from the policy (one extra no-grad forward).
+COMPUTED_FIELDS = ("token_entropy", "sum_pi_squared")
+#: Estimators that bootstrap from a critic's values.
+_VALUE_ESTIMATORS = ("token_gae", "turn_gae")
+
+
+@dataclass(frozen=True)
+class BatchOffer:
+    """What the run's batches carry beyond rewards, masks and log-probs (what a shadow may rely on)."""
+
+    values: bool = False  # a critic's `values`
+    greedy_baselines: bool = False  # `reward_baselines` (rollout.greedy_baseline)
+    process_rewards: bool = False  # `token_rewards` (rollout.prm.enabled)
+    export: str = "episode"  # rollout.export
+    seats: bool = False  # `role_ids` / `game_ids`
+
+
+@dataclass
+class Shadow:
+    """One shadow estimator: its actor, or why it is skipped; `fields`: the computed fields it reads."""
+
+    name: str
+    actor: Any = None  # PPOActor
+    skipped: str | None = None
+    fields: frozenset[str] = field(default_factory=frozenset)
+
+
+@functools.cache
+def _preset(name: str) -> tuple[dict[str, Any], Any]:
+    """(the preset file's own actor keys, the resolved preset config)."""
+    raw = yaml.safe_load(preset_path(name).read_text(encoding="utf-8")) or {}
+    return dict(raw.get("actor") or {}), load_config(f"preset:{name}")
+
+
+def shadow_actor_config(active: PPOActorConfig, name: str) -> PPOActorConfig:
+    """The run's actor config with `name`'s algorithm: a preset's own algorithm keys, or the estimator `name`."""
+    data = config_to_dict(active)
+    if name in preset_names():
+        own, resolved = _preset(name)
+        theirs = config_to_dict(resolved.actor)
+        for key in ALGORITHM_KEYS:
+            if key in own:
+                data[key] = copy.deepcopy(theirs[key])
+    else:
+        data["advantage"] = {**data["advantage"], "estimator": {"implementation": name, "kwargs": {}}}
+    return actor_config_from_dict(data)
+
+
+def _missing(name: str, offer: BatchOffer) -> str | None:
+    """Why the run's batches cannot feed `name`'s algorithm, or None."""
+    if name in preset_names():
+        cfg = _preset(name)[1]
+        needs = [
+            (cfg.critic.enabled and not offer.values, "values from a critic (critic.enabled)"),
+            (cfg.rollout.greedy_baseline and not offer.greedy_baselines, "greedy baselines (rollout.greedy_baseline)"),
+            (cfg.rollout.prm.enabled and not offer.process_rewards, "process rewards (rollout.prm.enabled)"),
+            (cfg.rollout.export != offer.export, f"rollout.export={cfg.rollout.export} rows"),
+        ]
+    else:
+        needs = [(name in _VALUE_ESTIMATORS and not offer.values, "values from a critic (critic.enabled)")]
+    wanted = [what for lacking, what in needs if lacking]
+    return f"needs {' and '.join(wanted)}, which this run's batches lack" if wanted else None
+
+
+def build_shadows(names: Sequence[str], active: PPOActorConfig, offer: BatchOffer) -> list[Shadow]:
+    """A `Shadow` per name, in order: built (its plugins resolved now) or skipped with the reason."""
+    from areal_adv.trainer.ppo.actor import PPOActor
+    from areal_adv.trainer.ppo.checks.aux_fields import declared_fields
+
+    out = []
+    for name in names:
+        reason = _missing(name, offer)
+        if reason is not None:
+            out.append(Shadow(name, skipped=reason))
+            continue
+        try:
+            actor = PPOActor(shadow_actor_config(active, name))
+        except (ConfigError, ValueError, TypeError, ImportError) as exc:
+            out.append(Shadow(name, skipped=f"its config does not combine with this run's: {exc}"))
+            continue
+        r = actor.resolved
+        read = frozenset().union(
+            *(declared_fields(s.fn) for s in (r.compute, r.outcome, r.estimator, r.process) if s is not None)
+        )
+        if "role_ids" in read and not offer.seats:
+            out.append(Shadow(name, skipped="needs seat ids (role_ids), which this run's batches lack"))
+            continue
+        out.append(Shadow(name, actor=actor, fields=read & frozenset(COMPUTED_FIELDS)))
+    return out
+
+
+def shadow_advantages(
+    shadows: Sequence[Shadow],
+    batch: Mapping[str, Any],
+    meta: TrajBatchMeta | None,
+    computed: Mapping[str, Any],
+    *,
+    shaping: Any = None,
+) -> dict[str, dict[str, Any]]:
+    """{name: the pipeline's output} for every built shadow, on `batch` plus the `computed` fields it reads.
+
+    The batch is not modified (the pipeline returns new dicts); a shadow's
+    stage state (KRPO, SPO) advances only on the steps it is measured.
+    """
+    out = {}
+    for shadow in shadows:
+        if shadow.actor is None:
+            continue
+        extra = {k: computed[k] for k in shadow.fields if k in computed and k not in batch}
+        out[shadow.name] = shadow.actor.compute_advantages({**batch, **extra}, meta, shaping=shaping)
+    return out

@@ -1,0 +1,141 @@
+"""Per-fold gradients of the PPO surrogate, for several estimators' advantages at once, without touching `.grad`.
+
+`grad_snr` and `cos_to_active` (`areal_adv.trainer.ppo.diagnostic_metrics`) need
+K gradient samples of the policy loss per estimator at the current weights. The
+step's prompt groups are dealt round-robin into K folds (group j into fold
+j mod K: no random draw); each fold gets one forward pass, and each estimator one
+`torch.autograd.grad` of the token-mean clipped surrogate over that fold with
+its own advantages and loss mask. `autograd.grad` returns the gradients instead
+of accumulating them into `.grad`, so the run's update sees exactly the
+gradients it would have seen; the forward runs in eval mode (no dropout draws)
+and under the engine's autocast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from areal_adv.api.cli_args import PPOActorConfig
+from areal_adv.trainer.lm.logprobs import token_logprobs
+from areal_adv.trainer.ppo.training.loss import ppo_policy_loss
+
+__all__ = ["fold_gradients", "fold_rows", "probe_parameters"]
+
+
+def fold_rows(group_sizes: Sequence[int], folds: int) -> list[torch.Tensor]:
+    """Row indices of each fold: prompt group j goes to fold j mod K, K = min(folds, groups); no empty fold."""
+    k = max(1, min(folds, len(group_sizes)))
+    starts = [0]
+    for size in group_sizes:
+        starts.append(starts[-1] + size)
+    parts: list[list[int]] = [[] for _ in range(k)]
+    for j, size in enumerate(group_sizes):
+        parts[j % k].extend(range(starts[j], starts[j] + size))
+    return [torch.tensor(rows, dtype=torch.long) for rows in parts]
+
+
+def _last_block(model: nn.Module) -> nn.Module | None:
+    """The last transformer block: the last module whose class `transformers` lists in `_no_split_modules`."""
+    names: set[str] = set()
+    for module in model.modules():
+        names.update(getattr(module, "_no_split_modules", None) or ())
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    return blocks[-1] if blocks else None
+
+
+def probe_parameters(model: nn.Module, which: str) -> list[tuple[str, nn.Parameter]]:
+    """The trainable parameters `diagnostics.params` names: `all`, `lm_head` or `last_layer` (adapters under LoRA)."""
+    if which == "all":
+        chosen: Any = model
+    elif which == "lm_head":
+        get_output = getattr(model, "get_output_embeddings", None)
+        chosen = get_output() if callable(get_output) else None
+    elif which == "last_layer":
+        chosen = _last_block(model)
+    else:
+        raise ValueError(f"diagnostics.params: got {which!r}, expected all, lm_head or last_layer")
+    found = [] if chosen is None else [(n, p) for n, p in chosen.named_parameters() if p.requires_grad]
+    if not found:
+        raise ValueError(f"diagnostics.params: {which!r} names no trainable parameter of this model")
+    return found
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _proximal(config: PPOActorConfig, data: Mapping[str, Any]) -> torch.Tensor:
+    """The log-probs the ratio is taken against, as in the update."""
+    prox = data.get("prox_logp")
+    use = config.use_decoupled_loss or config.recompute_logprob
+    return prox if use and isinstance(prox, torch.Tensor) else data["logprobs"]
+
+
+def _flat(grads: Sequence[torch.Tensor | None], params: Sequence[nn.Parameter]) -> torch.Tensor:
+    parts = []
+    for g, p in zip(grads, params):
+        if g is None:
+            parts.append(torch.zeros(p.numel(), dtype=torch.float32, device=p.device))
+        else:
+            parts.append((g.to_dense() if g.is_sparse else g).reshape(-1).float())
+    return torch.cat(parts)
+
+
+def fold_gradients(
+    model: nn.Module,
+    config: PPOActorConfig,
+    outputs: Mapping[str, Mapping[str, Any]],
+    rows: Sequence[torch.Tensor],
+    params: Sequence[nn.Parameter],
+    *,
+    autocast: Any = contextlib.nullcontext,
+) -> dict[str, torch.Tensor]:
+    """{estimator: [K, P] float32}: fold k's gradient of the surrogate with that estimator's advantages.
+
+    `outputs` are the pipeline outputs of the estimators (one batch: the same
+    tokens); the loss is the update's (`ppo_policy_loss` with the run's clip
+    settings), a token mean over the fold's active tokens under each
+    estimator's own loss mask. A fold without active tokens has gradient 0.
+    """
+    first = next(iter(outputs.values()))
+    ids, attn = first["input_ids"], first["attention_mask"]
+    union = torch.stack([o["loss_mask"].bool() for o in outputs.values()]).any(0)
+    out: dict[str, list[torch.Tensor]] = {name: [] for name in outputs}
+    with _eval_mode(model), torch.enable_grad():
+        for fold in rows:
+            fold = fold.to(ids.device)
+            width = max(int(attn[fold].sum(-1).max()), 1)
+            wanted = union[fold, :width]
+            with autocast():
+                logp, _ = token_logprobs(
+                    model, ids[fold, :width], attn[fold, :width], config.temperature, wanted=wanted
+                )
+            for name, data in outputs.items():
+                mask = data["loss_mask"][fold, :width]
+                loss, _ = ppo_policy_loss(
+                    logp,
+                    _proximal(config, data)[fold, :width].detach(),
+                    data["logprobs"][fold, :width].detach(),
+                    data["advantages"][fold, :width].detach().to(logp.dtype),
+                    mask,
+                    eps_clip=config.eps_clip,
+                    eps_clip_higher=config.eps_clip_higher,
+                    c_clip=config.c_clip,
+                    behav_imp_weight_cap=config.behav_imp_weight_cap,
+                    decoupled=config.use_decoupled_loss,
+                )
+                grads = torch.autograd.grad(loss, list(params), retain_graph=True, allow_unused=True)
+                out[name].append(_flat(grads, params))
+            del logp
+    return {name: torch.stack(parts) for name, parts in out.items()}
