@@ -186,7 +186,14 @@ def export(argv: Sequence[str]) -> int:
     return 0
 
 
-_COMMANDS = {"train": train, "export": export}
+def diagnose(argv: Sequence[str]) -> int:
+    """`areal-adv diagnose RUN_DIR [--estimators ...] [--steps ...]`: estimators measured on a run's saved batches."""
+    from areal_adv.trainer.run.diagnose import main as diagnose_main  # parses first, imports torch after
+
+    return diagnose_main(argv)
+
+
+_COMMANDS = {"train": train, "export": export, "diagnose": diagnose}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -206,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("presets", help="list the presets shipped with the package (use one as preset:NAME)")
     sub.add_parser("train", help="train a policy: the same as python -m areal_adv.trainer.main (areal-adv train -h)")
     sub.add_parser("export", help="a run's policy as a save_pretrained model folder (areal-adv export -h)")
+    sub.add_parser("diagnose", help="measure estimators on a run's saved batches (areal-adv diagnose -h)")
     args = parser.parse_args(argv)
     if args.command == "presets":
         return presets()
