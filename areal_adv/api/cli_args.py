@@ -61,14 +61,23 @@ def load_config(
     the including file, recursively), the file itself, then `overrides` such as
     `actor.advantage.estimator.implementation=turn_gae` (AReaL's command line).
     A stage given as a bare string means `{implementation: NAME, kwargs: {}}`
-    (see `areal_adv.api.compose`). User code is never imported here; every value is
+    (see `areal_adv.api.compose`). A config file that names no `experiment_name`
+    itself (a preset it builds on does not count) is named after the file:
+    `my_exp.yaml` runs in `runs/my_exp/`. User code is never imported here; every value is
     checked against the typed schema and the dataclass validators, and errors
     name the key (and the file it came from).
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from areal_adv.api.compose import CompositionError, file_layers, mapping_layers, merge_layers, override_layer
+    from areal_adv.api.compose import (
+        CompositionError,
+        file_layers,
+        mapping_layers,
+        merge_layers,
+        override_layer,
+        run_name_layer,
+    )
 
     if schema is None:
         schema = ExperimentConfig
@@ -77,7 +86,11 @@ def load_config(
             mapping_layers(source) if isinstance(source, Mapping) else [] if source is None else file_layers(source)
         )
         extra = override_layer(overrides)
-        merged = merge_layers(schema, [*layers, *([extra] if extra else [])], _named_nodes(schema))
+        later = [extra] if extra else []
+        if source is not None and not isinstance(source, Mapping) and _has_field(schema, RUN_NAME_KEY):
+            named = run_name_layer(source, [*layers, *later], RUN_NAME_KEY)
+            layers = [*layers, named] if named else layers
+        merged = merge_layers(schema, [*layers, *later], _named_nodes(schema))
     except CompositionError as exc:
         raise ConfigError(str(exc)) from None
     try:
@@ -86,6 +99,16 @@ def load_config(
         key = getattr(exc, "full_key", None)
         detail = str(exc).splitlines()[0]
         raise ConfigError(f"{key or 'config'}: {detail}") from None
+
+
+#: The run's name (the middle level of its directory): a user's config file that sets none is named after itself.
+RUN_NAME_KEY = "experiment_name"
+
+
+def _has_field(schema: type, name: str) -> bool:
+    import dataclasses
+
+    return dataclasses.is_dataclass(schema) and name in {f.name for f in dataclasses.fields(schema)}
 
 
 def _named_nodes(schema: type) -> list[Any]:

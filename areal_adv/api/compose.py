@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from areal_adv.api.config_errors import LoadError, describe_merge_error, override_for, parse_override
-from areal_adv.api.presets import PresetError, is_preset_ref, resolve_source
+from areal_adv.api.presets import PRESET_DIR, PresetError, is_preset_ref, resolve_source
 
 #: The key that lists a file's base files.
 DEFAULTS_KEY = "defaults"
@@ -150,6 +150,28 @@ def _default_target(entry: str, here: str, where: str) -> str:
         return resolve_source(entry)
     except PresetError as exc:
         raise CompositionError(f"{where}: {exc}") from None
+
+
+def is_preset_file(path: str) -> bool:
+    """Whether `path` is one of the presets shipped with the package (a file in its preset folder)."""
+    return os.path.dirname(os.path.realpath(path)) == os.path.realpath(PRESET_DIR)
+
+
+def run_name_layer(source: str | os.PathLike, layers: Sequence[Layer], key: str) -> Layer | None:
+    """`{key: <the file's stem>}` when a user's config file names no run itself; else None.
+
+    A preset's own name (`preset_grpo`) belongs to the preset run as such: a
+    `my_exp.yaml` that builds on it with `defaults: [preset:grpo]` and names no
+    run writes into `runs/my_exp/`, so two such files never share a directory.
+    A name set by the file, a file it builds on (other than a preset) or the
+    command line wins; a preset given directly (`preset:grpo`) keeps its own.
+    """
+    if is_preset_ref(source) or is_preset_file(os.fspath(source)):
+        return None
+    if any(key in layer.data for layer in layers if layer.overrides or not is_preset_file(layer.source)):
+        return None
+    stem = os.path.splitext(os.path.basename(os.fspath(source)))[0]
+    return Layer(os.fspath(source), {key: stem}) if stem else None
 
 
 def mapping_layers(source: Mapping[str, Any]) -> list[Layer]:

@@ -949,7 +949,11 @@ class ExperimentConfig:
 
     experiment_name: str = field(
         default="default",
-        metadata={"help": "Experiment name, the middle level of the run directory. Default `default`."},
+        metadata={
+            "help": "Experiment name, the middle level of the run directory. Default: the config file's name "
+            "(`my_exp` for `my_exp.yaml`) when neither it nor a file it builds on sets one (a preset's own name "
+            "belongs to the preset run as such); `default` for a config without a file."
+        },
     )
     trial_name: str = field(
         default="trial0",

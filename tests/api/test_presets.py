@@ -42,6 +42,24 @@ def test_a_users_yaml_builds_on_a_preset_from_any_folder(outside: Path):
     assert "config OK" in proc.stdout and "reinforce_return" in proc.stdout
 
 
+def test_a_users_yaml_that_names_no_run_is_named_after_its_file(outside: Path):
+    """`defaults: [preset:grpo]` without experiment_name runs in runs/my_exp/, not in the preset's runs/preset_grpo/."""
+    from areal_adv.trainer.run.run_dir import run_directory
+
+    (outside / "my_exp.yaml").write_text("defaults: [preset:grpo]\nactor: {kl_ctl: 0.02}\n")
+    (outside / "other.yaml").write_text("defaults: [my_exp.yaml]\n")
+    (outside / "named.yaml").write_text("defaults: [my_exp.yaml]\nexperiment_name: mine\n")
+    assert run_directory(load_config(outside / "my_exp.yaml")) == Path("runs/my_exp/trial0")
+    assert load_config(outside / "other.yaml").experiment_name == "other"
+    assert load_config(outside / "named.yaml").experiment_name == "mine"  # a name the user set wins
+    assert load_config(outside / "my_exp.yaml", ["experiment_name=cli"]).experiment_name == "cli"
+    assert load_config("preset:grpo").experiment_name == "preset_grpo"  # the preset run as such
+    assert load_config({"defaults": ["preset:grpo"]}).experiment_name == "preset_grpo"  # no file to name it after
+    proc = _run([str(AREAL), "train", "--config", "my_exp.yaml", "train.steps=2", "output.plot=false"], outside)
+    assert proc.returncode == 0, proc.stderr
+    assert (outside / "runs" / "my_exp" / "trial0" / "metrics.jsonl").is_file()
+
+
 def test_load_config_and_the_trainer_take_a_preset_name_from_any_folder(outside: Path):
     code = (
         "from areal_adv.api.cli_args import load_config; c = load_config('preset:rloo', ['actor.kl_ctl=0.5']); "
@@ -61,7 +79,8 @@ def test_every_preset_builds_on_the_default_run_and_matches_its_examples_path():
     for name in set(preset_names()) - {"grpo_arith"}:
         cfg = config_to_dict(load_config(f"preset:{name}"))
         assert cfg["task"] == base["task"] and cfg["model"] == base["model"], name
-        assert config_to_dict(load_config(ROOT / "examples" / "presets" / f"{name}.yaml")) == cfg, name
+        alias = config_to_dict(load_config(ROOT / "examples" / "presets" / f"{name}.yaml"))
+        assert alias == {**cfg, "experiment_name": name}, name  # a file that names no run is named after itself
 
 
 def test_every_file_in_the_folder_is_a_preset_with_a_one_line_description():

@@ -139,7 +139,7 @@ def test_gdpo_with_two_reward_functions_on_two_ranks(tmp_path):
     ]
     [(code, out, err)] = run_bounded([cmd], [clean_env()], 150)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
-    rows = read_metrics(tmp_path / "preset_gdpo" / "trial0" / "metrics.jsonl")
+    rows = read_metrics(tmp_path / "gdpo" / "trial0" / "metrics.jsonl")  # a file that names no run: its stem
     assert [r["step"] for r in rows] == [0, 1]
     for r in rows:
         assert math.isfinite(r["adv_mean"]) and {"reward/char_length", "reward/digit_share"} <= set(r)
