@@ -1,0 +1,139 @@
+"""Shadow estimators in the trainer (`diagnostics`), saved rollouts and `areal-adv diagnose`, on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import tiny_run  # noqa: E402
+import torch
+from safetensors.torch import load_file
+
+from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.cli import main as cli_main
+from areal_adv.trainer.ppo.training.gradient_probe import fold_rows, probe_parameters
+from areal_adv.trainer.run.diagnose import diagnose_run
+from areal_adv.trainer.run.loop import Trainer
+from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
+from areal_adv.trainer.run.rollout_store import load_rollout, rollout_steps
+
+SMALL = ["rollout.batch_size=4", "rollout.n_samples=4", *tiny_run.TINY_MODEL, *tiny_run.QUIET, "seed=3"]
+METRICS = ("zero_adv_frac", "noise_proxy", "grad_snr", "cos_to_active", "length_corr", "reward_rank_corr")
+
+
+def _trainer(out: Path, *extra: str) -> Trainer:
+    return Trainer(load_config("preset:grpo_arith", [*SMALL, f"output.dir={out}", *extra]))
+
+
+def _weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(str(run_dir / "checkpoints" / f"step_{step}" / "policy" / "model.safetensors"))
+
+
+def test_diagnostics_log_every_metric_and_leave_training_bit_for_bit_unchanged(tmp_path: Path) -> None:
+    plain = _trainer(tmp_path / "off", "train.steps=3").run()
+    measured = _trainer(tmp_path / "on", "train.steps=3", "diagnostics.estimators=[rloo,maxrl]").run()
+    off, on = read_metrics(plain.metrics_path), read_metrics(measured.metrics_path)
+    assert len(off) == len(on) == 3
+    for a, b in zip(off, on):
+        shared = [k for k in a if not is_wall_clock(k)]
+        assert {k: a[k] for k in shared} == {k: b[k] for k in shared}  # reward_mean, policy_loss, grad_norm, ...
+        assert not any(k.startswith("diagnostics/") for k in a) and "time/diagnostics" not in a
+        assert "time/diagnostics" in b
+        for name in ("rloo", "maxrl", "active"):
+            for metric in METRICS:
+                value = b[f"diagnostics/{name}/{metric}"]
+                assert isinstance(value, float) and math.isfinite(value), (name, metric, value)
+        assert b["diagnostics/active/cos_to_active"] == pytest.approx(1.0)
+    final_off, final_on = _weights(plain.run_dir, 3), _weights(measured.run_dir, 3)
+    assert final_off.keys() == final_on.keys()
+    assert all(torch.equal(final_off[k], final_on[k]) for k in final_off)
+
+
+def test_measure_leaves_gradients_random_state_batch_and_stage_state_alone(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, "train.steps=1", "diagnostics.estimators=[rloo,krpo]", "diagnostics.every=2")
+    from areal_adv.utils.data import concat_batch
+
+    dicts, _ = trainer.rollout()
+    batch, meta = concat_batch(dicts)
+    batch = trainer.prepare(batch)
+    data = trainer.compute_advantages(batch, meta)
+    params = [p for p in trainer.engine.model.parameters() if p.requires_grad]
+    for i, p in enumerate(params):  # gradients left in .grad must come back exactly
+        p.grad = torch.full_like(p, float(i))
+    before_batch = {k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    rng = torch.get_rng_state()
+    row = trainer.diagnostics.measure(batch, meta, data)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(p.grad, torch.full_like(p, float(i))) for i, p in enumerate(params))
+    assert all(torch.equal(batch[k], v) for k, v in before_batch.items()) and set(batch) == set(before_batch)
+    assert trainer.actor.state_dict() == {"stages": {}}
+    assert {f"diagnostics/{n}/grad_snr" for n in ("rloo", "krpo", "active")} <= set(row)
+    assert trainer.cfg.diagnostics.due(0) and not trainer.cfg.diagnostics.due(1)
+
+
+def test_shadows_the_batch_cannot_feed_are_named_in_the_opening_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _trainer(tmp_path, "train.steps=1", "diagnostics.estimators=[ppo,remax,dr_grpo]").run()
+    out = capsys.readouterr().out
+    assert "diagnostics: dr_grpo, active" in out
+    assert "ppo skipped: needs values from a critic" in out
+    assert "remax skipped: needs greedy baselines" in out
+    row = read_metrics(result.metrics_path)[0]
+    assert "diagnostics/dr_grpo/zero_adv_frac" in row and not any("/ppo/" in k or "/remax/" in k for k in row)
+
+
+def test_an_unknown_estimator_lists_the_known_names() -> None:
+    with pytest.raises(ConfigError, match=r"diagnostics.estimators\[1\]: got 'rlooo', expected a preset \(.*rloo"):
+        load_config("preset:grpo_arith", ["diagnostics.estimators=[grpo,rlooo]"])
+    with pytest.raises(ConfigError, match="diagnostics.folds"):
+        load_config("preset:grpo_arith", ["diagnostics.folds=1"])
+
+
+def test_folds_deal_groups_round_robin_and_params_pick_their_tensors(tmp_path: Path) -> None:
+    assert [r.tolist() for r in fold_rows([2, 1, 2, 1, 1], 2)] == [[0, 1, 3, 4, 6], [2, 5]]
+    assert len(fold_rows([3, 3], 4)) == 2
+    model = _trainer(tmp_path, "train.steps=1").policy
+    head = probe_parameters(model, "lm_head")
+    assert [p for _, p in head] == [model.get_output_embeddings().weight]
+    last = [p for _, p in probe_parameters(model, "last_layer")]
+    assert last == list(model.model.layers[-1].parameters())
+    assert len(probe_parameters(model, "all")) == len(list(model.parameters()))
+
+
+def test_saved_rollouts_and_diagnose_agree_with_the_run_at_an_exact_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _trainer(
+        tmp_path, "train.steps=3", "train.save_every=2", "output.save_rollouts=true", "diagnostics.estimators=[rloo]"
+    ).run()
+    run_dir = result.run_dir
+    assert sorted(rollout_steps(run_dir)) == [0, 1, 2]
+    saved = load_rollout(rollout_steps(run_dir)[2])
+    assert {"input_ids", "loss_mask", "logprobs", "rewards", "sum_pi_squared", "prompt_keys"} <= set(saved.batch)
+    assert saved.meta.traj_group_sizes == (4, 4, 4, 4)
+    assert cli_main(["diagnose", str(run_dir), "--estimators", "grpo", "rloo", "maxrl"]) == 0
+    rows = [json.loads(line) for line in (run_dir / "diagnostics.jsonl").read_text().splitlines()]
+    assert {(r["step"], r["estimator"]) for r in rows} == {
+        (s, e) for s in (0, 1, 2) for e in ("active", "grpo", "rloo", "maxrl")
+    }
+    assert {r["checkpoint_step"] for r in rows if r["step"] == 2} == {2}  # the weights that sampled step 2
+    online = read_metrics(result.metrics_path)[2]
+    for r in (r for r in rows if r["step"] == 2 and r["estimator"] in ("rloo", "active")):
+        for metric in METRICS:
+            assert r[metric] == pytest.approx(online[f"diagnostics/{r['estimator']}/{metric}"], rel=1e-5, abs=1e-9)
+    assert (run_dir / "diagnostics.png").is_file()
+    assert "step  estimator" in capsys.readouterr().out
+
+
+def test_diagnose_without_checkpoints_measures_no_gradients_and_says_so(tmp_path: Path) -> None:
+    run_dir = _trainer(tmp_path, "train.steps=1", "train.save_every=0", "output.save_rollouts=true").run().run_dir
+    said: list[str] = []
+    rows = diagnose_run(run_dir, ["rloo"], say=said.append)
+    assert any("no checkpoints" in line for line in said)
+    assert {r["estimator"] for r in rows} == {"active", "rloo"}
+    assert all("grad_snr" not in r and r["checkpoint_step"] is None for r in rows)
+    with pytest.raises(ValueError, match="--steps"):
+        diagnose_run(run_dir, ["rloo"], [5])
