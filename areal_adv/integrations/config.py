@@ -12,11 +12,12 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from areal_adv.api.cli_args import ConfigError, PPOActorConfig, load_config
 from areal_adv.api.presets import is_preset_ref
+from areal_adv.api.train_args import DiagnosticsConfig
 from areal_adv.trainer.ppo.actor import PPOActor
 
 __all__ = ["PipelineSpec", "load_pipeline", "pipeline_actor"]
@@ -24,11 +25,12 @@ __all__ = ["PipelineSpec", "load_pipeline", "pipeline_actor"]
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    """The pipeline an engine runs: the actor config and whether the YAML enables a critic."""
+    """The pipeline an engine runs: the actor config, whether the YAML enables a critic, its `diagnostics`."""
 
     actor: PPOActorConfig
     critic_enabled: bool
     source: str
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
 
 
 def _check_overrides(overrides: Any, where: str) -> tuple[str, ...]:
@@ -66,7 +68,9 @@ def load_pipeline(source: Any, overrides: Any = (), *, where: str) -> PipelineSp
             cfg = load_config(path, list(items))
         except ConfigError as exc:
             raise ConfigError(f"{where}={os.fspath(source)!r}: {exc}") from None
-        return PipelineSpec(actor=cfg.actor, critic_enabled=bool(cfg.critic.enabled), source=path)
+        return PipelineSpec(
+            actor=cfg.actor, critic_enabled=bool(cfg.critic.enabled), source=path, diagnostics=cfg.diagnostics
+        )
     raise ConfigError(
         f"{where}: got {source!r} ({type(source).__name__}), expected the path of a pipeline YAML with an "
         "'actor:' section (e.g. preset:grpo) or a PPOActorConfig"

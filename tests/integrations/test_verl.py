@@ -333,6 +333,8 @@ def test_patch_makes_verls_trainer_call_the_wrapper_and_other_estimators_delegat
         pass
     for module in modules:
         monkeypatch.setattr(module, "compute_advantage", module.compute_advantage)  # restored afterwards
+        if hasattr(module, "compute_data_metrics"):
+            monkeypatch.setattr(module, "compute_data_metrics", module.compute_data_metrics)
     patched = areal_verl.patch_compute_advantage()
     assert "verl.trainer.ppo.ray_trainer" in patched
     assert ray_trainer.compute_advantage is areal_verl.compute_advantage
@@ -385,3 +387,37 @@ def test_running_norm_preset_keeps_its_moments_across_verl_calls():
         expected = torch.tensor(reference.normalise(scores), dtype=torch.float64)[:, None] * mask
         ours = VERL(batch.proto("response_mask", "token_level_rewards"), adv_estimator="areal", config=cfg).batch
         assert max_diff(ours["advantages"], expected, mask) <= 1e-5
+
+
+# ---------------------------------------------------------------------------
+# Shadow estimators: their diagnostics in verl's metrics dict
+# ---------------------------------------------------------------------------
+
+
+def test_shadow_diagnostics_reach_verls_metrics_dict_and_leave_advantages_alone(tmp_path, monkeypatch):
+    import math
+
+    monkeypatch.setattr(ray_trainer, "compute_advantage", ray_trainer.compute_advantage)  # restored afterwards
+    monkeypatch.setattr(ray_trainer, "compute_data_metrics", ray_trainer.compute_data_metrics)
+    areal_verl.patch_compute_advantage()
+    plain, shadowed = tmp_path / "plain.yaml", tmp_path / "shadowed.yaml"
+    plain.write_text("defaults: [preset:grpo]\n")
+    shadowed.write_text("defaults: [preset:grpo]\ndiagnostics: {estimators: [rloo, maxrl, ppo]}\n")
+    batch = vb.make_batch(4, [4, 4, 3], binary=True)
+
+    def proto():
+        data = batch.proto(*[k for k in batch.tensors if k != "values"])  # no critic: the ppo shadow is skipped
+        rows, width = data.batch["responses"].shape
+        data.batch["prompts"] = torch.ones(rows, data.batch["attention_mask"].shape[1] - width, dtype=torch.long)
+        data.batch["sum_pi_squared"] = 0.5 * data.batch["response_mask"]
+        return data
+
+    ours = ray_trainer.compute_advantage(proto(), adv_estimator="areal", config=algo(shadowed))
+    reference = ray_trainer.compute_advantage(proto(), adv_estimator="areal", config=algo(plain))
+    assert torch.equal(ours.batch["advantages"], reference.batch["advantages"])
+    metrics = ray_trainer.compute_data_metrics(batch=ours, use_critic=False)
+    for name in ("active", "rloo", "maxrl"):
+        for metric in ("zero_adv_frac", "noise_proxy", "length_corr", "reward_rank_corr"):
+            assert math.isfinite(metrics[f"diagnostics/{name}/{metric}"])
+    assert not any(k.startswith("diagnostics/ppo/") for k in metrics)
+    assert not any(k.startswith("diagnostics/") for k in ray_trainer.compute_data_metrics(reference, False))

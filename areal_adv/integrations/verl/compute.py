@@ -10,6 +10,11 @@ function, so replacing verl's is safe:
 
     from areal_adv.integrations.verl import patch_compute_advantage
     patch_compute_advantage()   # in the process that runs verl's trainer (its Ray TaskRunner)
+
+With `diagnostics.estimators` in the pipeline config, the shadow estimators'
+gradient-free diagnostics (`areal_adv.integrations.shadow_diagnostics`) ride on
+`data.meta_info["areal_adv_diagnostics"]`, and the patched trainer's
+`compute_data_metrics` adds them to verl's metrics dict of the step.
 """
 
 from __future__ import annotations
@@ -22,13 +27,23 @@ import torch
 from areal_adv.api.cli_args import ConfigError
 from areal_adv.integrations.config import PipelineSpec
 from areal_adv.integrations.response_layout import response_advantages
+from areal_adv.integrations.shadow_diagnostics import response_advantages_with_diagnostics
 from areal_adv.integrations.verl.estimator import ESTIMATOR_NAME, resolve_pipeline
 from areal_adv.integrations.verl.layout import from_data_proto
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.trainer.ppo.checks.aux_fields import SUM_PI_SQUARED, declared_fields
+from areal_adv.trainer.ppo.shadow_estimators import BatchOffer
 
-__all__ = ["compute_advantage", "patch_compute_advantage", "verl_compute_advantage"]
+__all__ = [
+    "DIAGNOSTICS_KEY",
+    "compute_advantage",
+    "compute_data_metrics",
+    "patch_compute_advantage",
+    "verl_compute_advantage",
+]
 
+#: Where `compute_advantage` leaves the step's `diagnostics/*` metrics for `compute_data_metrics`.
+DIAGNOSTICS_KEY = "areal_adv_diagnostics"
 _original: dict[str, Any] = {}
 
 
@@ -117,11 +132,34 @@ def compute_advantage(
     _check_inputs(spec, set(data.batch.keys()))
     _check_token_baseline_inputs(spec, actor, set(data.batch.keys()))
     response = from_data_proto(data)
+    names = spec.diagnostics.estimators
     with torch.no_grad():
-        advantages, returns = response_advantages(actor, response)
+        if names:
+            keys = set(data.batch.keys())
+            offer = BatchOffer(values="values" in keys, greedy_baselines="reward_baselines" in keys)
+            advantages, returns, metrics = response_advantages_with_diagnostics(actor, response, names, offer=offer)
+            data.meta_info[DIAGNOSTICS_KEY] = metrics
+        else:
+            advantages, returns = response_advantages(actor, response)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
     return data
+
+
+def verl_compute_data_metrics() -> Any:
+    """verl's own `compute_data_metrics` (remembered before `patch_compute_advantage` replaces the trainer's)."""
+    if "compute_data_metrics" not in _original:
+        from verl.trainer.ppo.metric_utils import compute_data_metrics as verl_own
+
+        _original["compute_data_metrics"] = verl_own
+    return _original["compute_data_metrics"]
+
+
+def compute_data_metrics(batch: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """verl's `compute_data_metrics`, plus the `diagnostics/*` metrics `compute_advantage` left on the batch."""
+    metrics = verl_compute_data_metrics()(batch, *args, **kwargs)
+    extra = getattr(batch, "meta_info", {}).get(DIAGNOSTICS_KEY)
+    return {**metrics, **extra} if extra else metrics
 
 
 def patch_compute_advantage() -> list[str]:
@@ -134,6 +172,7 @@ def patch_compute_advantage() -> list[str]:
     import importlib
 
     verl_compute_advantage()  # remember verl's own before replacing it
+    verl_compute_data_metrics()
     patched = []
     for name in ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils"):
         try:
@@ -142,5 +181,7 @@ def patch_compute_advantage() -> list[str]:
             continue
         if getattr(module, "compute_advantage", None) is not None:
             module.compute_advantage = compute_advantage
+            if getattr(module, "compute_data_metrics", None) is not None:  # the diagnostics reach verl's metrics
+                module.compute_data_metrics = compute_data_metrics
             patched.append(name)
     return patched

@@ -1,0 +1,86 @@
+"""Shadow estimators inside other engines: the gradient-free diagnostics, for AReaL, verl and TRL.
+
+The engines compute advantages through our pipeline (the AReaL hook, verl's
+`compute_advantage` wrapper, `AReaLGRPOTrainer`); with `diagnostics.estimators`
+in the pipeline config each listed estimator also computes its advantages on
+the same batch and `diagnostics/<name>/<metric>` (and `diagnostics/active/*`,
+the engine's own advantages) goes to the engine's metrics: `zero_adv_frac`,
+`length_corr`, `reward_rank_corr`, and `noise_proxy` where the batch carries
+the behaviour log-probs and Σπ² (`sum_pi_squared`). No extra forward or
+backward pass runs: `grad_snr` and `cos_to_active` are the trainer's only.
+
+Shadows are built once per engine actor and list of names (their plugins are
+resolved then); one that needs a field the engine's batch lacks (a critic's
+values, greedy baselines, ...) is left out, logged once with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from areal_adv.api.train_args import ACTIVE_ESTIMATOR
+from areal_adv.integrations.response_layout import ResponseBatch, to_pipeline, to_response
+from areal_adv.trainer.ppo.shadow_estimators import BatchOffer, Shadow, build_shadows, shadow_advantages
+from areal_adv.trainer.run.diagnostics import diagnostic_rows, measure_batch
+from areal_adv.utils.batch_meta import TrajBatchMeta
+
+__all__ = ["pipeline_diagnostics", "response_advantages_with_diagnostics", "shadows_for"]
+
+logger = logging.getLogger("areal_adv.integrations.diagnostics")
+_SHADOWS: weakref.WeakKeyDictionary[Any, dict[tuple[tuple[str, ...], BatchOffer], list[Shadow]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shadows_for(actor: Any, names: Sequence[str], offer: BatchOffer) -> list[Shadow]:
+    """The shadows of `names` beside the engine's `actor` (built on first use; skipped ones logged once)."""
+    per_actor = _SHADOWS.setdefault(actor, {})
+    key = (tuple(names), offer)
+    if key not in per_actor:
+        per_actor[key] = build_shadows(list(names), actor.config, offer)
+        for shadow in per_actor[key]:
+            if shadow.skipped:
+                logger.warning("diagnostics: %s skipped: %s", shadow.name, shadow.skipped)
+    return per_actor[key]
+
+
+def pipeline_diagnostics(
+    actor: Any,
+    names: Sequence[str],
+    batch: Mapping[str, Any],
+    meta: TrajBatchMeta,
+    output: Mapping[str, Any],
+    *,
+    offer: BatchOffer,
+    with_logprobs: bool = True,
+) -> dict[str, float]:
+    """`diagnostics/<name>/<metric>` of the shadows and of `output` (the engine's own pipeline output on `batch`).
+
+    `batch` is in the pipeline's rollout layout; `with_logprobs` says whether its
+    `logprobs` are the behaviour policy's (not placeholders), which the noise
+    proxy needs together with `sum_pi_squared`.
+    """
+    if not names:
+        return {}
+    with torch.no_grad():
+        outputs = {ACTIVE_ESTIMATOR: output, **shadow_advantages(shadows_for(actor, names, offer), batch, meta, {})}
+        spp = batch.get("sum_pi_squared") if with_logprobs else None
+        return diagnostic_rows(measure_batch(outputs, batch, meta, sum_pi_squared=spp))
+
+
+def response_advantages_with_diagnostics(
+    actor: Any, batch: ResponseBatch, names: Sequence[str], *, offer: BatchOffer
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """`response_layout.response_advantages` plus the diagnostics of `names` on the same batch."""
+    converted = to_pipeline(batch)
+    out = actor.compute_advantages(converted.data, converted.meta)
+    mask = batch.response_mask
+    metrics = pipeline_diagnostics(
+        actor, names, converted.data, converted.meta, out, offer=offer, with_logprobs=batch.logprobs is not None
+    )
+    return to_response(converted, out["advantages"], mask), to_response(converted, out["returns"], mask), metrics
