@@ -3,7 +3,8 @@
 - 2 optimiser steps run end to end, and the weights move;
 - our GRPO presets reproduce TRL's own advantages on the same generations, for each
   of TRL's `scale_rewards` modes (TRL divides by std + 1e-4: the preset's eps is set
-  to match), unscorable completions (every reward function returned None) included;
+  to match; `batch` is the LitePPO preset as it ships), unscorable completions (every
+  reward function returned None) included;
 - the advantages equal the pipeline's `compute_advantages` on the same rewards and
   groups written as ordinary padded prompt+completion rows (token-level whitening
   and per-token process rewards);
@@ -53,16 +54,17 @@ actor:
     estimator: {implementation: reinforce_return}
 """
 SCALE_MODES = {
-    # TRL scale_rewards -> our config and overrides reproducing it
-    "group": ("grpo.yaml", ("actor.reward_norm.eps=1.0e-4",)),  # the grpo preset, TRL's eps
-    "none": ("dr_grpo.yaml", ()),
-    "batch": (BATCH_SCALE_YAML, ()),  # TRL's batch std is not the pooled std_level: batch (stages.py)
+    # case -> TRL's scale_rewards, and our config and overrides reproducing it
+    "group": ("group", "grpo.yaml", ("actor.reward_norm.eps=1.0e-4",)),  # the grpo preset, TRL's eps
+    "none": ("none", "dr_grpo.yaml", ()),
+    "batch": ("batch", BATCH_SCALE_YAML, ()),  # TRL's batch std is not the pooled std_level: batch (stages.py)
+    "batch-lite_ppo": ("batch", "lite_ppo.yaml", ()),  # the LitePPO preset as it ships
 }
 
 
-@pytest.mark.parametrize("scale", sorted(SCALE_MODES))
-def test_two_steps_and_grpo_presets_reproduce_trls_advantages(model_dir, tmp_path, scale):
-    source, overrides = SCALE_MODES[scale]
+@pytest.mark.parametrize("case", sorted(SCALE_MODES))
+def test_two_steps_and_grpo_presets_reproduce_trls_advantages(model_dir, tmp_path, case):
+    scale, source, overrides = SCALE_MODES[case]
     if source.endswith(".yaml"):
         path = PRESETS / source
     else:
@@ -327,3 +329,23 @@ def test_otb_presets_through_trl_equal_verls_function_on_the_gathered_batch(mode
         assert float((record["ours"][keep] * mask).abs().max()) > 0
     grpo = ts.make_trainer(model_dir, tmp_path / "grpo", str(PRESETS / "grpo.yaml"))
     assert not grpo.areal_reads_sum_pi_squared  # no extra forward for estimators that do not read it
+
+
+def test_shadow_diagnostics_join_trls_logged_metrics_and_leave_advantages_alone(model_dir, tmp_path):
+    import math
+
+    cfg = tmp_path / "diagnosed.yaml"
+    cfg.write_text("defaults: [preset:grpo]\ndiagnostics: {estimators: [rloo, maxrl, ppo]}\n")
+    trainer = ts.make_trainer(model_dir, tmp_path / "out", str(cfg))
+    trainer.train()
+    plain = PPOActor(load_config("preset:grpo").actor)
+    for record in trainer.records:
+        expected = group_advantages(plain, record["gathered"])
+        assert torch.equal(record["ours"], expected[: record["ours"].shape[0], : record["ours"].shape[1]])
+    logged = [row for row in trainer.state.log_history if "diagnostics/active/zero_adv_frac" in row]
+    assert len(logged) == 2
+    for row in logged:
+        for name in ("active", "rloo", "maxrl"):
+            for metric in ("zero_adv_frac", "length_corr", "reward_rank_corr"):
+                assert math.isfinite(row[f"diagnostics/{name}/{metric}"])
+        assert not any(k.startswith("diagnostics/ppo/") or k.endswith("/noise_proxy") for k in row)

@@ -14,18 +14,28 @@ out of its group, as TRL leaves it out of the baseline, and gets advantage 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from areal_adv.integrations.response_layout import ResponseBatch, response_advantages
+from areal_adv.integrations.shadow_diagnostics import response_advantages_with_diagnostics
+from areal_adv.trainer.ppo.shadow_estimators import BatchOffer
 from areal_adv.utils.collectives import single_process_collectives
 
 if TYPE_CHECKING:
     from areal_adv.trainer.ppo.actor import PPOActor
 
-__all__ = ["GatheredRollouts", "weighted_rewards", "group_advantages", "process_rows", "single_process_collectives"]
+__all__ = [
+    "GatheredRollouts",
+    "weighted_rewards",
+    "group_advantages",
+    "group_advantages_and_diagnostics",
+    "process_rows",
+    "single_process_collectives",
+]
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,18 @@ def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> t
 
 def group_advantages(actor: PPOActor, rollouts: GatheredRollouts) -> torch.Tensor:
     """[N, C] advantages of the gathered batch from `actor` (a `PPOActor`), 0 off the loss mask."""
+    return group_advantages_and_diagnostics(actor, rollouts, ())[0]
+
+
+def group_advantages_and_diagnostics(
+    actor: PPOActor, rollouts: GatheredRollouts, estimators: Sequence[str]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """`group_advantages`, and the `diagnostics/*` metrics of the shadow `estimators` on the scorable rows.
+
+    The metrics are computed in every process on the whole gathered batch (the
+    same numbers everywhere); `noise_proxy` needs the log-probs and Σπ², which
+    the batch carries only when a configured stage reads Σπ².
+    """
     N, C = rollouts.loss_mask.shape
     k = rollouts.num_generations
     if N % k:
@@ -57,7 +79,7 @@ def group_advantages(actor: PPOActor, rollouts: GatheredRollouts) -> torch.Tenso
     out = torch.zeros((N, C), dtype=torch.float32, device=rollouts.loss_mask.device)
     scorable = ~torch.isnan(rollouts.rewards)
     if not bool(scorable.any()):
-        return out
+        return out, {}
     rows = scorable.nonzero()[:, 0]
     pick = None if bool(scorable.all()) else rows
 
@@ -82,10 +104,16 @@ def group_advantages(actor: PPOActor, rollouts: GatheredRollouts) -> torch.Tenso
             ("sum_pi_squared", "completion sum_pi_squared"),
         ),
     )
+    metrics: dict[str, float] = {}
     with torch.no_grad(), single_process_collectives():
-        advantages, _ = response_advantages(actor, batch)
+        if estimators:
+            advantages, _, metrics = response_advantages_with_diagnostics(
+                actor, batch, estimators, offer=BatchOffer(process_rewards=batch.token_rewards is not None)
+            )
+        else:
+            advantages, _ = response_advantages(actor, batch)
     out.index_copy_(0, rows, advantages.to(out.dtype))
-    return out
+    return out, metrics
 
 
 def process_rows(n_local: int, process_index: int) -> slice:

@@ -8,7 +8,10 @@ replaces `advantages` in the batch TRL returns. TRL's loss takes [B, T]
 advantages, so token-level estimators and process rewards reach it unchanged;
 its loss options (`loss_type`, clipping, `beta`) stay TRL's. When a configured
 stage reads `sum_pi_squared` (the optimal token baseline), one extra forward pass
-gives the completions' log-probs and Σπ² (`token_stats`).
+gives the completions' log-probs and Σπ² (`token_stats`). With
+`diagnostics.estimators` in the pipeline YAML, the shadow estimators'
+gradient-free diagnostics join TRL's logged metrics as `diagnostics/<name>/<metric>`
+(`areal_adv.integrations.shadow_diagnostics`; `noise_proxy` only when Σπ² is computed).
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from trl import GRPOTrainer
 
 from areal_adv.api.cli_args import ConfigError
 from areal_adv.integrations.config import PipelineSpec, load_pipeline
-from areal_adv.integrations.trl.advantages import GatheredRollouts, group_advantages, process_rows, weighted_rewards
+from areal_adv.integrations.trl.advantages import (
+    GatheredRollouts,
+    group_advantages_and_diagnostics,
+    process_rows,
+    weighted_rewards,
+)
 from areal_adv.integrations.trl.token_stats import completion_token_stats
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.trainer.ppo.checks.aux_fields import SUM_PI_SQUARED, declared_fields
@@ -172,7 +180,12 @@ class AReaLGRPOTrainer(GRPOTrainer):
                 self.temperature,
             )
         gathered = self._gather_rollouts(local, mask.to(torch.float32))
-        advantages = group_advantages(self.areal_actor, gathered)
+        advantages, diagnostics = group_advantages_and_diagnostics(
+            self.areal_actor, gathered, self.areal_spec.diagnostics.estimators
+        )
+        mode = "train" if self.model.training else "eval"
+        for key, value in diagnostics.items():  # shadow estimators: logged with TRL's own metrics
+            self._metrics[mode][key].append(value)
         n_local, width = mask.shape
         output["advantages"] = advantages[process_rows(n_local, self.accelerator.process_index), :width].contiguous()
         self._log_advantages(advantages, gathered.loss_mask)
