@@ -253,6 +253,22 @@ def maxrl(scores: list[float], index: list[int], eps: float = 1e-6) -> list[floa
     return out
 
 
+def lite_ppo(scores: list[float], index: list[int], eps: float = 1e-4) -> list[float]:
+    """TRL 1.16 `GRPOTrainer._generate_and_score_completions`, `scale_rewards="batch"`.
+
+    `advantages = rewards - mean_grouped_rewards`, `std_rewards = nanstd(rewards)` (every reward of
+    the batch, Bessel-corrected; 0 for a batch of one), `advantages / (std_rewards + 1e-4)`.
+    """
+    n = len(scores)
+    std = _std(scores) if n > 1 else 0.0
+    out = list(scores)
+    for rows in _groups(index).values():
+        mean = sum(scores[i] for i in rows) / len(rows)
+        for i in rows:
+            out[i] = (scores[i] - mean) / (std + eps)
+    return out
+
+
 def remax(tok_rewards: list[list[float]], baselines: list[float]) -> list[list[float]]:
     """verl `compute_remax_outcome_advantage`: reverse cumsum of token rewards minus the baseline."""
     out = []

@@ -80,6 +80,16 @@ CASES: dict[str, tuple[dict, list[int], bool]] = {
         [3, 2, 4, 2, 3, 2],
         True,
     ),
+    "lite_ppo": (  # stateless: its batch std is all-reduced, so every rank's rows equal one process's
+        _base(
+            advantage={
+                "outcome_reward_shaping": {"implementation": "lite_ppo"},
+                "estimator": {"implementation": "reinforce_return"},
+            }
+        ),
+        [3, 2, 4, 2, 3, 2],
+        True,
+    ),
     "gigpo_batch_norm": (
         _base(
             adv_norm=NormConfig(mean_level="batch", std_level="batch"),

@@ -55,6 +55,7 @@ PRESET_NAMES = (
     "remax",
     "opo",
     "gpg",
+    "lite_ppo",
     "grpo_passk",
     "maxrl",
     "ppo",
@@ -159,6 +160,35 @@ def test_gpg_nonzero_rewards_alpha_equals_verl(sizes, seed, binary):
     expected = ref.broadcast(ref.gpg_verl(resp.scores, resp.index), resp)
     out = advantages("gpg", batch, meta, "actor.advantage.outcome_reward_shaping.kwargs.alpha=nonzero_rewards")
     assert_tokens(out, resp, expected)
+
+
+@SETTINGS
+@given(sizes=st.lists(st.integers(1, 8), min_size=1, max_size=5), seed=seeds, binary=st.booleans())
+@example(sizes=[1], seed=0, binary=True)  # a batch of one: std 0, TRL's 0 / 1e-4
+@example(sizes=[3, 3], seed=3, binary=True)
+def test_lite_ppo_equals_trls_batch_scale(sizes, seed, binary):
+    """(r - group mean) / (unbiased std of the batch's rewards + 1e-4), TRL's `scale_rewards="batch"`."""
+    batch, meta = ref.make_peer_batch(seed, sizes, binary=binary)
+    resp = ref.responses(batch, meta)
+    expected = ref.broadcast(ref.lite_ppo(resp.scores, resp.index, eps=1e-4), resp)
+    assert_tokens(advantages("lite_ppo", batch, meta), resp, expected)
+
+
+def test_lite_ppo_equals_trls_own_formula_and_differs_from_a_pooled_batch_std():
+    """TRL's tensor code (its `nanstd`) on equal groups; AReaL's std_level: batch leaves out the between-group spread."""
+    trl_utils = pytest.importorskip("trl.trainer.utils")
+    n_gen, sizes = 4, [4, 4, 4]
+    batch, meta = ref.make_peer_batch(5, sizes)
+    batch["rewards"] = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5])
+    resp = ref.responses(batch, meta)
+    rewards = batch["rewards"].clone()
+    mean_grouped = rewards.view(-1, n_gen).mean(dim=1).repeat_interleave(n_gen, dim=0)
+    std_rewards = trl_utils.nanstd(rewards).expand_as(rewards)
+    trl_advantages = (rewards - mean_grouped) / (std_rewards + 1e-4)
+    assert_tokens(advantages("lite_ppo", batch, meta), resp, ref.broadcast(trl_advantages.tolist(), resp))
+    pooled = advantages("grpo", batch, meta, "actor.reward_norm.std_level=batch", "actor.reward_norm.eps=1e-4")
+    first = resp.actions[0][0]
+    assert abs(float(pooled[0, first]) - float(trl_advantages[0])) > 0.05  # not the same normalisation
 
 
 @SETTINGS

@@ -1,7 +1,8 @@
 """Under data parallelism the stage state is identical on every rank and equals the 1-process state.
 
 Two gloo ranks (torchrun) run KRPO, KRPO on split rollouts, SPO, RAE, running reward and
-advantage normalisation and GiGPO with a batch-level `adv_norm` for several steps, each on
+advantage normalisation, GiGPO with a batch-level `adv_norm` and LitePPO (stateless, its batch std
+all-reduced) for several steps, each on
 its round-robin share of the step's prompt groups; prompts recur within and across steps, and a prompt drawn
 twice in a step may land on both ranks. After every step both ranks' states have
 the same fingerprint (bitwise), the final states equal a single process's on the

@@ -1,4 +1,4 @@
-"""Stage functions that express peer frameworks' estimators (OPO, GPG, pass@k, ReMax, MaxRL, REINFORCE).
+"""Stage functions that express peer frameworks' estimators (OPO, GPG, LitePPO, pass@k, ReMax, MaxRL, REINFORCE).
 
 Registered by name with `@register_stage` (`areal_adv.api.stage_registry`), so a
 config can say `outcome_reward_shaping: {implementation: gpg}` or
@@ -8,7 +8,7 @@ pipeline (the presets, `areal_adv/presets/*.yaml`) instead of a separate code pa
 
 Outcome stages work on *logical* rollouts: a sampled episode exported as several
 tensor rows is one sample of its prompt group. Group statistics (baselines, stds,
-the best sample, GPG's batch factor) are computed once per logical rollout, from
+the best sample, GPG's batch factor, LitePPO's batch std) are computed once per logical rollout, from
 its explicit reference reward (`RolloutGroup.rewards`) when the rollout gives one,
 else from its rows' common reward. Each row is then shaped with its group's
 statistics, so a per-row reward change (e.g. a length penalty) survives; the
@@ -42,6 +42,7 @@ __all__ = [
     "logical_rollouts",
     "opo",
     "gpg",
+    "lite_ppo",
     "passk",
     "remax",
     "maxrl",
@@ -190,6 +191,40 @@ def opo(inputs: OutcomeRewardInputs) -> OutcomeResult:
     baseline = torch.where(total > 0, weighted / torch.clamp(total, min=1.0), _group_mean(logical))
     rows = inputs.data["rewards"].to(torch.float64) - baseline[logical.row_group]
     return _shaped(rows, logical.rewards - baseline[logical.rollout_group], logical)
+
+
+def _batch_std(logical: LogicalRollouts) -> torch.Tensor:
+    """Unbiased std (0-d float64) of every logical rollout's reward over the batch, all ranks; 0 below two."""
+    count = torch.full((), float(logical.n_rollouts), dtype=torch.float64, device=logical.rewards.device)
+    count, total = _all_reduce_sum(torch.stack([count, logical.rewards.sum()])).unbind(0)
+    mean = total / torch.clamp(count, min=1.0)
+    squares = _all_reduce_sum(((logical.rewards - mean) ** 2).sum())
+    std = torch.sqrt(squares / torch.clamp(count - 1, min=1.0))
+    return torch.where(count > 1, std, torch.zeros_like(std))
+
+
+@register_stage("outcome_reward_shaping", "lite_ppo")
+def lite_ppo(inputs: OutcomeRewardInputs, *, eps: float = 1e-4) -> OutcomeResult:
+    """LitePPO: (r - group mean) / (batch std + eps), the std taken over the raw rewards of the whole batch.
+
+    "Tricks or Traps? A Deep Dive into RL for LLM Reasoning" (arXiv:2508.08221):
+    the group mean as baseline and the batch's standard deviation as scale, which
+    stays robust where a group's own std is tiny (nearly uniform groups would get
+    huge advantages). Reference code: TRL 1.16 `GRPOTrainer` with
+    `scale_rewards="batch"` (`nanstd` of the rewards, Bessel-corrected, + 1e-4).
+    This is not `reward_norm: {mean_level: group, std_level: batch}`, whose std
+    pools the deviations from each group's own mean (AReaL's definition) and so
+    leaves out the spread between groups. The std is over logical rollouts,
+    all-reduced over data-parallel ranks; fewer than two in the batch give std 0
+    (as TRL). A zero divisor (equal rewards, eps 0) counts as 1: its numerators are 0.
+    """
+    eps = _check_eps(_outcome("lite_ppo"), eps)
+    logical = logical_rollouts(inputs, "lite_ppo")
+    mean = _group_mean(logical)
+    scale = _batch_std(logical) + eps
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    rows = (inputs.data["rewards"].to(torch.float64) - mean[logical.row_group]) / scale
+    return _shaped(rows, (logical.rewards - mean[logical.rollout_group]) / scale, logical)
 
 
 def _gpg_alpha(logical: LogicalRollouts, mode: str) -> torch.Tensor:

@@ -42,7 +42,7 @@ def close(x: torch.Tensor, expected) -> None:
 
 def test_registry_matches_the_functions():
     for stage, names in (
-        ("outcome_reward_shaping", {"opo", "gpg", "passk", "remax", "maxrl"}),
+        ("outcome_reward_shaping", {"opo", "gpg", "lite_ppo", "passk", "remax", "maxrl"}),
         ("estimator", {"reinforce_return", "turn_reinforce_return"}),
     ):
         assert set(STAGE_REGISTRY.defined_in(stage, peer.__name__)) == names
@@ -120,6 +120,25 @@ def test_maxrl_all_zero_group_with_eps_zero_gives_zero():
     close(peer.maxrl(outcome_inputs([0.0, 0.0, 1.0, 0.0], [2, 2]), eps=0.0).rewards, [0.0, 0.0, 1.0, -1.0])
 
 
+def test_lite_ppo_centres_on_the_group_and_scales_by_the_batch_std():
+    # groups [4, 0, 0, 0] (mean 1) and [1, 1] (mean 1); the unbiased std of all 6 rewards (mean 1): sqrt(12 / 5)
+    rewards = [4.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    std = math.sqrt(sum((r - 1.0) ** 2 for r in rewards) / 5)
+    out = peer.lite_ppo(outcome_inputs(rewards, [4, 2]), eps=0.0)
+    close(out.rewards, [3.0 / std, -1.0 / std, -1.0 / std, -1.0 / std, 0.0, 0.0])
+    assert out.normalization_rewards is None  # no split rollouts
+    close(peer.lite_ppo(outcome_inputs([2.0], [1])).rewards, [0.0])  # a batch of one: std 0, numerator 0
+    close(peer.lite_ppo(outcome_inputs([0.5, 0.5, 0.5], [2, 1]), eps=0.0).rewards, [0.0, 0.0, 0.0])  # 0 / 0 -> 0
+
+
+def test_lite_ppo_statistics_are_per_logical_rollout():
+    # rollouts [1 (2 rows), 0] and [2, 0]: group means 1/2 and 1; the batch std over the 4 rollouts, not 5 rows
+    std = math.sqrt(sum((r - 0.75) ** 2 for r in (1.0, 0.0, 2.0, 0.0)) / 3)
+    out = peer.lite_ppo(split_inputs([1.0, 1.0, 0.0, 2.0, 0.0]), eps=0.0)
+    close(out.rewards, [0.5 / std, 0.5 / std, -0.5 / std, 1.0 / std, -1.0 / std])
+    close(out.normalization_rewards, [0.5 / std, -0.5 / std, 1.0 / std, -1.0 / std])
+
+
 # ---------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------
@@ -172,6 +191,11 @@ def test_maxrl_zero_divisor_over_different_rewards_names_the_group():
         peer.maxrl(outcome_inputs([1.0, 0.0, -1.0, 1.0], [2, 2]), eps=0.0)
     with pytest.raises(ValueError, match="'maxrl': eps must be a finite number"):
         peer.maxrl(outcome_inputs([1.0, 0.0], [2]), eps=float("nan"))
+
+
+def test_lite_ppo_rejects_a_bad_eps():
+    with pytest.raises(ValueError, match="'lite_ppo': eps must be a finite number >= 0, got -1.0"):
+        peer.lite_ppo(outcome_inputs([1.0, 0.0], [2]), eps=-1.0)
 
 
 def test_passk_rejects_bad_kwargs():
