@@ -267,6 +267,35 @@ def check_resolve(*paths: str) -> list[str]:
     return failed
 
 
+def check_diagnostics() -> dict[str, Any]:
+    """`actor.diagnostics.estimators`: the shadows' diagnostics reach AReaL's stats tracker, advantages unchanged."""
+    import math
+
+    from areal.api.cli_args import NormConfig
+    from areal.utils import stats_tracker
+
+    from areal_adv.api.train_args import DiagnosticsConfig
+    from areal_adv.integrations.areal import AdvPPOActorConfig
+
+    def config(*names: str) -> Any:
+        norm = NormConfig(mean_level="group", std_level="group", group_size=4)
+        base = {"experiment_name": "check", "trial_name": "t0", "kl_ctl": 0.0, "reward_norm": norm}
+        return AdvPPOActorConfig(**base, diagnostics=DiagnosticsConfig(estimators=list(names)))
+
+    data = make_batch(5, [4, 4, 4], values=False)
+    stats_tracker.export(reset=True)
+    plain, _ = both(config(), data)
+    untracked = [k for k in stats_tracker.export(reset=True) if k.startswith("diagnostics/")]
+    ours, _ = both(config("rloo", "maxrl", "ppo"), data)
+    tracked = {k: v for k, v in stats_tracker.export(reset=True).items() if k.startswith("diagnostics/")}
+    return {
+        "keys": sorted(tracked),
+        "finite": all(math.isfinite(v) for v in tracked.values()),
+        "untracked": untracked,
+        "vs_plain": max_diff(ours, plain),
+    }
+
+
 def check_all(yaml_path: str, *paths: str) -> dict[str, Any]:
     """Every single-process check in one interpreter (AReaL's import alone takes seconds); `paths`: the
     documented names that need AReaL."""
@@ -277,6 +306,7 @@ def check_all(yaml_path: str, *paths: str) -> dict[str, Any]:
         "variable_groups": check_variable_groups(),
         "plugin": check_plugin(),
         "config_loader": check_config_loader(yaml_path),
+        "diagnostics": check_diagnostics(),
     }
 
 
@@ -290,6 +320,7 @@ def main(argv: list[str]) -> None:
         "config_loader": check_config_loader,
         "merged_config": check_merged_config,
         "two_ranks": check_two_ranks,
+        "diagnostics": check_diagnostics,
     }
     name, *args = argv
     result = checks[name](*args)

@@ -112,3 +112,16 @@ def test_two_ranks_share_batch_statistics_as_areal_does(areal_venv: Path, tmp_pa
     for r in ranks:
         assert max(r["worst"].values()) <= TOL, r
         assert r["global_vs_local"] > 1e-3, "the two ranks' statistics were not shared"
+
+
+def test_shadow_diagnostics_reach_areal_s_stats_tracker_and_leave_advantages_alone(report: dict) -> None:
+    diagnostics = report["diagnostics"]
+    expected = {
+        f"diagnostics/{name}/{metric}"
+        for name in ("active", "rloo", "maxrl")
+        for metric in ("zero_adv_frac", "length_corr", "reward_rank_corr")
+    }
+    assert expected <= set(diagnostics["keys"]) and diagnostics["finite"]
+    assert not any("/ppo/" in k or "noise_proxy" in k for k in diagnostics["keys"])  # no critic values, no Σπ²
+    assert diagnostics["untracked"] == []
+    assert max(diagnostics["vs_plain"].values()) == 0.0

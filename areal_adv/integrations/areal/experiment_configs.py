@@ -22,6 +22,7 @@ from typing import Any
 from areal.api import cli_args as areal_args
 
 from areal_adv.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig
+from areal_adv.api.train_args import DiagnosticsConfig
 
 #: `PPOActorConfig` fields that AReaL 1.0.4 and we both have, with the same meaning: copied by name.
 SHARED_FIELDS: tuple[str, ...] = tuple(
@@ -46,12 +47,20 @@ def _help(name: str) -> dict[str, str]:
 
 @dataclass
 class AdvPPOActorConfig(areal_args.PPOActorConfig):
-    """AReaL's actor config plus `advantage`, `gae_timestep_unit` and `token_rewards_as_adv` (ours)."""
+    """AReaL's actor config plus `advantage`, `gae_timestep_unit`, `token_rewards_as_adv` and `diagnostics` (ours)."""
 
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig, metadata=_help("advantage"))
     gae_timestep_unit: str = field(default=_our_default("gae_timestep_unit"), metadata=_help("gae_timestep_unit"))
     token_rewards_as_adv: bool = field(
         default=_our_default("token_rewards_as_adv"), metadata=_help("token_rewards_as_adv")
+    )
+    diagnostics: DiagnosticsConfig = field(
+        default_factory=DiagnosticsConfig,
+        metadata={
+            "help": "Shadow estimators whose gradient-free diagnostics go to AReaL's stats tracker as "
+            "`diagnostics/<name>/<metric>` (areal_adv.integrations.shadow_diagnostics); `every`, `folds` and "
+            "`params` are the trainer's only."
+        },
     )
 
 

@@ -12,6 +12,12 @@ With equal groups of `group_size` rows both agree.
 Our actor is built once per AReaL actor and config (it resolves and checks every
 configured plugin then, so a bad plugin path fails at the first call, naming the
 stage and the path).
+
+With `actor.diagnostics.estimators` (`AdvPPOActorConfig`), the shadow estimators'
+gradient-free diagnostics of each call go to AReaL's stats tracker
+(`stats_tracker.scalar`) as `diagnostics/<name>/<metric>`
+(`areal_adv.integrations.shadow_diagnostics`); `noise_proxy` only when the batch
+carries `sum_pi_squared`.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from areal.utils.perf_tracer import trace_perf
 
 from areal_adv.import_paths import HOOK_ENV
 from areal_adv.integrations.areal.experiment_configs import areal_config_to_ours
+from areal_adv.integrations.shadow_diagnostics import pipeline_diagnostics
 from areal_adv.trainer.ppo.actor import PPOActor
+from areal_adv.trainer.ppo.shadow_estimators import BatchOffer
 from areal_adv.utils.data import TrajBatchMeta
 
 __all__ = ["compute_advantages", "install", "installed", "uninstall"]
@@ -53,12 +61,31 @@ def layout(meta: areal_data.TrajBatchMeta) -> TrajBatchMeta:
 def compute_advantages(self: ArealPPOActor, data: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """AReaL's `compute_advantages(data)`: one dict per trajectory group in, the same out, with advantages."""
     batched, meta = areal_data.concat_batch(data)
-    result = our_actor(self).compute_advantages(batched, layout(meta))
+    actor = our_actor(self)
+    result = actor.compute_advantages(batched, layout(meta))
+    _track_diagnostics(self.config, actor, batched, layout(meta), result)
     if batched.get("ref_logp") is not None:
         # AReaL's method multiplies the batch's `ref_logp` by the (shifted) loss mask in place, so AReaL code
         # after it reads masked values; the same values here, in a new tensor (the caller's stays as it was).
         result["ref_logp"] = batched["ref_logp"] * result["loss_mask"]
     return areal_data.split_batch(result, meta)
+
+
+def _track_diagnostics(
+    config: Any, actor: PPOActor, batched: dict[str, Any], meta: TrajBatchMeta, result: dict[str, Any]
+) -> None:
+    """The shadow estimators' `diagnostics/*` of this batch, into AReaL's stats tracker (none configured: nothing)."""
+    section = getattr(config, "diagnostics", None)
+    names = list(getattr(section, "estimators", None) or ())
+    if not names:
+        return
+    from areal.utils import stats_tracker
+
+    keys = set(batched)
+    offer = BatchOffer(
+        values="values" in keys, greedy_baselines="reward_baselines" in keys, process_rewards="token_rewards" in keys
+    )
+    stats_tracker.scalar(**pipeline_diagnostics(actor, names, batched, meta, result, offer=offer))
 
 
 def install() -> None:
