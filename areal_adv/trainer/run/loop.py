@@ -339,12 +339,14 @@ class Trainer:
             batch["prox_logp"] = chunked_rows(
                 lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w), chunks, ids, mask, wanted
             )
-        # the behaviour policy's entropy and Σπ², before the update, in one pass; only the fields a stage reads
-        batch.update(
-            behaviour_token_stats(
+        # the behaviour policy's entropy and Σπ², before the update, in one pass; only the fields a stage reads.
+        # Under the rollout's autocast: Σπ² must describe the distribution the sampled log-probs came from
+        # (the optimal token baseline refuses a Σπ² below π_t²; bf16 logits against float32 ones differ far more)
+        with self.engine.autocast():
+            stats = behaviour_token_stats(
                 self.engine.model, ids, mask, temp, stage_batch_fields(self.actor.resolved), rows_per_chunk=size or 16
             )
-        )
+        batch.update(stats)
         return batch
 
     def _reference_logprobs(

@@ -40,6 +40,7 @@ __all__ = [
     "aligned_token_entropy",
     "aligned_token_values",
     "check_aux_fields",
+    "check_sum_pi_squared_covers_pi",
     "declared_fields",
     "stage_reads",
 ]
@@ -51,6 +52,12 @@ ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
 AUX_FIELDS = (ANCHOR_IDS, TOKEN_ENTROPY, SUM_PI_SQUARED, ROLLOUT_IS_WEIGHTS)
 #: Σπ² is at most 1; float32 sums of squared probabilities may exceed it by rounding.
 _SUM_PI_SQUARED_MAX = 1.0 + 1e-5
+#: How far below pi_t^2 = exp(old log-prob)^2 a Σπ² may read and still count as rounding, relative to pi_t^2:
+#: the two come from two float32 passes over one distribution (the sampler's, the trainer's statistics pass),
+#: whose log-probs of a token agree to 2e-5 (tests/trainer/lm/test_sampling.py), so pi_t^2 to about 4e-5.
+_PI_SQUARED_SLACK = 4e-5
+#: ... plus a few float32 ulps of 1 (the largest Σπ²), for values computed in float32 end to end.
+_PI_SQUARED_ULPS = 4 * torch.finfo(torch.float32).eps
 #: The attribute through which a stage function names the optional batch fields it reads.
 BATCH_FIELDS_ATTRIBUTE = "batch_fields"
 
@@ -123,6 +130,30 @@ def check_aux_fields(data: Mapping[str, Any], fields: Collection[str]) -> None:
         _check_token_floats(data, SUM_PI_SQUARED, _SUM_PI_SQUARED_MAX, "sums of squared probabilities in [0, 1]")
     if ROLLOUT_IS_WEIGHTS in fields:
         _check_token_floats(data, ROLLOUT_IS_WEIGHTS, None, "finite importance weights >= 0")
+
+
+def check_sum_pi_squared_covers_pi(sum_pi_squared: torch.Tensor, old_logp: torch.Tensor, steps: torch.Tensor) -> None:
+    """Σπ² >= π_t² at every step: a distribution's sum of squared probabilities covers its sampled token's.
+
+    Aligned [B, T] tensors (position t carries token t + 1's entry, as the stages
+    get them) and the [B, T] bool `steps` to check. A value below π_t² cannot come
+    from the distribution that gave the old log-prob (another temperature, another
+    token's entry, a shifted field); it is refused naming the row and the batch
+    position of the token. Rounding between the two passes that computed them is
+    allowed (`_PI_SQUARED_SLACK`, `_PI_SQUARED_ULPS`).
+    """
+    pi_squared = torch.exp(2.0 * old_logp.to(torch.float64))
+    floor = pi_squared * (1.0 - _PI_SQUARED_SLACK) - _PI_SQUARED_ULPS
+    short = steps & (sum_pi_squared.to(torch.float64) < floor)
+    if not bool(short.any()):
+        return
+    row, col = (int(i) for i in short.nonzero()[0])
+    raise BatchError(
+        f"{SUM_PI_SQUARED}: expected at least pi_t^2 = exp(old log-prob)^2 on generated tokens (a distribution's "
+        f"sum of squared probabilities is at least its sampled token's squared probability), found "
+        f"{float(sum_pi_squared[row, col]):.7g} < pi_t^2 = {float(pi_squared[row, col]):.7g} at row {row}, "
+        f"position {col + 1}; sum_pi_squared and the log-probs do not describe the same next-token distribution"
+    )
 
 
 def aligned_anchor_ids(data: Mapping[str, Any], fields: Collection[str]) -> torch.Tensor | None:

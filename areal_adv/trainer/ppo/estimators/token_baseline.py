@@ -40,6 +40,7 @@ import torch
 
 from areal_adv.api.config_checks import is_number
 from areal_adv.api.stage_registry import register_stage
+from areal_adv.trainer.ppo.checks.aux_fields import check_sum_pi_squared_covers_pi
 from areal_adv.trainer.ppo.estimators.peer_algorithms import credit_to_steps
 from areal_adv.trainer.ppo.stage_types import TemporalInputs, TemporalResult
 
@@ -99,9 +100,12 @@ def _zero_tail(
 def _variance_weights(inputs: TemporalInputs, steps: torch.Tensor) -> torch.Tensor:
     """[B, T] float64 W_t: the cumulative sum of w_j = (1 - 2 pi_j + sum pi^2) rho_j^2 over the row's steps.
 
-    w_j = ||e_j - pi||^2 >= 0; float rounding can make it slightly negative for a
-    near-deterministic token, so it is clamped at 0.
+    w_j = ||e_j - pi||^2 = (1 - pi_j)^2 + (sum pi^2 - pi_j^2) >= 0. A sum pi^2 below
+    pi_j^2 beyond rounding is refused (`check_sum_pi_squared_covers_pi`, naming the
+    row and position); within rounding, w_j of a near-deterministic token can come
+    out slightly negative, and only that is clamped at 0.
     """
+    check_sum_pi_squared_covers_pi(inputs.sum_pi_squared, inputs.old_logp, steps)
     pi = torch.exp(inputs.old_logp.to(torch.float64))
     w = (1.0 - 2.0 * pi + inputs.sum_pi_squared.to(torch.float64)).clamp(min=0.0)
     if inputs.rollout_is_weights is not None:

@@ -147,3 +147,29 @@ def test_field_values_are_checked_on_generated_tokens(field, value, match):
     batch[field] = batch[field][:, :2]
     with pytest.raises(BatchError, match=rf"{field}: expected a tensor of shape \(2, 3\) like input_ids"):
         actor(NAMES[0]).compute_advantages(batch, meta)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_sum_pi_squared_below_pi_squared_is_refused_naming_the_field_and_row(name):
+    """No distribution has Σπ² < π_t²: such a batch stops with the field, row and position, not a clamped w."""
+    groups = [group(["pgg", "pgg"], [1.0, 0.0], pi=0.9, spp=0.85)]
+    groups[0]["sum_pi_squared"][1, 2] = 0.5  # below 0.9² = 0.81, though within [0, 1]
+    with pytest.raises(BatchError) as info:
+        actor(name).compute_advantages(groups)
+    message = str(info.value)
+    assert message.startswith("sum_pi_squared: expected at least pi_t^2 = exp(old log-prob)^2 on generated tokens")
+    assert "found 0.5 < pi_t^2 = 0.81 at row 1, position 2" in message
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_sum_pi_squared_a_few_ulps_below_pi_squared_is_rounding(name):
+    """A near-deterministic token whose Σπ² reads a few float32 ulps under π_t² (two passes' rounding) runs."""
+    logp = -1e-4  # pi_t = exp(logp), pi_t^2 = exp(2 logp): Σπ² a few ulps below it
+    spp = float(torch.tensor(math.exp(2 * logp), dtype=torch.float32)) - 3 * torch.finfo(torch.float32).eps
+    groups = [group(["pgg", "pgg"], [1.0, 0.0], pi=math.exp(logp), spp=spp)]
+    assert float(groups[0]["sum_pi_squared"][0, 1]) < math.exp(2 * float(groups[0]["logprobs"][0, 1]))
+    out = actor(name).compute_advantages(groups)["advantages"]
+    assert bool(torch.isfinite(out).all())
+    groups[0]["sum_pi_squared"][0, 1] = math.exp(2 * logp) * (1 - 1e-3)  # 0.1 % below: not rounding any more
+    with pytest.raises(BatchError, match=r"sum_pi_squared: .* at row 0, position 1;"):
+        actor(name).compute_advantages(groups)
