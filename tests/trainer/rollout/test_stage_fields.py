@@ -134,6 +134,23 @@ def test_otb_preset_step_reads_the_trainers_sum_pi_squared(tmp_path):
         PPOActor(cfg.actor).compute_advantages(without, seen["meta"])
 
 
+def test_otb_under_bf16_computes_sum_pi_squared_at_the_rollouts_precision(tmp_path):
+    """Under bf16 autocast Σπ² comes from a bf16 forward like the sampled log-probs: a confident policy's
+    near-deterministic tokens keep Σπ² >= π_t² (a float32 Σπ² against the bf16 log-probs falls short by
+    4.5e-6 relative here, and by 2.5e-3 on the default run's model: the estimator would refuse that)."""
+    cfg = load_config(
+        PRESETS / "optimal_token_baseline.yaml", [*TINY, f"output.dir={tmp_path}", "model.mixed_precision=bf16"]
+    )
+    trainer = Trainer(cfg)
+    with torch.no_grad():  # a confident policy: most sampled tokens have pi_t > 0.99
+        dict(trainer.policy.named_parameters())["model.norm.weight"].mul_(100.0)
+    out = trainer.step(0)
+    mask = out.batch["loss_mask"].bool()
+    spp, pi = out.batch["sum_pi_squared"][mask].double(), out.batch["logprobs"][mask].double().exp()
+    assert float((pi > 0.99).double().mean()) > 0.5
+    assert float((spp - pi**2).min()) > -1e-6
+
+
 def test_entropy_preset_step_adds_the_clipped_entropy_term(tmp_path):
     cfg = load_config(PRESETS / "grpo_entropy.yaml", [*TINY, f"output.dir={tmp_path}"])
     trainer = Trainer(cfg)
