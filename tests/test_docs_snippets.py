@@ -846,6 +846,90 @@ def check_checksum_line(snippet: Snippet, project: Project) -> None:
 
 
 #: Every block, by file and first line, and the check that covers it.
+def check_diagnostics_yaml(snippet: Snippet, project: Project) -> None:
+    """The `diagnostics:` section on the default run loads with the names, period, folds and parameters shown."""
+    cfg = load_config(str(on_default_run(project, snippet.text)))
+    assert (cfg.diagnostics.estimators, cfg.diagnostics.every, cfg.diagnostics.folds, cfg.diagnostics.params) == (
+        ["rloo", "maxrl"],
+        1,
+        4,
+        "all",
+    )
+
+
+def check_diagnostics_commands(snippet: Snippet, project: Project) -> None:
+    """The training command (2 steps of the tiny model, a temporary output.dir), then `diagnose` on its run."""
+    from areal_adv.cli import main as cli_main
+    from areal_adv.trainer.main import main as train_main
+
+    (run, diagnose) = list(_commands(snippet.text))
+    assert run[:3] == [".venv/bin/python", "-m", "areal_adv.trainer.main"], run
+    assert diagnose[:2] == [".venv/bin/areal-adv", "diagnose"], diagnose
+    overrides = [w for w in run[3:] if not w.startswith("train.steps=")]
+    rc, out, err = _call(train_main, [*overrides, *TINY, "train.steps=2", f"output.dir={project.dir}"])
+    assert rc == 0 and "diagnostics: rloo, maxrl, active" in out, err
+    run_dir = project.dir / Path(diagnose[2]).relative_to("runs")
+    rc, out, err = _call(cli_main, ["diagnose", str(run_dir), *diagnose[3:]])
+    rows = [json.loads(line) for line in (run_dir / "diagnostics.jsonl").read_text().splitlines()]
+    assert rc == 0 and {r["estimator"] for r in rows} == {"active", "grpo", "rloo", "maxrl"}, err
+
+
+def check_diagnostics_pipeline_yaml(snippet: Snippet, project: Project) -> None:
+    """The block is examples/integrations/diagnostics.yaml (without its comments) and loads as a pipeline."""
+    from areal_adv.integrations.config import load_pipeline
+
+    path = ROOT / "examples/integrations/diagnostics.yaml"
+    assert yaml.safe_load(snippet.text) == yaml.safe_load(path.read_text())
+    spec = load_pipeline(str(path), where="snippet")
+    assert spec.diagnostics.estimators == ["rloo", "maxrl", "dr_grpo"]
+
+
+def check_verl_diagnostics(snippet: Snippet, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs as written on a batch as verl's trainer holds it (examples/integrations/verl_advantage.py's, with the
+    prompts verl's metrics read); prints every shadow's metrics; verl's trainer module is restored afterwards."""
+    import runpy
+
+    import torch
+    from verl.trainer.ppo import ray_trainer
+
+    for name in ("compute_advantage", "compute_data_metrics"):
+        monkeypatch.setattr(ray_trainer, name, getattr(ray_trainer, name))
+    os.chdir(ROOT)
+    batch = runpy.run_path(str(ROOT / "examples/integrations/verl_advantage.py"))["rollout_batch"]()
+    mask = batch.batch["response_mask"]
+    batch.batch["responses"] = torch.ones_like(mask, dtype=torch.long)
+    batch.batch["prompts"] = torch.ones(mask.shape[0], 4, dtype=torch.long)
+    batch.batch["sum_pi_squared"] = 0.5 * mask  # what calculate_sum_pi_squared=True adds: noise_proxy is shown
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(snippet.text, "integrations.md", "exec"), {"batch": batch})
+    shown = ast.literal_eval(out.getvalue().strip())
+    names = {"active", "rloo", "maxrl", "dr_grpo"}
+    assert {k.split("/")[1] for k in shown} == names and len(shown) == 4 * len(names), shown
+
+
+def check_trl_diagnostics(snippet: Snippet, project: Project) -> None:
+    """The example runs as written (2 steps, CPU) and TRL's logged dicts carry the shadows' metrics."""
+    (words,) = list(_commands(snippet.text))
+    proc = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for key in (
+        "diagnostics/rloo/zero_adv_frac",
+        "diagnostics/maxrl/reward_rank_corr",
+        "diagnostics/active/length_corr",
+    ):
+        assert key in proc.stdout, proc.stdout[-3000:]
+
+
+def check_areal_diagnostics_yaml(snippet: Snippet, project: Project) -> None:
+    """The `actor.diagnostics` block merged into an AReaL experiment config loads through AReaL's loader."""
+    venv = _areal_venv()
+    fragment = project.write("fragment.yaml", snippet.text)
+    base, merged = venv.experiment_config(project.dir), project.dir / "merged.yaml"
+    (out,) = venv.run_json(str(venv.CHECKS), "merged_config", str(base), str(fragment), str(merged), cwd=project.dir)
+    assert out["actor_class"] == "AdvPPOActorConfig" and out["diagnostics"] == ["rloo", "maxrl"], out
+
+
 CHECKS: dict[str, Callable[..., None]] = {
     "README.md: ./scripts/train.sh # the main job: GRPO on single-turn arith": check_readme_commands,
     "README.md: # my_run.yaml": check_readme_my_run,
@@ -890,6 +974,10 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra": check_shell,
     "docs/integrations.md: # your AReaL training script (AReaL's launchers run it on ev": check_areal_script,
     "docs/integrations.md: actor:": check_areal_yaml,
+    "docs/integrations.md: actor: [2]": check_areal_diagnostics_yaml,
+    "docs/integrations.md: defaults: [preset:grpo]": check_diagnostics_pipeline_yaml,
+    "docs/integrations.md: from omegaconf import OmegaConf": check_verl_diagnostics,
+    "docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py --config ": check_trl_diagnostics,
     "docs/benchmarks.md: system: Answer with the number only.": check_sums_prompt,
     "docs/benchmarks.md: system: Answer with the word only.": check_skill_prompt,
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task spell_ba": check_shell,
@@ -943,6 +1031,9 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/training.md: def exact_answer(prompts, completions, answer, **kwargs) -> ": check_exact_answer,
     "docs/training.md: data: {train: data/train.jsonl, eval: data/test.parquet, pro": check_data_yaml,
     "docs/training.md: eval: {every: 50, n_prompts: 64}": check_eval_yaml,
+    "docs/training.md: diagnostics:": check_diagnostics_yaml,
+    "docs/training.md: .venv/bin/python -m areal_adv.trainer.main train.steps=6 see": check_diagnostics_commands,
+    "docs/training.md: diagnostics: rloo, maxrl, active (every step; cost: time/dia": check_output,
     "docs/training.md: .venv/bin/torchrun --standalone --nproc_per_node=2 -m areal_": check_shell,
     "docs/training.md: .venv/bin/python -m pytest tests/trainer/run/test_train_*.py": check_shell,
 }

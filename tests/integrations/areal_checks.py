@@ -217,6 +217,7 @@ def check_config_loader(yaml_path: str) -> dict[str, Any]:
         "outcome": [outcome.implementation, dict(outcome.kwargs)] if outcome else None,
         "kl_ctl": ours.kl_ctl,
         "reward_norm": [ours.reward_norm.mean_level, ours.reward_norm.group_size] if ours.reward_norm else None,
+        "diagnostics": list(cfg.actor.diagnostics.estimators),
     }
 
 

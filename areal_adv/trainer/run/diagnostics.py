@@ -161,14 +161,15 @@ class StepDiagnostics:
         if not wanted:
             return have
         size = self.cfg.actor.ppo_micro_batch_size or 16
-        made = behaviour_token_stats(
-            self.engine.model,
-            batch["input_ids"],
-            batch["attention_mask"],
-            self.cfg.sampling_temperature,
-            wanted,
-            rows_per_chunk=size,
-        )
+        with self.engine.autocast():  # as the trainer's own pass: the distribution the log-probs were sampled from
+            made = behaviour_token_stats(
+                self.engine.model,
+                batch["input_ids"],
+                batch["attention_mask"],
+                self.cfg.sampling_temperature,
+                wanted,
+                rows_per_chunk=size,
+            )
         return {**have, **made}
 
     def measure(self, batch: Mapping[str, Any], meta: TrajBatchMeta, data: Mapping[str, Any]) -> dict[str, float]:

@@ -464,13 +464,14 @@ class Trainer:
                 with preserved_rng(self.device):
                     spp = batch.get("sum_pi_squared")
                     if spp is None:
-                        spp = behaviour_token_stats(
-                            self.engine.model,
-                            batch["input_ids"],
-                            batch["attention_mask"],
-                            self.cfg.sampling_temperature,
-                            ("sum_pi_squared",),
-                        )["sum_pi_squared"]
+                        with self.engine.autocast():
+                            spp = behaviour_token_stats(
+                                self.engine.model,
+                                batch["input_ids"],
+                                batch["attention_mask"],
+                                self.cfg.sampling_temperature,
+                                ("sum_pi_squared",),
+                            )["sum_pi_squared"]
                     path = rollout_path(self.run_dir, step, self.ctx.rank)
                     save_rollout(path, batch, meta, advantages=data["advantages"], sum_pi_squared=spp)
         return row
