@@ -137,3 +137,13 @@ def test_diagnose_without_checkpoints_measures_no_gradients_and_says_so(tmp_path
     assert all("grad_snr" not in r and r["checkpoint_step"] is None for r in rows)
     with pytest.raises(ValueError, match="--steps"):
         diagnose_run(run_dir, ["rloo"], [5])
+
+
+def test_under_lora_the_gradients_are_the_adapters(tmp_path: Path) -> None:
+    lora = "model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj, o_proj]}"
+    trainer = _trainer(tmp_path, "train.steps=1", lora, "diagnostics.estimators=[rloo]")
+    names = [n for n, _ in trainer.diagnostics.params]
+    assert names and all("lora_" in n for n in names)
+    row = trainer.run()
+    first = read_metrics(row.metrics_path)[0]
+    assert math.isfinite(first["diagnostics/rloo/grad_snr"]) and math.isfinite(first["diagnostics/rloo/cos_to_active"])
