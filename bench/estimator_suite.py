@@ -304,9 +304,14 @@ def verify(jobs: list[Job], results: Path) -> int:
     return 1 if bad else 0
 
 
-def check_current(results: Path) -> int:
-    """1 when any current row's fingerprint differs from this code's, naming them and the refresh command."""
-    rows = current_rows(read_rows(results))
+def check_current(results: Path, jobs: list[Job]) -> int:
+    """1 when a current row of the jobs' (task, estimator) pairs has a fingerprint other than this code's.
+
+    Names each stale pair with both fingerprints, and the one command that
+    refreshes the campaign.
+    """
+    pairs = {(j.task, j.estimator) for j in jobs}
+    rows = [r for r in current_rows(read_rows(results)) if (r["task"], r["estimator"]) in pairs]
     stale = stale_rows(rows)
     pairs = sorted({(r["task"], r["estimator"], r.get("fingerprint")) for r in stale}, key=str)
     for task, estimator, recorded in pairs:
@@ -371,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.verify:
         return verify(jobs, opts.results)
     if opts.check_current:
-        return check_current(opts.results)
+        return check_current(opts.results, jobs)
     if opts.refresh:
         status = train(jobs, opts.results, opts.workers)
         if status:
