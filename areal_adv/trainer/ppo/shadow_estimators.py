@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,16 +150,25 @@ def shadow_advantages(
     computed: Mapping[str, Any],
     *,
     shaping: Any = None,
+    on_error: Callable[[Shadow, Exception], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """{name: the pipeline's output} for every built shadow, on `batch` plus the `computed` fields it reads.
 
     The batch is not modified (the pipeline returns new dicts); a shadow's
-    stage state (KRPO, SPO) advances only on the steps it is measured.
+    stage state (KRPO, SPO) advances only on the steps it is measured. With
+    `on_error`, a shadow whose computation fails is reported there and left
+    out of this call's result instead of raising (a measurement must not stop
+    the training it watches).
     """
     out = {}
     for shadow in shadows:
         if shadow.actor is None:
             continue
         extra = {k: computed[k] for k in shadow.fields if k in computed and k not in batch}
-        out[shadow.name] = shadow.actor.compute_advantages({**batch, **extra}, meta, shaping=shaping)
+        try:
+            out[shadow.name] = shadow.actor.compute_advantages({**batch, **extra}, meta, shaping=shaping)
+        except Exception as exc:
+            if on_error is None:
+                raise
+            on_error(shadow, exc)
     return out

@@ -22,6 +22,7 @@ the ranks' values; the gradient metrics are single-process only there.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -37,6 +38,8 @@ from areal_adv.trainer.rollout.stage_fields import behaviour_token_stats, stage_
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 __all__ = ["StepDiagnostics", "diagnostic_rows", "measure_batch", "preserved_rng", "scalar_rewards"]
+
+logger = logging.getLogger("areal_adv.trainer")
 
 #: Every metric, in the order logged: the gradient-free ones, then the gradient ones.
 METRICS = ("zero_adv_frac", "noise_proxy", "grad_snr", "cos_to_active", "length_corr", "reward_rank_corr")
@@ -172,6 +175,11 @@ class StepDiagnostics:
             )
         return {**have, **made}
 
+    def _drop(self, shadow: Shadow, exc: Exception) -> None:
+        """A shadow whose advantages failed on a batch: dropped from the run's diagnostics, with the cause."""
+        shadow.actor, shadow.skipped = None, f"failed on a batch ({type(exc).__name__}: {exc})"
+        logger.warning("diagnostics: %s dropped: %s", shadow.name, shadow.skipped)
+
     def measure(self, batch: Mapping[str, Any], meta: TrajBatchMeta, data: Mapping[str, Any]) -> dict[str, float]:
         """The step's `diagnostics/*` keys (`data`: the run's pipeline output on `batch`)."""
         with preserved_rng(self.device):
@@ -179,7 +187,12 @@ class StepDiagnostics:
             outputs = {
                 ACTIVE_ESTIMATOR: data,
                 **shadow_advantages(
-                    self.shadows, batch, meta, computed, shaping=self.cfg.rollout.prm.advantage_shaping
+                    self.shadows,
+                    batch,
+                    meta,
+                    computed,
+                    shaping=self.cfg.rollout.prm.advantage_shaping,
+                    on_error=self._drop,
                 ),
             }
             gradients = None

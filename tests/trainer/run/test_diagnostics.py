@@ -147,3 +147,26 @@ def test_under_lora_the_gradients_are_the_adapters(tmp_path: Path) -> None:
     row = trainer.run()
     first = read_metrics(row.metrics_path)[0]
     assert math.isfinite(first["diagnostics/rloo/grad_snr"]) and math.isfinite(first["diagnostics/rloo/cos_to_active"])
+
+
+def test_a_shadow_that_fails_on_a_batch_is_dropped_and_training_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    trainer = _trainer(tmp_path, "train.steps=2", "diagnostics.estimators=[rloo,maxrl]")
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("no such field")
+
+    trainer.diagnostics.shadows[0].actor.compute_advantages = broken
+    with caplog.at_level("WARNING", logger="areal_adv.trainer"):
+        rows = read_metrics(trainer.run().metrics_path)
+    assert len(rows) == 2 and "rloo dropped: failed on a batch (ValueError: no such field)" in caplog.text
+    assert all("diagnostics/maxrl/grad_snr" in r and not any("/rloo/" in k for k in r) for r in rows)
+
+
+def test_the_progress_line_shows_the_diagnostics_time() -> None:
+    from areal_adv.trainer.run.progress import phase_summary
+
+    assert phase_summary({"time/step": 1.0, "time/update": 0.4, "time/diagnostics": 0.5}) == (
+        "step 1.0s: update 0.40 diagnostics 0.50"
+    )
