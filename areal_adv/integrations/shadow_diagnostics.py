@@ -11,7 +11,8 @@ backward pass runs: `grad_snr` and `cos_to_active` are the trainer's only.
 
 Shadows are built once per engine actor and list of names (their plugins are
 resolved then); one that needs a field the engine's batch lacks (a critic's
-values, greedy baselines, ...) is left out, logged once with the reason.
+values, greedy baselines, ...) is left out, logged once with the reason, as is
+one whose computation fails on a batch.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ def shadows_for(actor: Any, names: Sequence[str], offer: BatchOffer) -> list[Sha
     return per_actor[key]
 
 
+def _drop(shadow: Shadow, exc: Exception) -> None:
+    """A shadow whose advantages failed on a batch: left out from then on, with the cause (training goes on)."""
+    shadow.actor, shadow.skipped = None, f"failed on a batch ({type(exc).__name__}: {exc})"
+    logger.warning("diagnostics: %s dropped: %s", shadow.name, shadow.skipped)
+
+
 def pipeline_diagnostics(
     actor: Any,
     names: Sequence[str],
@@ -68,7 +75,8 @@ def pipeline_diagnostics(
     if not names:
         return {}
     with torch.no_grad():
-        outputs = {ACTIVE_ESTIMATOR: output, **shadow_advantages(shadows_for(actor, names, offer), batch, meta, {})}
+        shadows = shadows_for(actor, names, offer)
+        outputs = {ACTIVE_ESTIMATOR: output, **shadow_advantages(shadows, batch, meta, {}, on_error=_drop)}
         spp = batch.get("sum_pi_squared") if with_logprobs else None
         return diagnostic_rows(measure_batch(outputs, batch, meta, sum_pi_squared=spp))
 
