@@ -777,6 +777,16 @@ def diagnostic_estimator_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(preset_names()), estimators
 
 
+def is_config_file(name: str) -> bool:
+    """Whether a `diagnostics.estimators` entry names a config file (`*.yaml` / `*.yml`) rather than a name."""
+    return isinstance(name, str) and name.endswith((".yaml", ".yml"))
+
+
+def shadow_label(name: str) -> str:
+    """The `<name>` of `diagnostics/<name>/<metric>`: the entry itself, or a config file's stem."""
+    return os.path.splitext(os.path.basename(name))[0] if is_config_file(name) else name
+
+
 @dataclass
 class DiagnosticsConfig:
     """Shadow estimators: other estimators' advantages on each step's batch, measured beside the run's own.
@@ -791,8 +801,9 @@ class DiagnosticsConfig:
     estimators: list[str] = field(
         default_factory=list,
         metadata={
-            "help": "Shadow estimators: preset names (`rloo`, `maxrl`, `grpo`, ...; `areal-adv presets`) or "
-            "built-in estimator names (`token_gae`, `turn_gae`, ...). [] (default) turns diagnostics off."
+            "help": "Shadow estimators: preset names (`rloo`, `maxrl`, `grpo`, ...; `areal-adv presets`), "
+            "built-in estimator names (`token_gae`, `turn_gae`, ...) or config files (`path/to/algo.yaml`, "
+            "logged under the file's stem). [] (default) turns diagnostics off."
         },
     )
     every: int = field(default=1, metadata={"help": "Measure every N-th step (steps 0, N, 2N, ...). Default 1."})
@@ -820,13 +831,20 @@ class DiagnosticsConfig:
             raise ConfigError(f"diagnostics.estimators: got {self.estimators!r}, expected a list of names")
         presets, estimators = diagnostic_estimator_names()
         for i, name in enumerate(self.estimators):
-            if not isinstance(name, str) or (name not in presets and name not in estimators):
+            if is_config_file(name):
+                if not os.path.isfile(name):
+                    raise ConfigError(f"diagnostics.estimators[{i}]: {name!r} is not a file, expected a config YAML")
+            elif not isinstance(name, str) or (name not in presets and name not in estimators):
                 raise ConfigError(
-                    f"diagnostics.estimators[{i}]: got {name!r}, expected a preset ({', '.join(presets)}) "
-                    f"or an estimator ({', '.join(estimators)})"
+                    f"diagnostics.estimators[{i}]: got {name!r}, expected a preset ({', '.join(presets)}), "
+                    f"an estimator ({', '.join(estimators)}) or a config file (*.yaml)"
                 )
-        if len(set(self.estimators)) != len(self.estimators):
-            raise ConfigError(f"diagnostics.estimators: got {self.estimators}, expected each name at most once")
+        labels = [shadow_label(name) for name in self.estimators]
+        if len(set(labels)) != len(labels) or ACTIVE_ESTIMATOR in labels:
+            raise ConfigError(
+                f"diagnostics.estimators: got {self.estimators}, expected each name (a file by its stem) at most "
+                f"once and none called {ACTIVE_ESTIMATOR!r}"
+            )
         self.estimators = list(self.estimators)
 
     @property

@@ -1,9 +1,11 @@
 """Shadow estimators: other estimators' advantages computed on the batch a run trains on.
 
 A shadow is a second `PPOActor` (no engine: it never trains) whose config is the
-run's actor config with the algorithm replaced: a preset's algorithm keys
-(`ALGORITHM_KEYS`, each replacing the run's value whole, as the preset file sets
-it) or, for a built-in estimator name, `actor.advantage.estimator`. It computes
+run's actor config with the algorithm replaced: the algorithm keys
+(`ALGORITHM_KEYS`, each replacing the run's value whole) that a preset or a
+config file (`*.yaml`, named by its path; its metrics by its file stem) sets in
+its own `actor:` section, or, for a built-in estimator name,
+`actor.advantage.estimator`. It computes
 its advantages on the step's exact batch (the same rewards, masks, log-probs and
 values) and never touches the run's actor, batch or stage state, so training is
 unchanged.
@@ -20,12 +22,14 @@ import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, load_config
 from areal_adv.api.presets import preset_names, preset_path
+from areal_adv.api.train_args import is_config_file, shadow_label
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 __all__ = [
@@ -71,7 +75,7 @@ class BatchOffer:
 
 @dataclass
 class Shadow:
-    """One shadow estimator: its actor, or why it is skipped; `fields`: the computed fields it reads."""
+    """One shadow estimator (`name`: its metrics' label): its actor, or why it is skipped; `fields`: computed fields."""
 
     name: str
     actor: Any = None  # PPOActor
@@ -79,18 +83,26 @@ class Shadow:
     fields: frozenset[str] = field(default_factory=frozenset)
 
 
+def _source_file(name: str) -> Path | None:
+    """The file whose algorithm `name` names (a preset's, or a config file path), or None for an estimator name."""
+    if name in preset_names():
+        return preset_path(name)
+    return Path(name).resolve() if is_config_file(name) else None
+
+
 @functools.cache
-def _preset(name: str) -> tuple[dict[str, Any], Any]:
-    """(the preset file's own actor keys, the resolved preset config)."""
-    raw = yaml.safe_load(preset_path(name).read_text(encoding="utf-8")) or {}
-    return dict(raw.get("actor") or {}), load_config(f"preset:{name}")
+def _algorithm_file(path: Path) -> tuple[dict[str, Any], Any]:
+    """(the file's own actor keys, the resolved config of the file)."""
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return dict(raw.get("actor") or {}), load_config(path)
 
 
 def shadow_actor_config(active: PPOActorConfig, name: str) -> PPOActorConfig:
-    """The run's actor config with `name`'s algorithm: a preset's own algorithm keys, or the estimator `name`."""
+    """The run's actor config with `name`'s algorithm: a preset's or file's own algorithm keys, or the estimator."""
     data = config_to_dict(active)
-    if name in preset_names():
-        own, resolved = _preset(name)
+    source = _source_file(name)
+    if source is not None:
+        own, resolved = _algorithm_file(source)
         theirs = config_to_dict(resolved.actor)
         for key in ALGORITHM_KEYS:
             if key in own:
@@ -102,8 +114,9 @@ def shadow_actor_config(active: PPOActorConfig, name: str) -> PPOActorConfig:
 
 def _missing(name: str, offer: BatchOffer) -> str | None:
     """Why the run's batches cannot feed `name`'s algorithm, or None."""
-    if name in preset_names():
-        cfg = _preset(name)[1]
+    source = _source_file(name)
+    if source is not None:
+        cfg = _algorithm_file(source)[1]
         needs = [
             (cfg.critic.enabled and not offer.values, "values from a critic (critic.enabled)"),
             (cfg.rollout.greedy_baseline and not offer.greedy_baselines, "greedy baselines (rollout.greedy_baseline)"),
@@ -123,23 +136,24 @@ def build_shadows(names: Sequence[str], active: PPOActorConfig, offer: BatchOffe
 
     out = []
     for name in names:
+        label = shadow_label(name)
         reason = _missing(name, offer)
         if reason is not None:
-            out.append(Shadow(name, skipped=reason))
+            out.append(Shadow(label, skipped=reason))
             continue
         try:
             actor = PPOActor(shadow_actor_config(active, name))
         except (ConfigError, ValueError, TypeError, ImportError) as exc:
-            out.append(Shadow(name, skipped=f"its config does not combine with this run's: {exc}"))
+            out.append(Shadow(label, skipped=f"its config does not combine with this run's: {exc}"))
             continue
         r = actor.resolved
         read = frozenset().union(
             *(declared_fields(s.fn) for s in (r.compute, r.outcome, r.estimator, r.process) if s is not None)
         )
         if "role_ids" in read and not offer.seats:
-            out.append(Shadow(name, skipped="needs seat ids (role_ids), which this run's batches lack"))
+            out.append(Shadow(label, skipped="needs seat ids (role_ids), which this run's batches lack"))
             continue
-        out.append(Shadow(name, actor=actor, fields=read & frozenset(COMPUTED_FIELDS)))
+        out.append(Shadow(label, actor=actor, fields=read & frozenset(COMPUTED_FIELDS)))
     return out
 
 

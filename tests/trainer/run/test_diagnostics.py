@@ -170,3 +170,20 @@ def test_the_progress_line_shows_the_diagnostics_time() -> None:
     assert phase_summary({"time/step": 1.0, "time/update": 0.4, "time/diagnostics": 0.5}) == (
         "step 1.0s: update 0.40 diagnostics 0.50"
     )
+
+
+def test_a_config_file_names_a_shadow_by_its_stem(tmp_path: Path) -> None:
+    from areal_adv.api.presets import preset_path
+
+    algo = tmp_path / "my_rloo.yaml"
+    algo.write_text(preset_path("rloo").read_text())  # the preset's algorithm, from a file of the user's
+    rows = read_metrics(_trainer(tmp_path, "train.steps=1", f"diagnostics.estimators=[rloo,{algo}]").run().metrics_path)
+    for metric in METRICS:
+        assert rows[0][f"diagnostics/my_rloo/{metric}"] == rows[0][f"diagnostics/rloo/{metric}"]
+    with pytest.raises(ConfigError, match=r"diagnostics.estimators\[0\]: 'nowhere.yaml' is not a file"):
+        load_config("preset:grpo_arith", ["diagnostics.estimators=[nowhere.yaml]"])
+    (tmp_path / "x").mkdir()
+    twin = tmp_path / "x" / algo.name
+    twin.write_text(algo.read_text())
+    with pytest.raises(ConfigError, match="at most once"):
+        load_config("preset:grpo_arith", [f"diagnostics.estimators=[{algo},{twin}]"])
