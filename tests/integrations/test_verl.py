@@ -421,3 +421,12 @@ def test_shadow_diagnostics_reach_verls_metrics_dict_and_leave_advantages_alone(
             assert math.isfinite(metrics[f"diagnostics/{name}/{metric}"])
     assert not any(k.startswith("diagnostics/ppo/") for k in metrics)
     assert not any(k.startswith("diagnostics/") for k in ray_trainer.compute_data_metrics(reference, False))
+
+
+def test_the_registry_call_says_where_diagnostics_need_the_wrapper(tmp_path, caplog):
+    shadowed = tmp_path / "registry_shadowed.yaml"
+    shadowed.write_text("defaults: [preset:grpo]\ndiagnostics: {estimators: [rloo]}\n")
+    batch = vb.make_batch(3, [3, 3])
+    with caplog.at_level("WARNING", logger="areal_adv.integrations.verl"):
+        VERL(batch.proto("response_mask", "token_level_rewards"), adv_estimator="areal", config=algo(shadowed))
+    assert "diagnostics.estimators" in caplog.text and "patch_compute_advantage" in caplog.text

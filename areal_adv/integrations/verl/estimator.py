@@ -147,6 +147,13 @@ def areal_advantage(
     """(advantages, returns) [B, R] from the configured pipeline, for verl's registry."""
     spec, actor = resolve_pipeline(config)
     check_registry_config(spec, actor)
+    if spec.diagnostics.estimators and (spec.source, "diagnostics") not in _warned:
+        _warned.add((spec.source, "diagnostics"))
+        logger.warning(
+            "diagnostics.estimators of %s: the registry call has no metrics to return them in; %s",
+            spec.source,
+            WRAPPER_HINT,
+        )
     response: ResponseBatch = from_registry_call(token_level_rewards, response_mask, index, reward_baselines)
     with torch.no_grad():
         return response_advantages(actor, response)
