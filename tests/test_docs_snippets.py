@@ -418,6 +418,19 @@ def check_readme_commands(snippet: Snippet, project: Project) -> None:
     assert (project.dir / "grpo_arith/trial0/metrics.jsonl").read_text().count("\n") == 2
 
 
+def check_readme_install(snippet: Snippet, project: Project) -> None:
+    """torch's CPU build at the constraints' pin from PyTorch's CPU index, then the package with -c constraints.txt."""
+    pins = dict(line.split("==", 1) for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line)
+    commands = list(_commands(snippet.text))
+    assert commands == [
+        ["pip", "install", f"torch=={pins['torch']}", "--index-url", "https://download.pytorch.org/whl/cpu"],
+        ["pip", "install", "-c", "constraints.txt", "-e", "."],
+    ], commands
+    readme = (ROOT / "README.md").read_text()
+    for name in ("torch", "transformers", "verl", "trl"):  # the prose names the pins the tests run on
+        assert f"{name} {pins[name]}" in readme, name
+
+
 def _user_files(project: Project, chat: bool) -> None:
     """data/train.jsonl, data/test.jsonl and my_package/rewards.py, as the README's my_run.yaml expects."""
 
@@ -919,6 +932,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "README.md: # verl 0.9.x on a CPU, as written (no GPU, no Ray): verl's o": check_readme_verl_cpu,
     "README.md: # cluster form: append your working verl settings after thes": check_shell,
     "README.md: # TRL 1.16: a GRPOTrainer whose advantages come from the pip": check_trl_snippet,
+    "README.md: pip install torch==2.13.0 --index-url https://download.pytor": check_readme_install,
     "docs/algorithms.md: python -m areal_adv.trainer.main --config preset:rloo": check_shell,
     "docs/algorithms.md: .venv/bin/python -m pytest tests/trainer/ppo/test_presets_eq": check_shell,
     "docs/algorithms.md: python -m areal_adv.trainer.main --config preset:gdpo # need": check_shell,
