@@ -2,14 +2,24 @@
 
 Usage:
     .venv/bin/python bench/bench_decode.py --model runs/models/SmolLM2-135M-Instruct
-    .venv/bin/python bench/bench_decode.py --model runs/models/SmolLM2-135M-Instruct --profile
+    .venv/bin/python bench/bench_decode.py --model runs/models/SmolLM2-135M-Instruct --profile --results bench/results/decode.jsonl
+    .venv/bin/python bench/bench_decode.py --report                # the table of the rows in bench/results/decode.jsonl
+    .venv/bin/python bench/bench_decode.py --report --write-docs   # ... and its block of docs/performance.md
 
 `sample_continuations` (transformers `generate` with the shared-prefix cache) on 16
 rows of 46 random prompt tokens, 16 new tokens each (no stop token among them), in
-float32 with 1 and 2 threads and under bfloat16 autocast with 2 threads. Each
-configuration gets one warm-up and `--reps` timed calls in this process. `--profile`
-adds torch.profiler's table of the float32 2-thread call (self CPU time by operator).
-Results and the command go in docs/performance.md.
+three configurations: float32 with 1 and with 2 threads, and bfloat16 autocast with
+2 threads. Each configuration gets one warm-up call, then `--reps` rounds time each
+configuration once, in an order that rotates every round, so a change of the
+machine's load falls on all three alike; the ratios (2 threads / 1, bf16 / float32)
+are medians of the per-round ratios. `--profile` adds torch.profiler's table of one
+float32 2-thread call (self CPU time by operator).
+
+With `--results FILE` the run appends one JSON row to FILE: the command, commit, UTC
+date, the load before and after (load averages and /proc/pressure/cpu), every call's
+time, the ratios and the profile's leading operators (bench/bench_rows.py).
+`--report` rebuilds the tables from the rows; `--write-docs` writes them between the
+`bench_decode` markers of docs/performance.md.
 """
 
 from __future__ import annotations
@@ -17,63 +27,215 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: idle OpenMP threads sleep
 
-import torch
-from bench_threads import pressure  # the first line of /proc/pressure/cpu
-from transformers import AutoModelForCausalLM
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-from areal_adv.trainer.lm.sampling import sample_continuations
+import bench_rows  # noqa: E402
+
+RESULTS = bench_rows.RESULTS / "decode.jsonl"
+DOC_BLOCK = "bench_decode"
+REPORT_COMMAND = ".venv/bin/python bench/bench_decode.py --report --write-docs"
+#: (name, autocast, threads) in the order of the first round
+CONFIGS = (("float32, 1 thread", False, 1), ("float32, 2 threads", False, 2), ("bf16 autocast, 2 threads", True, 2))
+#: ratios of two configurations that differ in one thing: (name, numerator, denominator)
+RATIOS = (
+    ("2 threads / 1 thread (float32)", "float32, 2 threads", "float32, 1 thread"),
+    ("bf16 / float32 (2 threads)", "bf16 autocast, 2 threads", "float32, 2 threads"),
+)
+ROWS, NEW_TOKENS, PROMPT_TOKENS = 16, 16, 46
 
 
-def contexts(n_prompts: int = 4, n_samples: int = 4, length: int = 46) -> list[list[int]]:
+def contexts(
+    n_prompts: int = 4, n_samples: int = 4, length: int = PROMPT_TOKENS, vocab: int = 40000
+) -> list[list[int]]:
+    import torch
+
     gen = torch.Generator().manual_seed(0)
-    prompts = [[int(t) for t in torch.randint(10, 40000, (length,), generator=gen)] for _ in range(n_prompts)]
+    high = min(40000, vocab)
+    prompts = [[int(t) for t in torch.randint(10, high, (length,), generator=gen)] for _ in range(n_prompts)]
     return [p for p in prompts for _ in range(n_samples)]
 
 
-def timed(model: torch.nn.Module, rows: list[list[int]], autocast: bool) -> float:
+def timed(model: Any, rows: list[list[int]], autocast: bool) -> float:
+    import torch
+
+    from areal_adv.trainer.lm.sampling import sample_continuations
+
     scope = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
     began = time.perf_counter()
     with scope:
         out = sample_continuations(
             model,
             rows,
-            [16] * len(rows),
+            [NEW_TOKENS] * len(rows),
             frozenset(),
             temperature=1.0,
             pad_id=0,
             generator=torch.Generator().manual_seed(1),
         )
-    assert all(len(c.token_ids) == 16 for c in out)
+    assert all(len(c.token_ids) == NEW_TOKENS for c in out)
     return time.perf_counter() - began
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="the converted SmolLM2-135M-Instruct folder")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--profile", action="store_true")
-    args = parser.parse_args()
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
-    rows = contexts()
-    print(f"cpu pressure before: {pressure()}")
-    for threads, autocast in ((1, False), (2, False), (2, True)):
+def measure(model: Any, rows: list[list[int]], reps: int) -> dict[str, list[float]]:
+    """Every configuration's call times: a warm-up each, then `reps` rounds in a rotating order."""
+    import torch
+
+    for _, autocast, threads in CONFIGS:
         torch.set_num_threads(threads)
         timed(model, rows, autocast)
-        times = [timed(model, rows, autocast) for _ in range(args.reps)]
-        name = "bf16 autocast" if autocast else "float32"
-        print(f"{name:13s} {threads} thread(s): " + " ".join(f"{t:.3f}" for t in times) + " s per call")
-    print(f"cpu pressure after:  {pressure()}")
-    if args.profile:
-        from torch.profiler import ProfilerActivity, profile
+    times: dict[str, list[float]] = {name: [] for name, _, _ in CONFIGS}
+    for r in range(reps):
+        for name, autocast, threads in CONFIGS[r % len(CONFIGS) :] + CONFIGS[: r % len(CONFIGS)]:
+            torch.set_num_threads(threads)
+            times[name].append(timed(model, rows, autocast))
+            print(f"round {r} {name:26s} {times[name][-1]:.3f} s", flush=True)
+    return times
 
-        torch.set_num_threads(2)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            timed(model, rows, False)
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+
+def ratios(times: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Each pair of RATIOS, round by round."""
+    return {name: [a / b for a, b in zip(times[top], times[bottom])] for name, top, bottom in RATIOS}
+
+
+def profile_ops(model: Any, rows: list[list[int]], top: int = 8) -> dict[str, Any]:
+    """torch.profiler over one float32 2-thread call: the operators with the most self CPU time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(2)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        timed(model, rows, False)
+    events = prof.key_averages()
+    print(events.table(sort_by="self_cpu_time_total", row_limit=top))
+    total = sum(e.self_cpu_time_total for e in events)
+    ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
+    wanted = ranked[:top] + [e for e in ranked[top:] if e.key in ("aten::cumsum", "aten::exponential_")]
+    return {
+        "self_cpu_ms": total / 1e3,
+        "ops": [
+            {
+                "op": e.key,
+                "calls": e.count,
+                "self_cpu_ms": e.self_cpu_time_total / 1e3,
+                "share": e.self_cpu_time_total / total,
+            }
+            for e in wanted
+        ],
+    }
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
+    rows = contexts(vocab=model.config.vocab_size)
+    before = bench_rows.load_now()
+    print(f"before: {bench_rows.describe_load(before)}")
+    times = measure(model, rows, args.reps)
+    after = bench_rows.load_now()
+    print(f"after:  {bench_rows.describe_load(after)}")
+    for name, values in times.items():
+        print(f"{name:26s} median {statistics.median(values):.3f} s ({len(values)} calls)")
+    per_round = ratios(times)
+    for name, values in per_round.items():
+        print(f"{name}: {bench_rows.spread(values)} (median of {len(values)} rounds, range)")
+    profiled = profile_ops(model, rows) if args.profile else None
+    if args.results is not None:
+        row = {
+            "bench": "decode",
+            **bench_rows.provenance("bench_decode.py"),
+            "model": Path(args.model).name,
+            "work": {"rows": len(rows), "prompt_tokens": PROMPT_TOKENS, "new_tokens": NEW_TOKENS},
+            "reps": args.reps,
+            "load": {"before": before, "after": after},
+            "times_s": times,
+            "ratios": per_round,
+            "profile": profiled,
+        }
+        bench_rows.append(args.results, row)
+
+
+def report_text(rows: list[dict[str, Any]], results: Path) -> str:
+    """The docs block: one line per run (medians of its calls and rounds) and the newest run's profile."""
+    head = [name for name, _, _ in CONFIGS]
+    lines = [
+        bench_rows.generated_note(REPORT_COMMAND, results, len(rows)),
+        "",
+        "| run (date, commit) | model | load before -> after | "
+        + " | ".join(f"{h} (s)" for h in head)
+        + " | "
+        + " | ".join(name for name, _, _ in RATIOS)
+        + " |",
+        "| --- " * (3 + len(head) + len(RATIOS)) + "|",
+    ]
+    for row in rows:
+        cells = [bench_rows.commit_cell(row), row["model"], bench_rows.load_span(row)]
+        cells += [bench_rows.spread(row["times_s"][h], 2) for h in head]
+        cells += [bench_rows.spread(row["ratios"][name]) for name, _, _ in RATIOS]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        "Each cell: the median of the run's calls (of its rounds, for a ratio), then the range; "
+        f"{rows[-1]['work']['rows']} rows x {rows[-1]['work']['new_tokens']} new tokens after "
+        f"{rows[-1]['work']['prompt_tokens']} prompt tokens."
+    )
+    profiled = [r for r in rows if r.get("profile")]
+    if profiled:
+        row = profiled[-1]
+        prof = row["profile"]
+        lines += [
+            "",
+            f"Profile of one float32 2-thread call ({bench_rows.commit_cell(row)}): "
+            f"{prof['self_cpu_ms']:.0f} ms of self CPU time, by operator:",
+            "",
+            "| operator | calls | ms per call | share of the CPU time |",
+            "| --- | --- | --- | --- |",
+        ]
+        for op in prof["ops"]:
+            lines.append(
+                f"| `{op['op']}` | {op['calls']} | {op['self_cpu_ms'] / op['calls']:.3f} | {100 * op['share']:.1f} % |"
+            )
+    return "\n".join(lines)
+
+
+def report(args: argparse.Namespace) -> None:
+    rows = bench_rows.read(args.results)
+    if not rows:
+        raise SystemExit(f"--results {bench_rows.shown(args.results)}: no rows")
+    text = report_text(rows, args.results)
+    print(text)
+    if args.write_docs:
+        bench_rows.write_block(args.doc, DOC_BLOCK, text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="the converted SmolLM2-135M-Instruct folder")
+    parser.add_argument("--reps", type=int, default=3, help="timed rounds (each configuration once per round)")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--results", type=Path, default=None, help=f"append one JSON row (JSONL); report: {bench_rows.shown(RESULTS)}"
+    )
+    parser.add_argument("--report", action="store_true", help="print the tables of the rows in --results")
+    parser.add_argument("--write-docs", action="store_true", help="with --report: write them into --doc")
+    parser.add_argument("--doc", type=Path, default=bench_rows.PERFORMANCE_DOC)
+    args = parser.parse_args(argv)
+    if args.report:
+        args.results = args.results or RESULTS
+        report(args)
+        return
+    if not args.model:
+        parser.error("--model is required (or --report)")
+    run(args)
 
 
 if __name__ == "__main__":

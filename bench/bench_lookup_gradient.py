@@ -2,7 +2,9 @@
 
 Usage:
     .venv/bin/python bench/bench_lookup_gradient.py --model runs/models/SmolLM2-135M-Instruct
-    .venv/bin/python bench/bench_lookup_gradient.py --model runs/models/SmolLM2-135M-Instruct --pairs 8
+    .venv/bin/python bench/bench_lookup_gradient.py --model runs/models/SmolLM2-135M-Instruct --pairs 8 --results bench/results/lookup_gradient.jsonl
+    .venv/bin/python bench/bench_lookup_gradient.py --report                # the table of bench/results/lookup_gradient.jsonl
+    .venv/bin/python bench/bench_lookup_gradient.py --report --write-docs   # ... and its block of docs/performance.md
 
 One `Trainer` on `bench_vs_trl.py`'s work (SmolLM2-135M-Instruct, float32, 4 prompts
 x 4 completions, 16 new tokens, one update per step). After a warm-up step, the
@@ -12,8 +14,13 @@ embeddings in one process) and torch's dense one (`nn.Embedding.sparse` switched
 off for that step), dense first in even pairs and sparse first in odd ones, so
 a change of the machine's load falls on both alike. Printed: `time/update` of
 each step, the medians, and the median of the per-pair ratios sparse / dense,
-with the CPU pressure before and after. Results and the command go in
-docs/performance.md.
+with the load before and after.
+
+With `--results FILE` the run appends one JSON row to FILE: the command, commit, UTC
+date, the load before and after (load averages and /proc/pressure/cpu), every step's
+`time/update` and the per-pair ratios (bench/bench_rows.py). `--report` rebuilds the
+table from the rows; `--write-docs` writes it between the `bench_lookup_gradient`
+markers of docs/performance.md.
 """
 
 from __future__ import annotations
@@ -25,22 +32,23 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch, as bench_vs_trl's workers run
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from bench_threads import pressure  # noqa: E402  (the first line of /proc/pressure/cpu)
+import bench_rows  # noqa: E402
 from bench_vs_trl import DEFAULT_MODEL, _ours_config, prompt_rows  # noqa: E402
 
+RESULTS = bench_rows.RESULTS / "lookup_gradient.jsonl"
+DOC_BLOCK = "bench_lookup_gradient"
+REPORT_COMMAND = ".venv/bin/python bench/bench_lookup_gradient.py --report --write-docs"
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--pairs", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """`time/update` of each step, sparse and dense alternating, and the load before and after."""
     from areal_adv.api.cli_args import load_config
     from areal_adv.trainer.parallel.embedding_gradient import tied_embedding
     from areal_adv.trainer.run.loop import Trainer
@@ -53,25 +61,97 @@ def main() -> None:
         lookup = tied_embedding(trainer.engine.model)
         if lookup is None or not trainer.engine.sparse_lookup_gradient:
             raise SystemExit(f"--model {args.model}: no tied lookup table trained sparsely here; nothing to compare")
-        print(f"cpu pressure before: {pressure()}")
+        before = bench_rows.load_now()
+        print(f"before: {bench_rows.describe_load(before)}")
         trainer.step(0)  # warm-up
-        times: dict[bool, list[float]] = {True: [], False: []}
+        times: dict[str, list[float]] = {"sparse": [], "dense": []}
         step = 1
         for pair in range(args.pairs):
             for sparse in (False, True) if pair % 2 == 0 else (True, False):
                 lookup.sparse = sparse
                 seconds = trainer.step(step).metrics["time/update"]
-                times[sparse].append(seconds)
+                times["sparse" if sparse else "dense"].append(seconds)
                 step += 1
                 print(f"pair {pair} {'sparse' if sparse else 'dense '}: update {seconds:.3f} s", flush=True)
         lookup.sparse = True
-        print(f"cpu pressure after:  {pressure()}")
-    ratios = [s / d for s, d in zip(times[True], times[False])]
+        after = bench_rows.load_now()
+        print(f"after:  {bench_rows.describe_load(after)}")
+    ratios = [s / d for s, d in zip(times["sparse"], times["dense"])]
+    return {"load": {"before": before, "after": after}, "update_s": times, "ratios": ratios}
+
+
+def run(args: argparse.Namespace) -> None:
+    measured = measure(args)
+    times, ratios = measured["update_s"], measured["ratios"]
     print(
-        f"update medians: dense {statistics.median(times[False]):.3f} s, sparse {statistics.median(times[True]):.3f} s;"
-        f" sparse / dense {statistics.median(ratios):.3f} (median of {len(ratios)} pairs, "
+        f"update medians: dense {statistics.median(times['dense']):.3f} s, sparse {statistics.median(times['sparse']):.3f}"
+        f" s; sparse / dense {statistics.median(ratios):.3f} (median of {len(ratios)} pairs, "
         f"range {min(ratios):.3f}-{max(ratios):.3f})"
     )
+    if args.results is not None:
+        row = {
+            "bench": "lookup_gradient",
+            **bench_rows.provenance("bench_lookup_gradient.py"),
+            "model": Path(args.model).name,
+            "pairs": args.pairs,
+            "threads": args.threads,
+            **measured,
+        }
+        bench_rows.append(args.results, row)
+
+
+def report_text(rows: list[dict[str, Any]], results: Path) -> str:
+    """The docs block: one line per run."""
+    lines = [
+        bench_rows.generated_note(REPORT_COMMAND, results, len(rows)),
+        "",
+        "| run (date, commit) | model | threads | load before -> after | pairs | `time/update` dense (s) | "
+        "`time/update` sparse (s) | sparse / dense, per pair |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        cells = [
+            bench_rows.commit_cell(row),
+            row["model"],
+            str(row["threads"]),
+            bench_rows.load_span(row),
+            str(row["pairs"]),
+            bench_rows.spread(row["update_s"]["dense"]),
+            bench_rows.spread(row["update_s"]["sparse"]),
+            "**" + bench_rows.spread(row["ratios"]) + "**",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Each cell: the median, then the range."]
+    return "\n".join(lines)
+
+
+def report(args: argparse.Namespace) -> None:
+    rows = bench_rows.read(args.results)
+    if not rows:
+        raise SystemExit(f"--results {bench_rows.shown(args.results)}: no rows")
+    text = report_text(rows, args.results)
+    print(text)
+    if args.write_docs:
+        bench_rows.write_block(args.doc, DOC_BLOCK, text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--results", type=Path, default=None, help=f"append one JSON row (JSONL); report: {bench_rows.shown(RESULTS)}"
+    )
+    parser.add_argument("--report", action="store_true", help="print the table of the rows in --results")
+    parser.add_argument("--write-docs", action="store_true", help="with --report: write it into --doc")
+    parser.add_argument("--doc", type=Path, default=bench_rows.PERFORMANCE_DOC)
+    args = parser.parse_args(argv)
+    if args.report:
+        args.results = args.results or RESULTS
+        report(args)
+        return
+    run(args)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,13 @@ A side named `NAME:bf16` is the same worker with bfloat16 autocast and float32
 master weights: ours with `model.mixed_precision: bf16`, TRL with its
 `bf16=True` (accelerate's CPU autocast). Every ratio between two sides that
 differ in one thing (ours / TRL at one precision, bf16 / float32 on one side)
-is printed, and with `--results FILE` one JSON row per run is appended there.
+is printed, and with `--results FILE` one JSON row per run is appended there: the
+command, commit, UTC date, the load before and after (load averages and
+/proc/pressure/cpu), the matmul rates, each side's step times, tokens, floors,
+phases and peak RSS, and every ratio with its range (bench/bench_rows.py).
+`--report` rebuilds the table of the rows in bench/results/vs_trl.jsonl (rows
+written before these fields existed show what they hold); `--write-docs` writes
+it between the `bench_vs_trl` markers of docs/performance.md.
 """
 
 from __future__ import annotations
@@ -68,6 +74,9 @@ sys.path[:0] = [str(ROOT), str(BENCH)]
 
 N_PROMPTS, PROMPTS_PER_STEP, GROUP, MAX_NEW_TOKENS, LR, SEED = 64, 4, 4, 16, 1e-6, 0
 DEFAULT_MODEL = ROOT / "runs" / "models" / "SmolLM2-135M-Instruct"
+RESULTS = ROOT / "bench" / "results" / "vs_trl.jsonl"
+DOC_BLOCK = "bench_vs_trl"
+REPORT_COMMAND = ".venv/bin/python bench/bench_vs_trl.py --report --write-docs"
 SIDES = ("ours", "trl", "ours:bf16", "trl:bf16")
 #: (numerator, denominator) side pairs whose step-time ratio is printed when both ran: one difference each
 RATIOS = (("ours", "trl"), ("ours:bf16", "trl:bf16"), ("ours:bf16", "ours"), ("trl:bf16", "trl"))
@@ -469,6 +478,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="turn off TRL's default gradient checkpointing (ours recomputes no activations)",
     )
+    parser.add_argument("--report", action="store_true", help="print the table of the rows in --results")
+    parser.add_argument("--write-docs", action="store_true", help="with --report: write it into --doc")
+    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "performance.md")
     parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--precision", choices=["bf16"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--report-fd", type=int, help=argparse.SUPPRESS)
@@ -478,6 +490,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"--sides: unknown {bad}, expected some of {list(SIDES)}")
     if args.worker:
         worker(args)
+        return
+    if args.report:
+        show_report(args.results or RESULTS, args.doc if args.write_docs else None)
         return
     if not Path(args.model, "config.json").is_file():
         raise SystemExit(f"--model {args.model}: no converted checkpoint there; run examples/real_model/install.sh")
@@ -489,11 +504,13 @@ def drive(args: argparse.Namespace) -> None:
     from transformers import AutoConfig
 
     sides = args.sides.split(",")
+    import bench_rows
+
     busy = _busy_loops(args.busy)
-    load = {"before": _load()}
+    load = {"before": bench_rows.load_now()}
     try:
         print(
-            f"load before: {load['before']} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE",
+            f"load before: {_load()} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE",
             flush=True,
         )
         rate_before = matmul_gflops(args.threads)["rate"]
@@ -508,8 +525,8 @@ def drive(args: argparse.Namespace) -> None:
                         flush=True,
                     )
         rate_after = matmul_gflops(args.threads)["rate"]
-        load["after"] = _load()
-        print(f"load after: {load['after']}")
+        load["after"] = bench_rows.load_now()
+        print(f"load after: {_load()}")
     finally:
         for proc in busy:
             proc.kill()
@@ -520,17 +537,17 @@ def drive(args: argparse.Namespace) -> None:
         results, rate, (rate_before, rate_after), shape, statistics.mean(prompt_lengths(args.model, prompt_rows()))
     )
     if args.results is not None:
-        summary.update(
-            date=time.strftime("%Y-%m-%d %H:%M:%S"),
-            command="bench/bench_vs_trl.py " + " ".join(sys.argv[1:]),
-            busy=args.busy,
-            threads=args.threads,
-            trl_gradient_checkpointing=not args.trl_no_gradient_checkpointing,
-            load=load,
+        bench_rows.append(
+            args.results,
+            {
+                **summary,
+                **bench_rows.provenance("bench_vs_trl.py"),
+                "busy": args.busy,
+                "threads": args.threads,
+                "trl_gradient_checkpointing": not args.trl_no_gradient_checkpointing,
+                "load": load,
+            },
         )
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        with args.results.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(summary) + "\n")
 
 
 def report(
@@ -543,6 +560,7 @@ def report(
     """Print each side's median step, floors and phases and every ratio of RATIOS; return them as one row."""
     print(f"matmul float32: {rates[0]:.1f} GFLOP/s before, {rates[1]:.1f} after (mean {rate:.1f})")
     medians: dict[str, float] = {}
+    detail: dict[str, dict[str, Any]] = {}
     for side, rounds in results.items():
         times = [t for steps in rounds for t in _step_times(steps)]
         medians[side] = statistics.median(times)
@@ -558,21 +576,95 @@ def report(
             f"peak rss {rss:.2f} GiB"
         )
         phases = [s["phases"] for steps in rounds for s in steps[1:] if s.get("phases")]
-        if phases:
-            mean = {k[5:]: statistics.mean(p[k] for p in phases) for k in phases[0]}
+        mean = {k[5:]: statistics.mean(p[k] for p in phases) for k in phases[0]} if phases else {}
+        if mean:
             print("       phases (mean): " + " ".join(f"{k} {v:.2f}" for k, v in mean.items()))
-    ratios = {}
+        detail[side] = {
+            "steps_s": times,
+            "tokens_per_row": {"prompt": prompt, "completion": completion},
+            "x_plain_floor": medians[side] / plain_s,
+            "x_shared_floor": medians[side] / shared_s,
+            "peak_rss_gib": rss,
+            "phases_mean_s": mean,
+        }
+    ratios, ranges = {}, {}
     for top, bottom in RATIOS:
         if top in medians and bottom in medians:
             pairs = [
                 a / b for ra, rb in zip(results[top], results[bottom]) for a, b in zip(_step_times(ra), _step_times(rb))
             ]
             ratios[f"{top} / {bottom}"] = statistics.median(pairs)
+            ranges[f"{top} / {bottom}"] = [min(pairs), max(pairs)]
             print(
                 f"ratio {top} / {bottom}: {statistics.median(pairs):.3f} (median of {len(pairs)} same-step pairs; "
                 f"range {min(pairs):.3f}-{max(pairs):.3f}); ratio of the medians {medians[top] / medians[bottom]:.3f}"
             )
-    return {"medians_s": medians, "pair_median_ratios": ratios, "matmul_gflops": list(rates)}
+    return {
+        "medians_s": medians,
+        "pair_median_ratios": ratios,
+        "pair_ratio_ranges": ranges,
+        "matmul_gflops": list(rates),
+        "sides": detail,
+    }
+
+
+def report_text(rows: list[dict[str, Any]], results: Path) -> str:
+    """The docs block: one line per run of `rows` (medians of the timed steps, pair-median ratios)."""
+    import bench_rows
+
+    def ratio(row: dict[str, Any], name: str) -> str:
+        if name not in row["pair_median_ratios"]:
+            return "-"
+        low_high = row.get("pair_ratio_ranges", {}).get(name)
+        value = f"{row['pair_median_ratios'][name]:.3f}"
+        return value + (f" ({low_high[0]:.3f}-{low_high[1]:.3f})" if low_high else "")
+
+    def checkpointing(row: dict[str, Any]) -> str:
+        value = row.get("trl_gradient_checkpointing")
+        return "not recorded (on: TRL's default)" if value is None else ("on" if value else "**off**")
+
+    lines = [
+        bench_rows.generated_note(REPORT_COMMAND, results, len(rows)),
+        "",
+        "| run (date, commit) | busy loops | TRL gradient checkpointing | load before -> after | matmul GFLOP/s "
+        "before / after | ours | ours bf16 | TRL | TRL bf16 | ours / TRL | both bf16 | bf16 / float32: ours | "
+        "bf16 / float32: TRL |",
+        "| --- " * 14 + "|",
+    ]
+    for row in rows:
+        steps = [f"{row['medians_s'][s]:.2f} s" if s in row["medians_s"] else "-" for s in ("ours", "ours:bf16")]
+        steps += [f"{row['medians_s'][s]:.2f} s" if s in row["medians_s"] else "-" for s in ("trl", "trl:bf16")]
+        cells = [
+            bench_rows.commit_cell(row),
+            str(row["busy"]),
+            checkpointing(row),
+            bench_rows.load_span(row),
+            " / ".join(f"{r:.0f}" for r in row["matmul_gflops"]),
+            *steps,
+            "**" + ratio(row, "ours / trl") + "**",
+            ratio(row, "ours:bf16 / trl:bf16"),
+            ratio(row, "ours:bf16 / ours"),
+            ratio(row, "trl:bf16 / trl"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Steps: each side's median s/step over the run's timed steps; ratios: the median of the same-step pairs "
+        "(their range in brackets where the row records it).",
+    ]
+    return "\n".join(lines)
+
+
+def show_report(results: Path, doc: Path | None) -> None:
+    import bench_rows
+
+    rows = bench_rows.read(results)
+    if not rows:
+        raise SystemExit(f"--results {bench_rows.shown(results)}: no rows")
+    text = report_text(rows, results)
+    print(text)
+    if doc is not None:
+        bench_rows.write_block(doc, DOC_BLOCK, text)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,150 @@
+"""Result rows of the benchmarks and the docs blocks rebuilt from them.
+
+A benchmark run with `--results FILE` appends one JSON row to FILE (JSONL): what it
+measured plus where the numbers came from (`provenance`: the command, the commit and
+the files changed against it, the UTC date, and the machine's load before and after
+the run: the load averages of `uptime` and the first line of /proc/pressure/cpu). A
+report mode rebuilds its tables from the rows alone and can write them into a marked
+block of a doc (`<!-- NAME:begin -->` ... `<!-- NAME:end -->`); the rest of the doc is
+written by hand. `tests/bench/test_bench_scripts.py` checks that each block is what
+the committed rows give.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
+
+
+def load_now() -> dict[str, Any]:
+    """The machine's load at this moment: 1/5/15-minute load averages and CPU pressure ("some", percent)."""
+    row: dict[str, Any] = {"loadavg": [round(x, 2) for x in os.getloadavg()]}
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        row["cpu_some"] = {k: float(v) for k, v in re.findall(r"(avg\d+)=([\d.]+)", line)}
+    except (OSError, IndexError):
+        row["cpu_some"] = None
+    return row
+
+
+def as_load(load: dict[str, Any] | str) -> dict[str, Any]:
+    """A recorded load as `load_now` writes it; older rows wrote `loadavg 1.64, cpu pressure: some avg10=1.77 ...`."""
+    if isinstance(load, dict):
+        return load
+    avg = re.search(r"loadavg ([\d.]+)", load)
+    some = dict(re.findall(r"(avg\d+)=([\d.]+)", load))
+    return {
+        "loadavg": [float(avg.group(1)) if avg else float("nan")],
+        "cpu_some": {k: float(v) for k, v in some.items()} or None,
+    }
+
+
+def describe_load(load: dict[str, Any]) -> str:
+    """`load 1.64, cpu some avg10 1.8 %` (what `load_now` recorded)."""
+    text = f"load {load['loadavg'][0]:.2f}"
+    if load.get("cpu_some"):
+        text += f", cpu some avg10 {load['cpu_some']['avg10']:.1f} %"
+    return text
+
+
+def load_span(row: dict[str, Any]) -> str:
+    """The load of a row's run, before -> after: `1.64 -> 1.82 (cpu some 1.8 -> 3.0 %)`."""
+    before, after = as_load(row["load"]["before"]), as_load(row["load"]["after"])
+    text = f"{before['loadavg'][0]:.2f} -> {after['loadavg'][0]:.2f}"
+    if before.get("cpu_some") and after.get("cpu_some"):
+        text += f" (cpu some {before['cpu_some']['avg10']:.1f} -> {after['cpu_some']['avg10']:.1f} %)"
+    return text
+
+
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def provenance(script: str, argv: list[str] | None = None) -> dict[str, Any]:
+    """Where a row comes from: its command, commit, the code files changed against it, the UTC date."""
+    commit = _git("rev-parse", "--short", "HEAD")
+    changed = _git("status", "--porcelain", "--", "areal_adv", "bench", "pyproject.toml", "constraints.txt")
+    return {
+        "command": " ".join([f"bench/{script}", *(sys.argv[1:] if argv is None else argv)]),
+        "commit": commit.strip() if commit else None,
+        # files that differ from the commit (the run measured them as they were): empty for a clean tree
+        "changed": sorted(line[3:] for line in (changed or "").splitlines() if line[3:].endswith(".py")),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+
+
+def append(path: Path, row: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+    print(f"row appended to {shown(path)}")
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def shown(path: Path) -> str:
+    """`path` relative to the repository when it lies inside it."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+def commit_cell(row: dict[str, Any]) -> str:
+    """`2026-12-06 02:40 UTC, 69046fe` (`+ changes` when the run's tree differed from the commit)."""
+    date = row["date"][:16] + " UTC"  # rows without the suffix were written in this machine's zone, UTC
+    if not row.get("commit"):
+        return f"{date}, commit not recorded"
+    return f"{date}, {row['commit']}" + (" + changes" if row.get("changed") else "")
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+def block(doc: Path, name: str) -> str:
+    """The text between a doc's markers of `name` (without them)."""
+    begin, end = markers(name)
+    page = doc.read_text(encoding="utf-8")
+    if begin not in page or end not in page:
+        raise SystemExit(f"{shown(doc)}: the markers {begin} and {end} are missing")
+    return page.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def write_block(doc: Path, name: str, text: str) -> None:
+    """Replace the text between the markers of `name` in `doc` with `text`."""
+    begin, end = markers(name)
+    block(doc, name)  # the markers exist
+    page = doc.read_text(encoding="utf-8")
+    head, rest = page.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    doc.write_text(f"{head}{begin}\n{text}\n{end}{tail}", encoding="utf-8")
+    print(f"block {name} written into {shown(doc)}")
+
+
+def generated_note(command: str, results: Path, n: int) -> str:
+    return (
+        f"<!-- generated by `{command}` from {shown(results)} ({n} row{'' if n == 1 else 's'}); do not edit by hand -->"
+    )
+
+
+def spread(values: list[float], digits: int = 3) -> str:
+    """`median (min-max)` of `values`."""
+    import statistics
+
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
