@@ -142,6 +142,12 @@ def diagnose_run(
         for name, values in measured.items():
             rows.append({"step": step, "estimator": name, "checkpoint_step": None if near is None else near[0]})
             rows[-1].update(values)
+    inexact = sorted({r["step"] for r in rows if r["checkpoint_step"] not in (None, r["step"])})
+    if inexact:
+        say(
+            f"steps {inexact}: grad_snr and cos_to_active at the nearest checkpoint's weights, not those that "
+            "sampled the batch (checkpoint_step in their rows)"
+        )
     write_jsonl(run_dir / "diagnostics.jsonl", rows)
     return rows
 

@@ -125,7 +125,8 @@ def test_saved_rollouts_and_diagnose_agree_with_the_run_at_an_exact_checkpoint(
         for metric in METRICS:
             assert r[metric] == pytest.approx(online[f"diagnostics/{r['estimator']}/{metric}"], rel=1e-5, abs=1e-9)
     assert (run_dir / "diagnostics.png").is_file()
-    assert "step  estimator" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "step  estimator" in out and "steps [0, 1]: grad_snr and cos_to_active at the nearest checkpoint" in out
 
 
 def test_diagnose_without_checkpoints_measures_no_gradients_and_says_so(tmp_path: Path) -> None:
