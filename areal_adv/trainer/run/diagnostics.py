@@ -11,8 +11,8 @@ from per-fold gradients (`areal_adv.trainer.ppo.training.gradient_probe`).
 Training is unchanged, bit for bit: the run's batch, advantages and stage state
 are not touched (shadows have their own actors and get new dicts), gradients
 come from `torch.autograd.grad` (nothing is accumulated in `.grad`), every
-forward here runs in eval mode without grad-free side effects, and the torch and
-Python random states are restored afterwards (nothing here draws; the restore
+forward here runs in eval mode (no dropout draws), and the torch and Python
+random states are restored afterwards (nothing here draws; the restore
 makes sure). The cost is the row's `time/diagnostics`.
 
 In a data-parallel run each rank measures its own groups and the rows average
@@ -117,7 +117,7 @@ def diagnostic_rows(measured: Mapping[str, Mapping[str, float]]) -> dict[str, fl
     return {f"diagnostics/{name}/{metric}": value for name, row in measured.items() for metric, value in row.items()}
 
 
-def gradient_skip_reason(cfg: ExperimentConfig, world_size: int) -> str | None:
+def gradient_skip_reason(world_size: int) -> str | None:
     """Why `grad_snr` / `cos_to_active` are not measured in this run, or None."""
     if world_size > 1:
         return "a data-parallel run measures no gradients here (single process only)"
@@ -138,7 +138,7 @@ class StepDiagnostics:
             seats="role_ids" in stage_batch_fields(actor.resolved),
         )
         self.shadows: list[Shadow] = build_shadows(self.config.estimators, actor.config, offer)
-        self.gradients_skipped = gradient_skip_reason(cfg, world_size)
+        self.gradients_skipped = gradient_skip_reason(world_size)
         self.params = [] if self.gradients_skipped else probe_parameters(engine.model, self.config.params)
 
     def opening_lines(self) -> str:
@@ -151,7 +151,7 @@ class StepDiagnostics:
         else:
             numbers = sum(p.numel() for _, p in self.params)
             lines.append(
-                f"diagnostics: grad_snr over {self.config.folds} folds of the prompt groups, "
+                f"diagnostics: grad_snr over up to {self.config.folds} folds of the prompt groups, "
                 f"params {self.config.params} ({len(self.params)} tensors, {numbers:,} numbers)"
             )
         lines += [f"diagnostics: {s.name} skipped: {s.skipped}" for s in self.shadows if s.skipped]
