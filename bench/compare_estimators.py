@@ -7,6 +7,7 @@ Usage:
     .venv/bin/python bench/compare_estimators.py --task spell_backward   # the skill task (grpo rloo dr_grpo ...)
     .venv/bin/python bench/compare_estimators.py --task char_count       # counting a letter (grpo rloo dr_grpo maxrl)
     .venv/bin/python bench/compare_estimators.py --task sums_1_2digit --steps 50   # 1-2-digit sums, format-fixed
+    .venv/bin/python bench/compare_estimators.py --estimators grpo --seeds 1 --verify-prefix 10   # a row's first updates
 
 `--task` picks the run (TASKS): `sums` is `examples/real_model/grpo_smollm2.yaml`
 (SmolLM2-135M-Instruct, one-digit sums, two reward components: `correct` and
@@ -32,6 +33,14 @@ response lengths, the load the machine had, the commands); `--report-only`
 rebuilds the table and the plot from that file and, with `--doc`, the block of
 docs/benchmarks.md between its markers.
 
+`--verify-prefix N` reruns the first N updates of each selected row (the
+campaign's `--tag`, `--estimators`, `--seeds`, in a temporary folder, no
+checkpoints) and compares its held-out evaluations up to update N with the
+row's curve exactly (accuracy and format column); exit status 1 when one
+differs. Give it the campaign's own `--task`, `--set` and `--results`. It is a
+cheap check that the code still trains as it did when the row was recorded, and
+a coarse one: an accuracy over a few dozen prompts can agree by chance.
+
 Equal wall-clock budget: a run's clock is its cumulative step time (the
 trainer's per-step `seconds`: rollout, advantages, update; evaluation and
 checkpoints excluded, as their cost depends only on how often one measures).
@@ -50,6 +59,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -559,6 +569,57 @@ def plot(rows: list[dict[str, Any]], budget: float, path: Path) -> None:
     plt.close(fig)
 
 
+def verify_prefix(opts: argparse.Namespace, extra: list[str]) -> int:
+    """Rerun each selected row's first `opts.verify_prefix` updates; 1 when an evaluation differs from its curve."""
+    n = opts.verify_prefix
+    rows = [
+        r
+        for r in latest_rows(read_jsonl(opts.results), opts.tag)
+        if r["estimator"] in opts.estimators and r["seed"] in opts.seeds
+    ]
+    if not rows:
+        raise SystemExit(
+            f"--verify-prefix: no row of tag {opts.tag!r} for {opts.estimators} x seeds {opts.seeds} "
+            f"in {shown(opts.results)}"
+        )
+    if n < 2:
+        raise SystemExit(f"--verify-prefix: got {n}, expected at least 2 updates")
+    same = 0
+    with tempfile.TemporaryDirectory(prefix="verify_prefix_") as tmp:
+        for row in rows:
+            run = Run(opts.tag, row["estimator"], row["seed"], Path(tmp))
+            write_config(run, opts.config)
+            chunk = run_chunk(run, run_args(run, n, 0, extra))
+            if chunk["status"] != 0:
+                print(f"[compare] {run.estimator} seed {run.seed} stopped with status {chunk['status']}")
+                return chunk["status"]
+            have = {
+                p["updates"]: p
+                for p in curve(read_jsonl(run.run_dir / "metrics.jsonl"), opts.metric, opts.format_metric)
+            }
+            want = {p["updates"]: p for p in row["curve"] if p["updates"] <= n}
+            common = sorted(set(want) & set(have))
+            if not [u for u in common if u > 0]:
+                raise SystemExit(
+                    f"--verify-prefix {n}: the row evaluated at {sorted(want)} within the first {n} updates, the rerun "
+                    f"at {sorted(have)}; choose N at an evaluation after update 0"
+                )
+            diffs = [
+                f"update {u}: {key} {want[u].get(key)} recorded, {have[u].get(key)} now"
+                for u in common
+                for key in ("accuracy", "format")
+                if want[u].get(key) != have[u].get(key)
+            ]
+            label = f"{row['estimator']} seed {row['seed']} (recorded at commit {row.get('git')})"
+            if diffs:
+                print(f"[compare] {label}: DIFFERS: " + "; ".join(diffs), flush=True)
+            else:
+                same += 1
+                print(f"[compare] {label}: the evaluations at updates {common} reproduced exactly", flush=True)
+    print(f"[compare] {same} of {len(rows)} rows reproduced their first {n} updates' evaluations")
+    return 0 if same == len(rows) else 1
+
+
 def update_doc(doc: Path, text: str, block: str = DOC_BLOCK) -> None:
     """Replace the block between `<!-- {block}:begin -->` and its end in `doc` (the rest is written by hand)."""
     begin, end = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
@@ -647,6 +708,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--keep-checkpoints", action="store_true", help="keep a finished run's last checkpoint")
     p.add_argument("--report-only", action="store_true", help="only the table and plot from --results")
+    p.add_argument(
+        "--verify-prefix",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rerun the selected rows' first N updates and compare their evaluations with the rows (exit 1: differ)",
+    )
     p.add_argument("--plot", type=Path, default=None, help="default: docs/img/estimators_<tag>.png")
     p.add_argument("--doc", type=Path, default=None, help="write the table into this page's marked block")
     p.add_argument(
@@ -690,6 +758,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--model {opts.model}: no converted checkpoint; run examples/real_model/install.sh")
     # the campaigns compare estimators in float32, as their recorded rows were run; --set may change it
     extra = [*(TINY if opts.tiny else [f"model.path={opts.model}"]), "model.mixed_precision=null", *opts.set]
+    if opts.verify_prefix is not None:
+        return verify_prefix(opts, extra)
     opts.steps = opts.steps or config_steps(opts.config, extra)
     if opts.chunk_steps == 1 or opts.chunk_steps < 0:
         # a 1-update first chunk would be its own last step: the trainer then skips the evaluation before it

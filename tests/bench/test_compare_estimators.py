@@ -180,3 +180,31 @@ def test_a_run_stopped_after_its_last_chunk_gets_its_row_without_training(tmp_pa
     (row,) = _rows(tmp_path)
     assert row["curve"] == written["curve"] and row["step_seconds"] == written["step_seconds"]
     assert not list((tmp_path / "runs" / "late" / "rloo" / "seed3" / "checkpoints").glob("step_*"))
+
+
+def test_verify_prefix_reruns_a_rows_first_updates_and_compares_its_evaluations(campaign: Path):
+    proc = _run(campaign, "--verify-prefix", "2", "--estimators", "grpo", "rloo", "--seeds", "1", "--tag", "all")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "grpo seed 1 (recorded at commit" in proc.stdout and "at updates [0, 2] reproduced exactly" in proc.stdout
+    assert "2 of 2 rows reproduced their first 2 updates' evaluations" in proc.stdout
+    assert len(_rows(campaign)) == len(ESTIMATORS)  # nothing appended
+    altered = campaign / "altered.jsonl"
+    rows = _rows(campaign)
+    for row in rows:
+        row["curve"][1]["accuracy"] += 0.5
+    altered.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = _run(
+        campaign,
+        "--verify-prefix",
+        "2",
+        "--estimators",
+        "grpo",
+        "--seeds",
+        "1",
+        "--tag",
+        "all",
+        "--results",
+        str(altered),
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "grpo seed 1 (recorded at commit" in proc.stdout and ": DIFFERS: update 2: accuracy" in proc.stdout
