@@ -13,8 +13,9 @@ budget fits the model's context, reward functions name only columns the data
 has), and prints what would run. `--dry-run` also runs every configured stage
 once on a small synthetic batch of the config's layout, so a plugin returning a
 wrong shape or dtype fails before launch, and the task's scorer and every reward
-function on two real rows with dummy completions (an empty one and one of the
-`max_new_tokens` budget among them), with the run-time checks.
+function on two real rows with dummy completions (an empty one and one as long
+as a completion of the run can be among them: the number the context line adds to
+every prompt, for a single-turn task), with the run-time checks.
 Every failure is one line naming the field, stage or function. `presets` lists
 the presets shipped with the package (`preset:NAME`), one line each.
 """
@@ -108,10 +109,13 @@ def _dry_run(config: object, actor: object, task: object) -> int:
 def _dry_run_rewards(config: Any, parts: Any, runtime: Any) -> int:
     """The task's scorer and every reward function on two real rows (areal_adv.trainer.run.dry_run)."""
     from areal_adv.trainer.run.dry_run import dry_run_rewards, reward_rows
+    from areal_adv.trainer.run.preflight import budget_field, longest_completion
 
     rows, source = reward_rows(config, parts)
+    # the number validate's context line adds to every prompt, for a single-turn task
+    longest, cap_source = longest_completion(runtime, config.generation_budget, budget_field(config))
     try:
-        report = dry_run_rewards(runtime, rows, config.generation_budget)
+        report = dry_run_rewards(runtime, rows, longest, cap_source)
     except Exception as exc:  # the task's or a reward function's failure, named as at run time
         print(f"error: dry run of the rewards on {source}: {_one_line(exc)}", file=sys.stderr)
         return 1

@@ -62,7 +62,7 @@ def test_validate_prints_what_the_context_check_saw(capsys):
     assert main(["validate", str(ROOT / "examples/custom_task/dataset.yaml")]) == 0
     out = capsys.readouterr().out
     assert (
-        "context OK: the longest prompt (8 tokens, data.train row 0) plus 2 to generate fits "
+        "context OK: the longest prompt (8 tokens, data.train row 0) plus 2 to generate (actor.max_new_tokens=2) fits "
         "max_position_embeddings=128 (prompts checked: 200 of data.train, 32 of data.eval)"
     ) in out
 

@@ -16,8 +16,8 @@ No model is built: tokens are arbitrary ids and log-probs are drawn at random.
 `dry_run_rewards` then scores two real rows — the first two of `data.train`, or
 the first two problems the task generates for the run's seed — with four dummy
 completions in turn: a number, a few words, an empty completion (what a policy
-that stops at once produces) and one of exactly the generation budget
-(`max_new_tokens`, what a truncated sample produces), through the run's own `TaskRuntime` (`preflight.preflight_runtime`):
+that stops at once produces) and one as long as a completion of the run can be
+(`max_new_tokens`, or a single-turn task's turn cap: what a truncated sample produces), through the run's own `TaskRuntime` (`preflight.preflight_runtime`):
 the task's own scorer (`score(row, completion)`, or one `environment.step`) and
 every reward function, with the columns, the TRL completion format and the
 return checks (`rewards.call_reward_function` / `check_values`) of a training
@@ -217,7 +217,7 @@ class RewardDryRun:
     """What the reward dry run scored (for the `validate` output)."""
 
     components: tuple[str, ...]
-    completions: tuple[str, ...]  # as shown: the budget-long completion as `<N tokens: the generation budget>`
+    completions: tuple[str, ...]  # as shown: the longest one as `<N tokens: the longest completion, its source>`
 
 
 def reward_rows(cfg: Any, parts: Any) -> tuple[list[dict[str, Any]], str]:
@@ -240,8 +240,13 @@ def budget_completion_ids(tokenizer: Any, budget: int) -> list[int]:
     return (filler * (budget // max(1, len(filler)) + 1))[:budget]
 
 
-def dry_run_rewards(runtime: Any, rows: Sequence[dict[str, Any]], budget: int) -> RewardDryRun:
+def dry_run_rewards(
+    runtime: Any, rows: Sequence[dict[str, Any]], budget: int, source: str = "the generation budget"
+) -> RewardDryRun:
     """Score the dummy completions (`DUMMY_COMPLETIONS` and one of `budget` tokens) as a training step scores them.
+
+    `budget` is the longest completion the run can produce (`preflight.longest_completion`), `source`
+    what sets it, as `validate` shows it.
 
     The completions take `rows` in turn (completion i scores row i mod len(rows)).
     Raises what the step would raise: `RewardFunctionError` naming the function,
@@ -257,5 +262,6 @@ def dry_run_rewards(runtime: Any, rows: Sequence[dict[str, Any]], budget: int) -
     completions = [runtime.codec.decode(x) for x in ids]
     env_rewards = [float(runtime.step(ep, text).reward) for ep, text in zip(episodes, completions)]
     breakdown = runtime.score(episodes, completions, ids, env_rewards)
-    shown = (*completions[:-1], f"<{len(ids[-1])} tokens: the generation budget>")
+    n = len(ids[-1])
+    shown = (*completions[:-1], f"<{n} token{'' if n == 1 else 's'}: the longest completion, {source}>")
     return RewardDryRun(breakdown.names, shown)

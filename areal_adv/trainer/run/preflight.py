@@ -189,8 +189,26 @@ def first_turn_cap(runtime: TaskRuntime, budget: int) -> int:
     return budget if cap is None else min(cap, budget)
 
 
-def _budget_field(cfg: ExperimentConfig) -> str:
+def budget_field(cfg: ExperimentConfig) -> str:
+    """The key that sets the generation budget: `rollout.max_new_tokens` when set, else `actor.max_new_tokens`."""
     return "rollout.max_new_tokens" if cfg.rollout.max_new_tokens is not None else "actor.max_new_tokens"
+
+
+def cap_source(runtime: TaskRuntime, cap: int, budget: int, field: str) -> str:
+    """What sets a turn's or a completion's token cap, in words: the task's turn cap or the budget key."""
+    return f"task {runtime.implementation!r} caps a turn at {cap}" if cap < budget else f"{field}={budget}"
+
+
+def longest_completion(runtime: TaskRuntime, budget: int, field: str) -> tuple[int, str]:
+    """(tokens, what sets them): the longest completion an episode can produce.
+
+    A single-turn task's episode is one turn, so its turn cap bounds it (the
+    number the context check adds to every prompt); a multi-turn episode's turns
+    share the budget. `validate` uses it for both lines, and `--dry-run` scores a
+    completion that long.
+    """
+    cap = budget if runtime.multi_turn else first_turn_cap(runtime, budget)
+    return cap, cap_source(runtime, cap, budget, field)
 
 
 @dataclass(frozen=True)
@@ -202,6 +220,7 @@ class ContextFit:
     index: int
     cap: int
     limit: int | None
+    source: str = ""  # what sets `cap` (`cap_source`)
 
 
 @dataclass(frozen=True)
@@ -210,13 +229,18 @@ class PreflightReport:
 
     row_sets: list[RowSet]
     fit: ContextFit | None
+    multi_turn: bool = False  # the context check then covers the first turn
 
     def describe(self) -> str:
         checked = ", ".join(f"{len(r.rows)} of {r.field}" for r in self.row_sets)
         fit = self.fit
         if fit is None:
             return f"no prompt to check ({checked})"
-        head = f"the longest prompt ({fit.longest} tokens, {fit.field} row {fit.index}) plus {fit.cap} to generate"
+        turn = " in its first turn" if self.multi_turn else ""
+        head = (
+            f"the longest prompt ({fit.longest} tokens, {fit.field} row {fit.index}) plus {fit.cap} to generate"
+            f"{turn} ({fit.source})"
+        )
         if fit.limit is None:
             return f"{head}; the model declares no max_position_embeddings, so nothing bounds it ({checked})"
         return f"{head} fits max_position_embeddings={fit.limit} (prompts checked: {checked})"
@@ -246,7 +270,8 @@ def check_context(
     if found is None:
         return None
     n, field, index, prompt = found
-    fit = ContextFit(n, field, index, first_turn_cap(runtime, budget), runtime.max_length)
+    cap = first_turn_cap(runtime, budget)
+    fit = ContextFit(n, field, index, cap, runtime.max_length, cap_source(runtime, cap, budget, budget_field))
     if fit.limit is None or n + fit.cap <= fit.limit:
         return fit
     shown = prompt if isinstance(prompt, str) else str(prompt)
@@ -270,7 +295,5 @@ def check_before_launch(
     """The reward columns and the context, on the rows the run will use."""
     row_sets = run_rows(cfg, parts, eval_rows)
     check_reward_columns(parts.reward_functions, row_sets)
-    fit = check_context(
-        runtime, row_sets, cfg.generation_budget, _budget_field(cfg), random_init=cfg.model.path is None
-    )
-    return PreflightReport(row_sets, fit)
+    fit = check_context(runtime, row_sets, cfg.generation_budget, budget_field(cfg), random_init=cfg.model.path is None)
+    return PreflightReport(row_sets, fit, runtime.multi_turn)
