@@ -128,7 +128,8 @@ def _expected(merged: Any, path: tuple[str, ...]) -> str:
     elif origin in (list, tuple):
         text = "a list"
     else:
-        text = f"a {getattr(origin, '__name__', origin)}"
+        name = str(getattr(origin, "__name__", origin))
+        text = f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"  # an int, a float, a str
     return f"expected {text}{' or null' if optional else ''}"
 
 

@@ -28,6 +28,7 @@ from areal_adv.api.train_args import ExperimentConfig, RolloutConfig, TrainConfi
         ("actor.kl_ctl={a", "override 'actor.kl_ctl={a': the value '{a' of actor.kl_ctl is not valid YAML"),
         ("actor.reward_norm.eps=abc", "actor.reward_norm.eps: got 'abc' (str), expected a float"),
         ("actor.kl_ctl=true", "actor.kl_ctl: got True (bool), expected a float"),
+        ("train.steps=abc", "train.steps: got 'abc' (str), expected an int"),  # a / an
         ("actor.no_such_field=1", "actor.no_such_field"),
         # issue 10's lists of structured entries: the entry and the key inside it are named
         ("reward=[{implementation: a.b, kwargs: [1]}]", "reward[0].kwargs: got [1] (list), expected a mapping"),

@@ -235,17 +235,17 @@ def _rescore_rows(
     n = len(prompts)
     alone = {i: e for i in range(n) if (e := _call_rows(rf, [i], prompts, completions, kwargs)) is not None}
     if not alone:
-        return "no single row reproduces it: called again one row at a time, every row scored", None
+        return "the error is not tied to one row: called again one row at a time, every row scored", None
     first, row_exc = next(iter(alone.items()))
     rest = [i for i in range(n) if i not in alone]
     if n > 1 and (not rest or _call_rows(rf, rest, prompts, completions, kwargs) is not None):
         which = (
-            "every row also fails alone"
+            "every row fails on its own"
             if not rest
-            else f"rows {sorted(alone)} fail alone, and the batch without them fails too"
+            else f"rows {sorted(alone)} fail on their own, and the batch without them fails too"
         )
         return (
-            f"no single row reproduces it: {which}, e.g. {row_label(first, prompts, completions)}: "
+            f"the error is not tied to one row: {which}, e.g. {row_label(first, prompts, completions)}: "
             f"{type(row_exc).__name__}: {row_exc}"
         ), row_exc
     same = f"{row_exc}" == f"{exc}" and type(row_exc) is type(exc)

@@ -35,7 +35,8 @@ from areal_adv.utils.dynamic_import import PluginResolutionError
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 
-SEED_SNIPPET_1 = """\
+#: The default `actor.advantage` written out in full (docs/custom-advantage.md, the page's first block).
+DEFAULT_ADVANTAGE_YAML = """\
 actor:
   advantage:
     compute:
@@ -46,7 +47,8 @@ actor:
     process_adv_shaping: null
 """
 
-SEED_SNIPPET_2 = """\
+#: Turn GAE with GVPO process shaping (the `actor:` section of examples/custom_advantage/turn_gae_gvpo.yaml).
+TURN_GAE_GVPO_YAML = """\
 actor:
   token_rewards_as_adv: true
   advantage:
@@ -80,8 +82,8 @@ def assert_untouched(batch, before):
 # --- configuration (load time, no user code imported) ------------------------------------
 
 
-def test_seed_snippets_load_verbatim(tmp_path):
-    for text in (SEED_SNIPPET_1, SEED_SNIPPET_2):
+def test_the_example_yamls_load_verbatim(tmp_path):
+    for text in (DEFAULT_ADVANTAGE_YAML, TURN_GAE_GVPO_YAML):
         path = tmp_path / "c.yaml"
         path.write_text(text)
         cfg = load_config(path)
@@ -233,7 +235,7 @@ def test_a_serialised_config_resolves_in_a_fresh_process(tmp_path):
 # --- outcome stage -------------------------------------------------------------------------
 
 
-def test_seed_scale_outcome_plugin_halves_rewards():
+def test_scale_outcome_plugin_halves_rewards():
     batch, meta = make_batch(2)
     custom = actor_with(
         outcome_reward_shaping={

@@ -45,8 +45,8 @@ def test_a_raising_reward_function_ends_with_one_line_naming_it_and_the_row(tmp_
     assert last.startswith(
         f"error in step 0 > rollout: RewardFunctionError: reward[0] (reward_raises) "
         f"'{BAD}.reward_raises': raised ZeroDivisionError: boom (on 8 completions; columns "
-        "passed: ['a', 'answer', 'b', 'completion_ids']); no single row reproduces it: every row "
-        "also fails alone, e.g. row 0 (prompt '"
+        "passed: ['a', 'answer', 'b', 'completion_ids']); the error is not tied to one row: every row "
+        "fails on its own, e.g. row 0 (prompt '"
     ), last
     log = run_dir / "error.log"
     assert last.endswith(f"(traceback in {log}; AREAL_TRACEBACK=1 or --debug prints it)")
@@ -150,7 +150,7 @@ def test_a_row_failing_differently_alone_and_a_batch_only_failure_say_so() -> No
     with pytest.raises(
         RewardFunctionError,
         match=r"raised ValueError: needs one row \(on 3 completions; .*\); "
-        r"no single row reproduces it: called again one row at a time, "
+        r"the error is not tied to one row: called again one row at a time, "
         r"every row scored$",
     ):
         _score(batch_only, ["a", "b", "c"])
@@ -181,7 +181,7 @@ def test_a_failure_of_the_whole_batch_is_not_blamed_on_a_row() -> None:
     message = str(info.value)
     assert "first failing row" not in message
     assert message.endswith(
-        "no single row reproduces it: every row also fails alone, e.g. row 0 (prompt 'p0', "
+        "the error is not tied to one row: every row fails on its own, e.g. row 0 (prompt 'p0', "
         "completion '0'): IndexError: list index out of range"
     ), message
 
@@ -194,7 +194,7 @@ def test_a_failure_of_the_whole_batch_is_not_blamed_on_a_row() -> None:
 
     with pytest.raises(
         RewardFunctionError,
-        match=r"no single row reproduces it: rows \[2\] fail alone, and the "
+        match=r"the error is not tied to one row: rows \[2\] fail on their own, and the "
         r"batch without them fails too, e.g. row 2 \(prompt 'p2', "
         r"completion '2'\): RuntimeError: row 2 alone$",
     ):
