@@ -1,6 +1,6 @@
 """Advantage estimators and shaping beyond the pipeline's original built-ins, each a plain stage function.
 
-Holds the peer algorithms (`peer_algorithms`: OPO, GPG, pass@k, ReMax, MaxRL,
+Holds the peer algorithms (`peer_algorithms`: OPO, GPG, LitePPO, pass@k, ReMax, MaxRL,
 REINFORCE(++)), GDPO (`gdpo`), the stateful KRPO and SPO baselines
 (`stateful_baselines`, with `prompt_table`), RAE's role baselines
 (`role_baselines`), step-level credit (`step_credit`: GiGPO, MT-GRPO), the optimal
