@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
+    origin = bench_rows.provenance("bench_decode.py")  # the code as the run starts
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
     rows = contexts(vocab=model.config.vocab_size)
     before = bench_rows.load_now()
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> None:
     if args.results is not None:
         row = {
             "bench": "decode",
-            **bench_rows.provenance("bench_decode.py"),
+            **origin,
             "model": Path(args.model).name,
             "work": {"rows": len(rows), "prompt_tokens": PROMPT_TOKENS, "new_tokens": NEW_TOKENS},
             "reps": args.reps,

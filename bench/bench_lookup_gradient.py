@@ -81,6 +81,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> None:
+    origin = bench_rows.provenance("bench_lookup_gradient.py")  # the code as the run starts
     measured = measure(args)
     times, ratios = measured["update_s"], measured["ratios"]
     print(
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> None:
     if args.results is not None:
         row = {
             "bench": "lookup_gradient",
-            **bench_rows.provenance("bench_lookup_gradient.py"),
+            **origin,
             "model": Path(args.model).name,
             "pairs": args.pairs,
             "threads": args.threads,

@@ -73,8 +73,15 @@ def _git(*args: str) -> str | None:
         return None
 
 
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
 def provenance(script: str, argv: list[str] | None = None) -> dict[str, Any]:
-    """Where a row comes from: its command, commit, the code files changed against it, the UTC date."""
+    """Where a row comes from, taken when the run starts: its command, commit, the code files changed against it.
+
+    `started` is the UTC time it was taken; `append` adds `date`, the time the row is written.
+    """
     commit = _git("rev-parse", "--short", "HEAD")
     changed = _git("status", "--porcelain", "--", "areal_adv", "bench", "pyproject.toml", "constraints.txt")
     return {
@@ -82,11 +89,13 @@ def provenance(script: str, argv: list[str] | None = None) -> dict[str, Any]:
         "commit": commit.strip() if commit else None,
         # files that differ from the commit (the run measured them as they were): empty for a clean tree
         "changed": sorted(line[3:] for line in (changed or "").splitlines() if line[3:].endswith(".py")),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "started": utc_now(),
     }
 
 
 def append(path: Path, row: dict[str, Any]) -> None:
+    """Append `row` (with `date`: now, UTC) to the JSONL file `path`."""
+    row = {**row, "date": utc_now()}
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")

@@ -506,6 +506,7 @@ def drive(args: argparse.Namespace) -> None:
     sides = args.sides.split(",")
     import bench_rows
 
+    origin = bench_rows.provenance("bench_vs_trl.py")  # the code as the run starts
     busy = _busy_loops(args.busy)
     load = {"before": bench_rows.load_now()}
     try:
@@ -541,7 +542,7 @@ def drive(args: argparse.Namespace) -> None:
             args.results,
             {
                 **summary,
-                **bench_rows.provenance("bench_vs_trl.py"),
+                **origin,
                 "busy": args.busy,
                 "threads": args.threads,
                 "trl_gradient_checkpointing": not args.trl_no_gradient_checkpointing,
