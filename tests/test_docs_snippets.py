@@ -634,12 +634,14 @@ def check_areal_yaml(snippet: Snippet, project: Project) -> None:
 
 
 def check_default_pipeline_yaml(snippet: Snippet, project: Project) -> None:
-    """The block spells out the defaults: loading it changes nothing."""
-    assert config_to_yaml(load_config(str(project.write("a.yaml", snippet.text)))) == config_to_yaml(load_config(None))
+    """The block spells out the defaults: loading it changes nothing but the run's name (the file's)."""
+    loaded = load_config(str(project.write("a.yaml", snippet.text)))
+    assert loaded.experiment_name == "a"
+    assert config_to_yaml(load_config(None, ["experiment_name=a"])) == config_to_yaml(loaded)
 
 
 def check_turn_gae_gvpo_yaml(snippet: Snippet, project: Project) -> None:
-    """The seed's second snippet on the guessing task with its process scorer, dry-run."""
+    """Turn GAE with GVPO shaping on the guessing task with its process scorer, dry-run."""
     path = on_default_run(project, snippet.text, base=ROOT / "examples/ppo_turn_gae_guess.yaml")
     out = validate(str(path), "rollout.prm.enabled=true", "task.kwargs.process_reward=signed")
     assert re.search(r"process_adv_shaping\s+gvpo\s", out) and "process rewards" in out
