@@ -34,6 +34,7 @@ _ARCHS = ("llama", "qwen2")
 _ATTN = ("eager", "sdpa")
 _DTYPES = ("float32", "bfloat16", "float64")
 _EXPORTS = ("episode", "per_turn")
+_ROLLOUT_DTYPES = (None, "bfloat16")
 _PARALLEL = ("ddp", "fsdp")
 _DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -596,6 +597,17 @@ class RolloutConfig:
             "log-probs and the PPO loss use the sampling temperature. Null (default) takes the actor's."
         },
     )
+    weights_dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "`bfloat16`: training rollouts sample from a bfloat16 copy of the policy, refreshed after "
+            "every update with one cast (one process, DDP and FSDP alike), which reads half the bytes per "
+            "generated token; training, the log-prob passes and evaluation keep `model.dtype`. The training "
+            "precision's log-probs of the sampled tokens are recomputed every step and the mismatch is logged "
+            "(`rollout_mismatch/*`); `actor.use_decoupled_loss` with `actor.behav_imp_weight_cap` corrects it "
+            "(AReaL's decoupled objective). Null (default): sample from the training weights."
+        },
+    )
     export: str = field(
         default="episode",
         metadata={
@@ -636,6 +648,7 @@ class RolloutConfig:
         if self.temperature is not None:
             _check_float("rollout.temperature", self.temperature, 0.0, open_low=True)
         _check_choice("rollout.export", self.export, _EXPORTS)
+        _check_choice("rollout.weights_dtype", self.weights_dtype, _ROLLOUT_DTYPES)
         _check_bool("rollout.explicit_rollout_rewards", self.explicit_rollout_rewards)
         _check_bool("rollout.greedy_baseline", self.greedy_baseline)
         _check_bool("rollout.filter_zero_advantage", self.filter_zero_advantage)
@@ -1038,6 +1051,11 @@ class ExperimentConfig:
             raise ConfigError(
                 f"rollout.temperature: got {rollout.temperature}, but actor.temperature is {actor.temperature}; "
                 "the PPO loss must use the sampling temperature, so set actor.temperature (or both equally)"
+            )
+        if rollout.weights_dtype is not None and rollout.weights_dtype == self.model.dtype:
+            raise ConfigError(
+                f"rollout.weights_dtype: got {rollout.weights_dtype!r}, but model.dtype is {self.model.dtype!r} "
+                "already; expected null (sample from the training weights) or a dtype other than model.dtype"
             )
         if rollout.max_new_tokens is not None and rollout.max_new_tokens > actor.max_new_tokens:
             raise ConfigError(

@@ -403,29 +403,91 @@ class _OptimEngine:
         set_optimizer_state_dict(self.train_module, self.optimizer, state.get("optimizer", {}), options=options)
 
 
+def cast_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A frozen copy of `model` whose floating-point parameters are cast to `dtype` (buffers copied as they are).
+
+    The parameters are cast one by one into the copy (a `deepcopy` memo maps each
+    original parameter to its cast), so the model's weights are never held twice
+    in their own dtype. Buffers such as rotary frequencies keep their dtype: the
+    copy rounds the weights only.
+    """
+    memo: dict[int, Any] = {}
+    for param in model.parameters():
+        data = param.detach().to(dtype) if param.is_floating_point() else param.detach().clone()
+        memo[id(param)] = nn.Parameter(data, requires_grad=False)
+    return copy.deepcopy(model, memo)
+
+
 class PolicyEngine(_OptimEngine):
-    """The causal LM policy with its optimiser, and the plain module that samples (`rollout_model`)."""
+    """The causal LM policy with its optimiser, and the plain module that samples (`rollout_model`).
+
+    `rollout_dtype` (`rollout.weights_dtype`): `rollout_model` is then a copy of
+    the policy with its parameters in that dtype (`cast_copy`), refreshed by
+    `sync_rollout_model()` after every update with one cast per parameter; the
+    trained module, its checkpoints and the log-prob passes keep the model's dtype.
+    """
 
     _keeps_skeleton = False  # `rollout_model` is the full plain copy already
 
-    def __init__(self, model: nn.Module, **kwargs: Any) -> None:
+    def __init__(self, model: nn.Module, *, rollout_dtype: torch.dtype | None = None, **kwargs: Any) -> None:
         ctx = kwargs.get("ctx")
         sharded = ctx is not None and ctx.is_distributed and kwargs.get("parallel", "ddp") == "fsdp"
-        replica = copy.deepcopy(model) if sharded else model  # copied before fully_shard changes `model`
+        self.rollout_dtype = rollout_dtype
+        # FSDP with a cast copy: no plain module holds the trained dtype, so checkpoints gather from the shards
+        self._keeps_skeleton = sharded and rollout_dtype is not None
+        if rollout_dtype is not None:
+            replica = cast_copy(model, rollout_dtype)  # before fully_shard changes `model`
+        else:
+            replica = copy.deepcopy(model) if sharded else model  # copied before fully_shard changes `model`
         super().__init__(model, **kwargs)
         self.rollout_model = replica
         # one process only: see areal_adv.trainer.parallel.embedding_gradient
         self.sparse_lookup_gradient = self.parallel is None and add_lookup_gradient_sparsely(model)
 
+    @property
+    def plain_model(self) -> nn.Module:
+        """The plain module with the full trained weights that evaluation and checksums read.
+
+        The trained module itself in one process and under DDP; under FSDP the
+        full copy `rollout_model` (with `rollout_dtype`: the cast copy, the only
+        plain module there). Without `rollout_dtype` it is always `rollout_model`.
+        """
+        if self.rollout_dtype is not None and self.parallel != "fsdp":
+            return self.model
+        return self.rollout_model
+
     def sync_rollout_model(self) -> None:
-        """Copy the trained weights into `rollout_model` (FSDP: an all-gather on every rank; else a no-op)."""
-        if self.rollout_model is not self.model:
-            with torch.no_grad():
-                self.rollout_model.load_state_dict(full_state_dict(self.model))
+        """Copy the trained weights into `rollout_model`, casting to `rollout_dtype` when set.
+
+        FSDP: an all-gather on every rank. One process and DDP: one `copy_`
+        (the cast) per parameter with `rollout_dtype`, else a no-op (the
+        rollout model is the trained module).
+        """
+        if self.rollout_model is self.model:
+            return
+        with torch.no_grad():
+            if self.parallel == "fsdp":
+                self.rollout_model.load_state_dict(full_state_dict(self.model))  # load_state_dict casts
+                return
+            for target, source in zip(self.rollout_model.parameters(), self.model.parameters(), strict=True):
+                target.copy_(source)
 
     def checkpoint_model(self) -> nn.Module:
-        """The plain policy: `rollout_model`, refreshed after every update (no collective)."""
-        return self.rollout_model
+        """The plain policy in the trained dtype (under FSDP a collective with `rollout_dtype`).
+
+        Without `rollout_dtype`: `rollout_model`, refreshed after every update
+        (no collective). With it: the trained module, or under FSDP a copy
+        gathered from the shards.
+        """
+        if self.rollout_dtype is None:
+            return self.rollout_model
+        return super().checkpoint_model()
+
+    def load_checkpoint_model(self, plain: nn.Module) -> None:
+        """Load `plain` into the trained module; a cast copy is refreshed from it (a collective under FSDP)."""
+        super().load_checkpoint_model(plain)
+        if self.rollout_dtype is not None:
+            self.sync_rollout_model()
 
     def forward_logprobs(
         self,

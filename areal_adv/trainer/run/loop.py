@@ -12,7 +12,10 @@ given the rank's `DistContext`. Every rank samples the same global prompt list
 groups), and trains through torch's DDP or FSDP2 (`train.parallel`, see
 `areal_adv.trainer.parallel.engine`); metrics are reduced across ranks and only rank 0
 writes files. `Trainer.policy` is always the plain `transformers` module that
-samples and is saved (under FSDP a full copy refreshed after every update).
+evaluates and is saved (under FSDP a full copy refreshed after every update);
+`Trainer.sampler` samples the training rollouts: the same module, or with
+`rollout.weights_dtype` a copy cast to that dtype after every update, whose
+mismatch with the trained weights is logged as `rollout_mismatch/*`.
 Without a process group the loop is exactly the single-process one.
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed import ReduceOp
 
 from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, config_to_yaml
 from areal_adv.api.train_args import ExperimentConfig
@@ -39,6 +43,7 @@ from areal_adv.trainer.parallel.cpu_threads import apply_num_threads
 from areal_adv.trainer.parallel.distributed import (
     DistContext,
     all_gather_objects,
+    all_reduce_tensor,
     assign_prompts_to_ranks,
     barrier,
     broadcast_module,
@@ -51,6 +56,7 @@ from areal_adv.trainer.parallel.precision import resolve_mixed_precision
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.trainer.ppo.estimators.combine import reads_reference
 from areal_adv.trainer.ppo.training.critic import PPOCritic
+from areal_adv.trainer.ppo.training.rollout_mismatch import MismatchSums, mismatch_metrics, mismatch_sums
 from areal_adv.trainer.rollout.episodes import (
     EpisodeRecord,
     add_reward_baselines,
@@ -224,8 +230,13 @@ class Trainer:
             ctx=self.ctx,
             parallel=parallel,
             mixed_precision=precision,
+            rollout_dtype=getattr(torch, cfg.rollout.weights_dtype) if cfg.rollout.weights_dtype else None,
         )
-        self.policy = self.engine.rollout_model  # the plain module (under FSDP: the full sampling copy)
+        # the plain module that evaluates and is saved (under FSDP: the full sampling copy), and the one that
+        # samples training rollouts: the same module, or with rollout.weights_dtype the cast copy
+        self.policy = self.engine.plain_model
+        self.sampler = self.engine.rollout_model
+        self.mismatch: dict[str, float] = {}  # rollout.weights_dtype: the last step's rollout_mismatch/* metrics
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
@@ -280,7 +291,7 @@ class Trainer:
             problems = [problems[i] for i in self.prompt_indices]
         with self.engine.autocast():  # sampled in the precision the update trains in (mixed_precision)
             groups = collect_episodes(
-                self.policy,
+                self.sampler,
                 self.task,
                 problems,
                 cfg.rollout.n_samples,
@@ -308,7 +319,7 @@ class Trainer:
         if cfg.rollout.greedy_baseline:
             with self.engine.autocast():
                 greedy = collect_episodes(
-                    self.policy,
+                    self.sampler,
                     self.task,
                     problems,
                     1,
@@ -339,15 +350,37 @@ class Trainer:
             batch["prox_logp"] = chunked_rows(
                 lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w), chunks, ids, mask, wanted
             )
+        if self.engine.rollout_dtype is not None:  # the sampling copy against the trained weights
+            training = batch.get("prox_logp")
+            if training is None:
+                training = chunked_rows(
+                    lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w), chunks, ids, mask, wanted
+                )
+            self.mismatch = self._rollout_mismatch(aligned_from_rollout(batch["logprobs"]), training, wanted)
         # the behaviour policy's entropy and Σπ², before the update, in one pass; only the fields a stage reads.
-        # Under the rollout's autocast: Σπ² must describe the distribution the sampled log-probs came from
-        # (the optimal token baseline refuses a Σπ² below π_t²; bf16 logits against float32 ones differ far more)
+        # Under the rollout's autocast and from the module that sampled: Σπ² must describe the distribution the
+        # sampled log-probs came from (the optimal token baseline refuses a Σπ² below π_t²; bf16 logits against
+        # float32 ones differ far more)
+        sampled_by = self.sampler if self.engine.rollout_dtype is not None else self.engine.model
         with self.engine.autocast():
             stats = behaviour_token_stats(
-                self.engine.model, ids, mask, temp, stage_batch_fields(self.actor.resolved), rows_per_chunk=size or 16
+                sampled_by, ids, mask, temp, stage_batch_fields(self.actor.resolved), rows_per_chunk=size or 16
             )
         batch.update(stats)
         return batch
+
+    def _rollout_mismatch(
+        self, behaviour: torch.Tensor, training: torch.Tensor, wanted: torch.Tensor
+    ) -> dict[str, float]:
+        """`rollout_mismatch/*` of the sampled tokens over all ranks (sums added, the largest weight's max)."""
+        cap = self.cfg.actor.behav_imp_weight_cap
+        local = mismatch_sums(behaviour, training, wanted, cap)
+        if self.ctx.is_distributed:
+            summed = all_reduce_tensor(local.as_tensor(), self.ctx)
+            largest = all_reduce_tensor(torch.tensor([local.weight_max], dtype=torch.float64), self.ctx, ReduceOp.MAX)
+            summed[4] = largest[0]
+            local = MismatchSums.from_tensor(summed)
+        return mismatch_metrics(local, cap)
 
     def _reference_logprobs(
         self, ids: torch.Tensor, mask: torch.Tensor, wanted: torch.Tensor, *, temperature: float
@@ -411,7 +444,7 @@ class Trainer:
             stats = {} if filtered is not None and filtered.skip_update else self.actor.ppo_update(data)
             if self.critic is not None and stats:
                 stats.update(self.critic.ppo_update(data))
-            self.engine.sync_rollout_model()  # FSDP: the sampling copy takes the new weights (no-op otherwise)
+            self.engine.sync_rollout_model()  # FSDP or weights_dtype: the sampling copy takes the new weights
             self.engine.release_gradients()
             if self.critic is not None:
                 self.critic.engine.release_gradients()
@@ -428,6 +461,7 @@ class Trainer:
         }
         if self.ctx.is_distributed:
             row, counts = self._reduce_metrics(row, records, data, counts)
+        row.update(self.mismatch)  # over all ranks already
         if self.evaluator.due(step, after_update=True):
             with timer.phase("eval"):
                 evaluation = self.evaluate(step + 1)
