@@ -107,10 +107,8 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
         order = np.argsort(v, kind="stable")
         r = np.empty(len(v))
         r[order] = np.arange(len(v), dtype=float)
-        for value in np.unique(v):  # ties share their mean rank (a handful of values: no hot loop)
-            tied = v == value
-            r[tied] = r[tied].mean()
-        return r
+        _, tie, counts = np.unique(v, return_inverse=True, return_counts=True)
+        return (np.bincount(tie, weights=r) / counts)[tie]  # ties share their mean rank
 
     rx, ry = ranks(x), ranks(y)
     if rx.std() == 0 or ry.std() == 0:
