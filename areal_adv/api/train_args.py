@@ -697,7 +697,8 @@ class TrainConfig:
         default=False,
         metadata={
             "help": "Rank 0 writes `param_checksums.jsonl`: after every step one checksum per rank of the policy "
-            "(critic, reference), to check that the replicas stay identical. False (default)."
+            "(critic, reference, `sampler`: the `rollout.weights_dtype` copy), to check that the replicas stay "
+            "identical. False (default)."
         },
     )
     parallel: str = field(

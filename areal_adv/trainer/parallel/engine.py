@@ -421,70 +421,49 @@ def cast_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
 class PolicyEngine(_OptimEngine):
     """The causal LM policy with its optimiser, and the plain module that samples (`rollout_model`).
 
-    `rollout_dtype` (`rollout.weights_dtype`): `rollout_model` is then a copy of
-    the policy with its parameters in that dtype (`cast_copy`), refreshed by
-    `sync_rollout_model()` after every update with one cast per parameter; the
-    trained module, its checkpoints and the log-prob passes keep the model's dtype.
+    `full_model` is the plain module with the full trained weights: the trained
+    module itself, or under FSDP a full copy refreshed from the shards after every
+    update. `rollout_model` samples: `full_model`, or with `rollout_dtype`
+    (`rollout.weights_dtype`) a copy of it with its parameters in that dtype
+    (`cast_copy`), refreshed after every update with one cast per parameter. The
+    trained module, checkpoints, the log-prob passes and evaluation keep the
+    model's dtype.
     """
 
-    _keeps_skeleton = False  # `rollout_model` is the full plain copy already
+    _keeps_skeleton = False  # `full_model` is the full plain copy already
 
     def __init__(self, model: nn.Module, *, rollout_dtype: torch.dtype | None = None, **kwargs: Any) -> None:
         ctx = kwargs.get("ctx")
         sharded = ctx is not None and ctx.is_distributed and kwargs.get("parallel", "ddp") == "fsdp"
-        self.rollout_dtype = rollout_dtype
-        # FSDP with a cast copy: no plain module holds the trained dtype, so checkpoints gather from the shards
-        self._keeps_skeleton = sharded and rollout_dtype is not None
-        if rollout_dtype is not None:
-            replica = cast_copy(model, rollout_dtype)  # before fully_shard changes `model`
-        else:
-            replica = copy.deepcopy(model) if sharded else model  # copied before fully_shard changes `model`
+        replica = copy.deepcopy(model) if sharded else model  # copied before fully_shard changes `model`
+        sampler = replica if rollout_dtype is None else cast_copy(replica, rollout_dtype)
         super().__init__(model, **kwargs)
-        self.rollout_model = replica
+        self.rollout_dtype = rollout_dtype
+        self.full_model = replica
+        self.rollout_model = sampler
         # one process only: see areal_adv.trainer.parallel.embedding_gradient
         self.sparse_lookup_gradient = self.parallel is None and add_lookup_gradient_sparsely(model)
 
-    @property
-    def plain_model(self) -> nn.Module:
-        """The plain module with the full trained weights that evaluation and checksums read.
-
-        The trained module itself in one process and under DDP; under FSDP the
-        full copy `rollout_model` (with `rollout_dtype`: the cast copy, the only
-        plain module there). Without `rollout_dtype` it is always `rollout_model`.
-        """
-        if self.rollout_dtype is not None and self.parallel != "fsdp":
-            return self.model
-        return self.rollout_model
-
     def sync_rollout_model(self) -> None:
-        """Copy the trained weights into `rollout_model`, casting to `rollout_dtype` when set.
+        """Copy the trained weights into `full_model` and `rollout_model`, casting to `rollout_dtype` when set.
 
-        FSDP: an all-gather on every rank. One process and DDP: one `copy_`
-        (the cast) per parameter with `rollout_dtype`, else a no-op (the
-        rollout model is the trained module).
+        FSDP: an all-gather on every rank into `full_model`. With `rollout_dtype`
+        then one `copy_` (the cast) per parameter from `full_model`. Without
+        either, a no-op (the rollout model is the trained module).
         """
-        if self.rollout_model is self.model:
-            return
         with torch.no_grad():
-            if self.parallel == "fsdp":
-                self.rollout_model.load_state_dict(full_state_dict(self.model))  # load_state_dict casts
-                return
-            for target, source in zip(self.rollout_model.parameters(), self.model.parameters(), strict=True):
-                target.copy_(source)
+            if self.full_model is not self.model:
+                self.full_model.load_state_dict(full_state_dict(self.model))
+            if self.rollout_model is not self.full_model:
+                for target, source in zip(self.rollout_model.parameters(), self.full_model.parameters(), strict=True):
+                    target.copy_(source)
 
     def checkpoint_model(self) -> nn.Module:
-        """The plain policy in the trained dtype (under FSDP a collective with `rollout_dtype`).
-
-        Without `rollout_dtype`: `rollout_model`, refreshed after every update
-        (no collective). With it: the trained module, or under FSDP a copy
-        gathered from the shards.
-        """
-        if self.rollout_dtype is None:
-            return self.rollout_model
-        return super().checkpoint_model()
+        """The plain policy in the trained dtype: `full_model`, refreshed after every update (no collective)."""
+        return self.full_model
 
     def load_checkpoint_model(self, plain: nn.Module) -> None:
-        """Load `plain` into the trained module; a cast copy is refreshed from it (a collective under FSDP)."""
+        """Load `plain` into the trained module; a cast sampling copy is refreshed from it."""
         super().load_checkpoint_model(plain)
         if self.rollout_dtype is not None:
             self.sync_rollout_model()

@@ -232,9 +232,9 @@ class Trainer:
             mixed_precision=precision,
             rollout_dtype=getattr(torch, cfg.rollout.weights_dtype) if cfg.rollout.weights_dtype else None,
         )
-        # the plain module that evaluates and is saved (under FSDP: the full sampling copy), and the one that
-        # samples training rollouts: the same module, or with rollout.weights_dtype the cast copy
-        self.policy = self.engine.plain_model
+        # the plain module that evaluates and is saved (under FSDP: a full copy), and the one that samples
+        # training rollouts: the same module, or with rollout.weights_dtype a copy cast to that dtype
+        self.policy = self.engine.full_model
         self.sampler = self.engine.rollout_model
         self.mismatch: dict[str, float] = {}  # rollout.weights_dtype: the last step's rollout_mismatch/* metrics
         # built from the serialised config, as a remote worker would; resolves the plugins in this
@@ -581,6 +581,7 @@ class Trainer:
             "policy": self.policy,
             "reference": self.reference,
             "critic": None if self.critic is None else self.critic.engine.model,
+            "sampler": self.sampler if self.sampler is not self.policy else None,  # rollout.weights_dtype's copy
         }
         mine = {name: module_checksum(m) for name, m in models.items() if m is not None}
         ranks = all_gather_objects(mine, self.ctx)

@@ -58,7 +58,7 @@ def _is_fresh_cast(copy: torch.nn.Module, trained: torch.nn.Module) -> bool:
 def test_the_engine_copy_is_a_cast_refreshed_after_each_update() -> None:
     torch.manual_seed(0)
     eng = PolicyEngine(build_policy(MODEL, 24, SPECIAL), lr=1e-2, rollout_dtype=torch.bfloat16)
-    assert eng.rollout_model is not eng.model and eng.plain_model is eng.model
+    assert eng.rollout_model is not eng.model and eng.full_model is eng.model
     assert _is_fresh_cast(eng.rollout_model, eng.model)
     assert all(p.dtype == torch.float32 for p in eng.model.parameters())
     assert not any(p.requires_grad for p in eng.rollout_model.parameters())
