@@ -130,7 +130,12 @@ def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> 
         "ours / trl",
         "ours:bf16 / ours",
     }
-    assert row["busy"] == 0 and row["load"]["before"] and row["command"].startswith("bench/bench_vs_trl.py")
+    assert row["busy"] == 0 and row["load"]["before"]["loadavg"] and row["command"].startswith("bench/bench_vs_trl.py")
+    assert row["commit"] and row["date"].endswith("UTC") and len(row["sides"]["ours"]["steps_s"]) == 2
+    assert set(row["pair_ratio_ranges"]) == set(row["pair_median_ratios"])
+    report = _run("bench/bench_vs_trl.py", "--report", "--results", str(results))
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "vs_trl.jsonl (1 row)" in report.stdout and "| 0 | on | " in report.stdout, report.stdout
     bad = _run("bench/bench_vs_trl.py", "--sides", "ours,vllm")
     assert bad.returncode != 0 and "--sides: unknown ['vllm']" in bad.stderr
 
@@ -140,7 +145,11 @@ def test_lookup_gradient_bench_alternates_sparse_and_dense_on_a_tied_checkpoint(
     from checkpoint_factory import build_checkpoint
 
     build_checkpoint(tmp_path / "tied", tied=True)
-    proc = _run("bench/bench_lookup_gradient.py", "--model", str(tmp_path / "tied"), "--pairs", "2", "--threads", "1")
+    results = tmp_path / "lookup.jsonl"
+    proc = _run(
+        "bench/bench_lookup_gradient.py",
+        *("--model", str(tmp_path / "tied"), "--pairs", "2", "--threads", "1", "--results", str(results)),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("pair ")] == [
         "pair 0 dense ",
@@ -149,6 +158,13 @@ def test_lookup_gradient_bench_alternates_sparse_and_dense_on_a_tied_checkpoint(
         "pair 1 dense ",
     ]
     assert re.search(r"sparse / dense [\d.]+ \(median of 2 pairs", proc.stdout), proc.stdout
+    (row,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert row["bench"] == "lookup_gradient" and row["command"].startswith("bench/bench_lookup_gradient.py --model")
+    assert row["commit"] and row["started"] <= row["date"] and row["load"]["before"]["loadavg"]
+    assert len(row["update_s"]["sparse"]) == len(row["update_s"]["dense"]) == len(row["ratios"]) == 2
+    report = _run("bench/bench_lookup_gradient.py", "--report", "--results", str(results))
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "| tied | 1 | " in report.stdout and "lookup.jsonl (1 row)" in report.stdout, report.stdout
     build_checkpoint(tmp_path / "untied")
     untied = _run("bench/bench_lookup_gradient.py", "--model", str(tmp_path / "untied"), "--pairs", "1")
     assert untied.returncode != 0 and "no tied lookup table" in untied.stderr
@@ -158,3 +174,46 @@ def test_matmul_bench_prints_rates_and_the_step_floor() -> None:
     proc = _run("bench/bench_matmul.py", "--threads", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"rate: +[\d.]+ GFLOP/s float32, 1 thread", proc.stdout)
+
+
+def test_decode_bench_writes_a_row_and_reports_it(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "trainer"))
+    from checkpoint_factory import build_checkpoint
+
+    build_checkpoint(tmp_path / "tiny", tied=True)
+    results = tmp_path / "decode.jsonl"
+    proc = _run(
+        "bench/bench_decode.py",
+        *("--model", str(tmp_path / "tiny"), "--reps", "2", "--profile", "--results", str(results)),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # each round times every configuration once, the order rotating
+    rounds = re.findall(r"(?m)^round (\d) (.+?) +[\d.]+ s$", proc.stdout)
+    f1, f2, bf = "float32, 1 thread", "float32, 2 threads", "bf16 autocast, 2 threads"
+    assert rounds == [("0", f1), ("0", f2), ("0", bf), ("1", f2), ("1", bf), ("1", f1)], proc.stdout
+    (row,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert row["bench"] == "decode" and row["command"].startswith("bench/bench_decode.py --model")
+    assert row["commit"] and row["load"]["after"]["loadavg"] and row["work"]["rows"] == 16
+    assert all(len(t) == 2 for t in row["times_s"].values()) and len(row["times_s"]) == 3
+    assert set(row["ratios"]) == {"2 threads / 1 thread (float32)", "bf16 / float32 (2 threads)"}
+    assert row["profile"]["ops"] and any(op["op"] == "aten::mm" for op in row["profile"]["ops"])
+    report = _run("bench/bench_decode.py", "--report", "--results", str(results))
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "| tiny | " in report.stdout and "| `aten::mm` |" in report.stdout, report.stdout
+
+
+@pytest.mark.parametrize("script", ["bench_decode", "bench_lookup_gradient", "bench_vs_trl"])
+def test_the_docs_block_is_what_the_committed_rows_give(script: str) -> None:
+    """docs/performance.md's generated block of each benchmark is its report of bench/results/, unedited."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import importlib
+
+    import bench_rows
+
+    bench = importlib.import_module(script)
+    rows = bench_rows.read(bench.RESULTS)
+    assert rows, f"no rows in {bench.RESULTS}"
+    expected = bench.report_text(rows, bench.RESULTS)
+    assert bench_rows.block(bench_rows.PERFORMANCE_DOC, bench.DOC_BLOCK) == expected, (
+        f"docs/performance.md's {bench.DOC_BLOCK} block is stale: run {bench.REPORT_COMMAND}"
+    )
