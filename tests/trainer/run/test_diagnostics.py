@@ -127,6 +127,7 @@ def test_saved_rollouts_and_diagnose_agree_with_the_run_at_an_exact_checkpoint(
     assert (run_dir / "diagnostics.png").is_file()
     out = capsys.readouterr().out
     assert "step  estimator" in out and "steps [0, 1]: grad_snr and cos_to_active at the nearest checkpoint" in out
+    assert "no recommendation:" in out and "Can a diagnostic choose the estimator?" in out  # the evidence, named
 
 
 def test_diagnose_without_checkpoints_measures_no_gradients_and_says_so(tmp_path: Path) -> None:
