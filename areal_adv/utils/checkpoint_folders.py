@@ -11,9 +11,11 @@ either no new one or a complete one; leftovers of interrupted saves are never
 loaded and are removed by the next save. Loading checks the manifest and that
 every listed file is present with its recorded size.
 
-No library offers this for a folder of Hugging Face files plus torch states
-(`torch.distributed.checkpoint` writes its own sharded format), hence the small
-hand-written protocol. This module is torch-free so configs can check a
+`torch.distributed.checkpoint` writes the model and optimiser shards of every
+rank into one subfolder, but does not make a folder appear at once: under data
+parallelism rank 0 makes the temporary folder (`staging_folder`), every rank
+writes its shard into it, and rank 0 publishes it (`publish`). Hence the small
+hand-written protocol around it. This module is torch-free so configs can check a
 `train.resume` folder without importing torch.
 """
 
@@ -33,7 +35,10 @@ from typing import Any
 logger = logging.getLogger("areal_adv.checkpoint")
 
 MANIFEST = "areal_checkpoint.json"
-FORMAT_VERSION = 1
+#: 2: model and optimiser states in torch.distributed.checkpoint shards (`state/`); 1: gathered on rank 0
+#: (`optimizer.pt`, `critic/`). Format 1 is still read for its policy (export, diagnose), not resumed.
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
 CHECKPOINTS = "checkpoints"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _TMP_PREFIX = ".tmp-"
@@ -97,6 +102,32 @@ def _replace_folder(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def staging_folder(root: str | os.PathLike, step: int) -> Path:
+    """A new hidden folder under `root` to write checkpoint `step` into before `publish` makes it visible."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{_TMP_PREFIX}step_{step}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    return tmp
+
+
+def publish(tmp: Path, step: int, extra: Mapping[str, Any] | None = None) -> Path:
+    """fsync everything in `tmp`, write the manifest last and rename `tmp` to `step_<step>` beside it."""
+    sizes = _fsync_tree(tmp)
+    manifest = {
+        **dict(extra or {}),
+        "format": FORMAT_VERSION,
+        "step": step,
+        "created_unix": time.time(),
+        "files": sizes,
+    }
+    _write_json(tmp / MANIFEST, manifest)
+    _fsync_path(tmp)
+    final = step_folder(tmp.parent, step)
+    _replace_folder(tmp, final)
+    return final
+
+
 def write_atomically(root: str | os.PathLike, step: int, writer: Callable[[Path], Mapping[str, Any] | None]) -> Path:
     """Write checkpoint `step` through `writer(tmp_folder)` and publish it atomically as `step_<step>`.
 
@@ -104,21 +135,12 @@ def write_atomically(root: str | os.PathLike, step: int, writer: Callable[[Path]
     exception (or Ctrl-C) in `writer` removes the temporary folder and
     re-raises; a hard kill leaves it behind, invisible to `list_checkpoints`.
     """
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f"{_TMP_PREFIX}step_{step}-{os.getpid()}-{secrets.token_hex(4)}"
-    tmp.mkdir()
+    tmp = staging_folder(root, step)
     try:
-        extra = dict(writer(tmp) or {})
-        sizes = _fsync_tree(tmp)
-        manifest = {**extra, "format": FORMAT_VERSION, "step": step, "created_unix": time.time(), "files": sizes}
-        _write_json(tmp / MANIFEST, manifest)
-        _fsync_path(tmp)
-        _replace_folder(tmp, step_folder(root, step))
+        return publish(tmp, step, writer(tmp))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return step_folder(root, step)
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -136,10 +158,10 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {folder}: unreadable {MANIFEST}: {exc}") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise CheckpointError(f"checkpoint {folder}: {MANIFEST} is not an areal-adv checkpoint manifest")
-    if manifest.get("format") != FORMAT_VERSION:
+    if manifest.get("format") not in READABLE_FORMATS:
         raise CheckpointError(
             f"checkpoint {folder}: format {manifest.get('format')!r}, this version of areal-adv "
-            f"reads format {FORMAT_VERSION}"
+            f"reads formats {list(READABLE_FORMATS)}"
         )
     for rel, size in manifest["files"].items():
         file = folder / rel
@@ -151,6 +173,17 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
                 f"says {size} (the file was changed or truncated)"
             )
     return manifest
+
+
+def check_resumable(folder: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+    """Refuse, in one line saying what to do, a checkpoint whose format this version cannot resume."""
+    if manifest.get("format") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {folder}: format {manifest.get('format')!r} (weights and AdamW state gathered on rank 0) "
+            f"cannot be resumed by this version, which resumes format {FORMAT_VERSION}; continue it with areal-adv "
+            f"0.3.0, or start a new run from its policy with model.path={Path(folder) / 'policy'} (the AdamW "
+            "state then starts afresh)"
+        )
 
 
 def _step_dirs(root: Path) -> list[tuple[int, Path]]:

@@ -19,6 +19,7 @@ from typing import Any
 from areal_adv.api.cli_args import ConfigError
 from areal_adv.utils.checkpoint_folders import (
     CheckpointError,
+    check_resumable,
     checkpoint_root,
     latest_checkpoint,
     read_manifest,
@@ -82,6 +83,14 @@ def check_run_dir(cfg: Any) -> None:
     _decide(cfg)
 
 
+def _check_resumable(folder: Path) -> None:
+    """A complete checkpoint of the format this version resumes, or a one-line RunDirectoryError."""
+    try:
+        check_resumable(folder, read_manifest(folder))
+    except CheckpointError as exc:
+        raise RunDirectoryError(f"train.resume: {exc}") from None
+
+
 def _decide(cfg: Any) -> tuple[RunPlan, str | None]:
     """The plan, and a warning to log when it replaces what a stopped run left behind."""
     run_dir = run_directory(cfg)
@@ -94,6 +103,7 @@ def _decide(cfg: Any) -> tuple[RunPlan, str | None]:
     if resume == "auto":
         found = latest_checkpoint(checkpoint_root(run_dir))
         if found is not None:
+            _check_resumable(found)
             return RunPlan(run_dir, found, clear=False), None
         old = existing_outputs(run_dir)
         note = (
@@ -102,10 +112,7 @@ def _decide(cfg: Any) -> tuple[RunPlan, str | None]:
         )
         return RunPlan(run_dir, None, clear=bool(old)), note if old else None
     if resume is not None:
-        try:
-            read_manifest(resume)
-        except CheckpointError as exc:
-            raise RunDirectoryError(f"train.resume: {exc}") from None
+        _check_resumable(Path(resume))
         return RunPlan(run_dir, Path(resume), clear=False), None
     old = existing_outputs(run_dir)
     note = None

@@ -4,10 +4,9 @@ A checkpoint folder (`areal_adv.utils.checkpoint_folders` makes it atomic) conta
 
 | file | content |
 | --- | --- |
-| `policy/` | the policy via `save_pretrained` plus the tokenizer: loadable with `model.path=` (with `model.lora`: the adapters only, peft's format; `areal-adv export` merges them into a model folder) |
-| `critic/` | the critic's backbone via `save_pretrained` plus `value_head.safetensors` (PPO only) |
-| `optimizer.pt`, `critic_optimizer.pt` | the AdamW states (`optimizer.state_dict()`) |
-| `trainer_state.pt` | step, every RNG of every rank, the data position, the stages' state, checksums |
+| `state/` | policy and critic weights and AdamW states: a `torch.distributed.checkpoint` folder (each rank's shard, `.metadata`), what a resume loads, at any world size and under either engine |
+| `policy/` | the policy via `save_pretrained` plus the tokenizer, written by rank 0 from the full copy it samples with (no gather): loadable with `model.path=` and by `areal-adv export` (with `model.lora`: the adapters only, peft's format; `areal-adv export` merges them into a model folder) |
+| `trainer_state.pt` | step, world size, every RNG of every rank, the data position, the stages' state, checksums |
 | `metrics.jsonl` | the per-step metrics rows before this step (the metrics file is rebuilt from them) |
 | `config.yaml` | the config that wrote it |
 
@@ -16,13 +15,22 @@ CPU (and CUDA) generators, the trainer's sampling generator and its prompt
 `random.Random`. The data position is `trainer.prompt_source.state_dict()` when
 the trainer has a prompt source (and the prompt RNG otherwise).
 
+At the world size that wrote it, a resume restores all of it: bit for bit the
+uninterrupted run. At another world size the per-rank RNGs have no counterpart
+(rank r's sampling stream of N ranks is no stream of M ranks), so they stay as
+the freshly built trainer seeded them; everything shared by the ranks (weights,
+AdamW states, step, prompt RNG and data position, stage states, metrics) is
+restored. The next step is then that of a fresh run at this size started from
+the saved state.
+
 The KL reference is not saved: it is rebuilt exactly as at the start (same
 seed, same `model.path`) when the resumed trainer is built, and its sha256,
 recorded in every checkpoint, is checked on resume, so a changed `model.path`
 cannot silently move the reference.
 
-Everything is loaded with `torch.load(weights_only=True)`: a checkpoint holds
-tensors and plain values only, never pickled code.
+`trainer_state.pt` is loaded with `torch.load(weights_only=True)` and `state/`
+by `torch.distributed.checkpoint`: a checkpoint holds tensors and plain values
+only, never pickled code.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,14 +52,22 @@ import torch
 from areal_adv.api.cli_args import config_to_dict, config_to_yaml
 from areal_adv.trainer.parallel.checksum import module_checksum
 from areal_adv.trainer.parallel.distributed import all_gather_objects
-from areal_adv.utils.checkpoint_folders import CheckpointError, checkpoint_root, read_manifest, write_atomically
+from areal_adv.trainer.parallel.sharded_state import engine_state, load_engine_state, load_state, save_state
+from areal_adv.utils.checkpoint_folders import (
+    CheckpointError,
+    check_resumable,
+    checkpoint_root,
+    publish,
+    read_manifest,
+    staging_folder,
+)
 
 logger = logging.getLogger("areal_adv.checkpoint")
 
 STATE_FILE = "trainer_state.pt"
 METRICS_FILE = "metrics.jsonl"
 POLICY_DIR, CRITIC_DIR = "policy", "critic"
-OPTIMIZER_FILE, CRITIC_OPTIMIZER_FILE = "optimizer.pt", "critic_optimizer.pt"
+STATE_DIR = "state"
 VALUE_HEAD_FILE = "value_head.safetensors"
 
 #: Config keys that may change between a run and its resumption without changing the trajectory.
@@ -255,32 +272,18 @@ def load_module(module: torch.nn.Module, folder: Path) -> None:
         module.value_head.load_state_dict(load_file(str(folder / VALUE_HEAD_FILE)))
 
 
-def _optimizer_state(engine: Any) -> dict[str, Any]:
-    custom = getattr(engine, "optimizer_state_dict", None)
-    return custom() if callable(custom) else engine.optimizer.state_dict()
+def _engines(trainer: Any) -> dict[str, Any]:
+    """The engines whose weights and AdamW states go into `state/`, by name."""
+    engines = {"policy": trainer.engine}
+    if trainer.critic is not None:
+        engines["critic"] = trainer.critic.engine
+    return engines
 
 
-def _load_optimizer_state(engine: Any, state: dict[str, Any]) -> None:
-    custom = getattr(engine, "load_optimizer_state_dict", None)
-    if callable(custom):
-        custom(state)
-    else:
-        engine.optimizer.load_state_dict(state)
-
-
-def _checkpoint_model(engine: Any, default: torch.nn.Module) -> torch.nn.Module:
-    """The plain module holding the engine's full weights (under FSDP a collective: every rank calls it)."""
-    custom = getattr(engine, "checkpoint_model", None)
-    return custom() if callable(custom) else default
-
-
-def _load_into(engine: Any, default: torch.nn.Module, folder: Path) -> None:
-    """Load a saved module into the engine's plain module, then into what it trains (FSDP shards)."""
-    module = _checkpoint_model(engine, default)
-    load_module(module, folder)
-    push = getattr(engine, "load_checkpoint_model", None)
-    if callable(push):
-        push(module)
+def _staging(trainer: Any, step: int) -> Path:
+    """Rank 0's new temporary checkpoint folder, the same path on every rank (a collective)."""
+    tmp = staging_folder(checkpoint_root(trainer.run_dir), step) if trainer.ctx.is_main else None
+    return Path(all_gather_objects(None if tmp is None else str(tmp), trainer.ctx)[0])
 
 
 def _reference_checksum(reference: torch.nn.Module | None) -> str | None:
@@ -323,19 +326,27 @@ def _check_stage_states_agree(trainer: Any) -> None:
 def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any]]) -> Path | None:
     """Write `<run_dir>/checkpoints/step_<step>/` after `step` completed steps.
 
-    A collective: every rank contributes its RNG states; rank 0 writes (the
-    replicas are identical) and returns the folder, the other ranks None.
+    A collective: every rank contributes its RNG states and writes its shard of
+    the weights and AdamW states (`state/`); rank 0 writes the rest and
+    publishes the folder, and returns it (the other ranks None).
     """
     rngs = all_gather_objects(capture_rng(trainer), trainer.ctx)
     _check_stage_states_agree(trainer)
-    # every rank takes part: under FSDP (train.parallel) the full weights and optimiser states are gathered
-    policy, policy_optim = _checkpoint_model(trainer.engine, trainer.policy), _optimizer_state(trainer.engine)
-    critic = critic_optim = None
-    if trainer.critic is not None:
-        critic = _checkpoint_model(trainer.critic.engine, trainer.critic.engine.model)
-        critic_optim = _optimizer_state(trainer.critic.engine)
-    if not trainer.ctx.is_main:
-        return None
+    tmp = _staging(trainer, step)
+    try:
+        save_state({name: engine_state(e) for name, e in _engines(trainer).items()}, tmp / STATE_DIR, trainer.ctx)
+        if not trainer.ctx.is_main:
+            return None
+        _write_rank0_files(trainer, tmp, step, rngs, records)
+        return publish(tmp, step, _manifest_fields(trainer))
+    except BaseException:
+        if trainer.ctx.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_rank0_files(trainer: Any, folder: Path, step: int, rngs: list[Any], records: list[dict[str, Any]]) -> None:
+    """The policy as a model folder (from the full copy rank 0 samples with), the trainer state, rows, config."""
     state = {
         "step": step,
         "world_size": trainer.ctx.world_size,
@@ -344,27 +355,26 @@ def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any
         "actor": trainer.actor.state_dict(),
         "reference_sha256": _reference_checksum(trainer.reference),
     }
+    save_module(trainer.policy, folder / POLICY_DIR)
+    _tokenizer(trainer).save_pretrained(folder / POLICY_DIR)
+    torch.save(state, folder / STATE_FILE)
+    with open(folder / METRICS_FILE, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(row) + "\n" for row in records)
+    (folder / "config.yaml").write_text(config_to_yaml(trainer.cfg), encoding="utf-8")
+
+
+def _manifest_fields(trainer: Any) -> dict[str, Any]:
+    from areal_adv.trainer.lm.model import is_lora
+
     cfg = trainer.cfg
-
-    def write(folder: Path) -> dict[str, Any]:
-        save_module(policy, folder / POLICY_DIR)
-        _tokenizer(trainer).save_pretrained(folder / POLICY_DIR)
-        torch.save(policy_optim, folder / OPTIMIZER_FILE)
-        if critic is not None:
-            save_module(critic, folder / CRITIC_DIR)
-            torch.save(critic_optim, folder / CRITIC_OPTIMIZER_FILE)
-        torch.save(state, folder / STATE_FILE)
-        with open(folder / METRICS_FILE, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(row) + "\n" for row in records)
-        (folder / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
-        return {
-            "experiment_name": cfg.experiment_name,
-            "trial_name": cfg.trial_name,
-            "world_size": trainer.ctx.world_size,
-            "critic": trainer.critic is not None,
-        }
-
-    return write_atomically(checkpoint_root(trainer.run_dir), step, write)
+    return {
+        "experiment_name": cfg.experiment_name,
+        "trial_name": cfg.trial_name,
+        "world_size": trainer.ctx.world_size,
+        "parallel": trainer.engine.parallel,
+        "critic": trainer.critic is not None,
+        "lora": is_lora(trainer.policy),
+    }
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -396,21 +406,42 @@ def _warn_config_changes(cfg: Any, folder: Path) -> list[str]:
     return changed
 
 
+def _check_lora(trainer: Any, folder: Path, manifest: dict[str, Any]) -> None:
+    """A LoRA checkpoint holds the adapters only, a full one every weight: the run must be of the same kind."""
+    from areal_adv.trainer.lm.model import is_lora
+
+    if "lora" not in manifest or bool(manifest["lora"]) == is_lora(trainer.policy):
+        return
+    if manifest["lora"]:
+        raise CheckpointError(
+            f"{folder}: holds LoRA adapters only, but this run has no model.lora; resume it with "
+            "the model.lora of the run that wrote it"
+        )
+    raise CheckpointError(
+        f"{folder}: holds full weights, but model.lora is set; the checkpoint was written by a run without "
+        "LoRA (resume it without model.lora)"
+    )
+
+
 def _load_models(trainer: Any, folder: Path, manifest: dict[str, Any]) -> None:
+    """Every rank reads the pieces of `state/` it holds (any world size, either engine) into its engines."""
     has_critic = bool(manifest.get("critic"))
     if has_critic != (trainer.critic is not None):
-        want = "enabled" if has_critic else "disabled"
         raise CheckpointError(
-            f"checkpoint {folder} was written with critic.enabled={want == 'enabled'}; set "
-            f"critic.{'enabled=true' if has_critic else 'enabled=false'} to resume it"
+            f"checkpoint {folder} was written with critic.enabled={has_critic}; set "
+            f"critic.enabled={str(has_critic).lower()} to resume it"
         )
-    _load_into(trainer.engine, trainer.policy, folder / POLICY_DIR)
-    _load_optimizer_state(trainer.engine, torch.load(folder / OPTIMIZER_FILE, weights_only=True, map_location="cpu"))
-    if trainer.critic is not None:
-        _load_into(trainer.critic.engine, trainer.critic.engine.model, folder / CRITIC_DIR)
-        _load_optimizer_state(
-            trainer.critic.engine, torch.load(folder / CRITIC_OPTIMIZER_FILE, weights_only=True, map_location="cpu")
-        )
+    _check_lora(trainer, folder, manifest)
+    engines = _engines(trainer)
+    states = {name: engine_state(e) for name, e in engines.items()}
+    try:
+        load_state(states, folder / STATE_DIR, trainer.ctx)
+    except ValueError as exc:
+        raise CheckpointError(
+            f"checkpoint {exc} (a different model or model.lora than the run that wrote it?)"
+        ) from None
+    for name, engine in engines.items():
+        load_engine_state(engine, states[name])
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
@@ -421,15 +452,19 @@ def load_trainer_checkpoint(trainer: Any, folder: str | Path) -> Restored:
     """Restore a freshly built trainer to the state saved in `folder`; every rank calls it."""
     folder = Path(folder)
     manifest = read_manifest(folder)
+    check_resumable(folder, manifest)
     state = torch.load(folder / STATE_FILE, weights_only=True, map_location="cpu")
-    ranks = trainer.ctx.world_size
-    if state["world_size"] != ranks:
-        raise CheckpointError(
-            f"checkpoint {folder} was written by a {state['world_size']}-rank job and this job "
-            f"has {ranks}; exact resume restores every rank's RNG, so use the same number of ranks"
-        )
+    same_size = state["world_size"] == trainer.ctx.world_size
     if trainer.ctx.is_main:
         _warn_config_changes(trainer.cfg, folder)
+        if not same_size:
+            logger.warning(
+                "resuming %s, written by %d rank(s), on %d: weights, AdamW states, prompt position and stage "
+                "states are restored; each rank's sampling RNG starts as in a fresh run at this size",
+                folder,
+                state["world_size"],
+                trainer.ctx.world_size,
+            )
     saved_ref, ref = state.get("reference_sha256"), _reference_checksum(trainer.reference)
     if saved_ref != ref:
         raise CheckpointError(
@@ -438,7 +473,10 @@ def load_trainer_checkpoint(trainer: Any, folder: str | Path) -> Restored:
             "must be those of the original run"
         )
     _load_models(trainer, folder, manifest)
-    restore_rng(trainer, state["rng"][trainer.ctx.rank])
+    if same_size:
+        restore_rng(trainer, state["rng"][trainer.ctx.rank])
+    else:  # the prompt RNG is the same on every rank: rank 0's is every rank's
+        trainer.rng.setstate(_as_random_state(state["rng"][0]["prompt_rng"]))
     restore_data(trainer, state["data"])
     trainer.actor.load_state_dict(state["actor"])
     records = _read_rows(folder / METRICS_FILE)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_state import state_tensors
 from dist_launch import clean_env
 
 from areal_adv.api.cli_args import load_config
@@ -62,11 +63,7 @@ def _tensors(folder: Path) -> dict[str, torch.Tensor]:
     for file in sorted(folder.rglob("*.safetensors")):
         for key, value in load_file(str(file)).items():
             out[f"{file.relative_to(folder)}:{key}"] = value
-    for name in ("optimizer.pt", "critic_optimizer.pt"):
-        state = torch.load(folder / name, weights_only=True)
-        for pid, slots in state["state"].items():
-            for slot, value in slots.items():
-                out[f"{name}:{pid}:{slot}"] = value
+    out.update(state_tensors(folder))  # policy and critic weights and AdamW states
     return out
 
 

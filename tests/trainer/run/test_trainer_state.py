@@ -161,21 +161,24 @@ def _resume_trainer(tmp_path: Path, checkpoint: Path, *extra: str) -> Trainer:
     )
 
 
-def test_another_number_of_ranks_is_refused(tmp_path: Path, checkpoint: Path) -> None:
+def test_a_checkpoint_of_the_previous_format_is_refused_in_one_line_saying_what_to_do(
+    tmp_path: Path, checkpoint: Path
+) -> None:
+    import json
     import shutil
+
+    from areal_adv.trainer.run.run_dir import RunDirectoryError
 
     copy = tmp_path / "copy"
     shutil.copytree(checkpoint, copy)
-    state = torch.load(copy / "trainer_state.pt", weights_only=True)
-    state["world_size"] = 2
-    torch.save(state, copy / "trainer_state.pt")
-    (copy / "areal_checkpoint.json").write_text(
-        (copy / "areal_checkpoint.json")
-        .read_text()
-        .replace(str((checkpoint / "trainer_state.pt").stat().st_size), str((copy / "trainer_state.pt").stat().st_size))
-    )
-    with pytest.raises(CheckpointError, match="written by a 2-rank job and this job has 1; exact resume"):
+    manifest = json.loads((copy / "areal_checkpoint.json").read_text())
+    (copy / "areal_checkpoint.json").write_text(json.dumps({**manifest, "format": 1}))
+    with pytest.raises(RunDirectoryError) as caught:
         _resume_trainer(tmp_path, copy).run()
+    message = str(caught.value)
+    assert "\n" not in message and f"train.resume: checkpoint {copy}: format 1 " in message
+    assert "continue it with areal-adv 0.3.0, or start a new run from its policy with " in message
+    assert f"model.path={copy / 'policy'}" in message
 
 
 def test_another_initial_policy_is_refused(tmp_path: Path, checkpoint: Path) -> None:
