@@ -1,0 +1,149 @@
+"""Sampling from the bfloat16 copy (`rollout.weights_dtype`) against float32: time and mismatch on SmolLM2-135M.
+
+Usage:
+    .venv/bin/python bench/bench_rollout_copy.py --model runs/models/SmolLM2-135M-Instruct
+    .venv/bin/python bench/bench_rollout_copy.py --model runs/models/SmolLM2-135M-Instruct --results bench/results/rollout_copy.jsonl
+
+The work of the vs-TRL step's rollout (bench_decode.py's: 16 rows of 46 random
+prompt tokens, 16 new tokens each, `sample_continuations`) in three
+configurations with 2 threads: the float32 weights, the float32 weights under
+bf16 autocast (`model.mixed_precision: bf16`), and the bfloat16 copy the trainer
+keeps with `rollout.weights_dtype: bfloat16` (`cast_copy`). Each gets one warm-up
+call, then `--reps` rounds time each once, in an order that rotates every round;
+the ratios to float32 are medians of the per-round ratios.
+
+Then the mismatch: the copy's sampled tokens (temperature 1) are rescored by the
+float32 weights (`token_logprobs`, the trainer's log-prob pass) and
+`rollout_mismatch/*` are computed as the trainer logs them, with the cap
+`--cap` (AReaL's examples use 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: idle OpenMP threads sleep
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+
+import bench_decode  # noqa: E402
+import bench_rows  # noqa: E402
+
+#: (name, which module samples, autocast)
+CONFIGS = (("float32", "full", False), ("bf16 autocast", "full", True), ("bf16 copy", "copy", False))
+
+
+def sample(model: Any, rows: list[list[int]], autocast: bool) -> tuple[float, list[Any]]:
+    import torch
+
+    from areal_adv.trainer.lm.sampling import sample_continuations
+
+    scope = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    began = time.perf_counter()
+    with scope:
+        out = sample_continuations(
+            model,
+            rows,
+            [bench_decode.NEW_TOKENS] * len(rows),
+            frozenset(),
+            temperature=1.0,
+            pad_id=0,
+            generator=torch.Generator().manual_seed(1),
+        )
+    return time.perf_counter() - began, out
+
+
+def measure(models: dict[str, Any], rows: list[list[int]], reps: int) -> dict[str, list[float]]:
+    """Every configuration's call times: a warm-up each, then `reps` rounds in a rotating order."""
+    for _, which, autocast in CONFIGS:
+        sample(models[which], rows, autocast)
+    times: dict[str, list[float]] = {name: [] for name, _, _ in CONFIGS}
+    for r in range(reps):
+        for name, which, autocast in CONFIGS[r % len(CONFIGS) :] + CONFIGS[: r % len(CONFIGS)]:
+            times[name].append(sample(models[which], rows, autocast)[0])
+            print(f"round {r} {name:14s} {times[name][-1]:.3f} s", flush=True)
+    return times
+
+
+def mismatch(models: dict[str, Any], rows: list[list[int]], cap: float) -> dict[str, float]:
+    """The copy's samples rescored by the float32 weights: the trainer's `rollout_mismatch/*`."""
+    import torch
+
+    from areal_adv.trainer.lm.logprobs import token_logprobs
+    from areal_adv.trainer.ppo.training.rollout_mismatch import mismatch_metrics, mismatch_sums
+
+    _, out = sample(models["copy"], rows, False)
+    ids = torch.tensor([r + list(c.token_ids) for r, c in zip(rows, out)])
+    attention = torch.ones_like(ids)
+    behaviour = torch.zeros(ids.shape, dtype=torch.float32)
+    wanted = torch.zeros(ids.shape, dtype=torch.float32)
+    start = len(rows[0]) - 1  # aligned: position t holds token t+1
+    for i, c in enumerate(out):
+        n = len(c.token_ids)
+        behaviour[i, start : start + n] = torch.tensor(c.logprobs)
+        wanted[i, start : start + n] = 1.0
+    with torch.no_grad():
+        training = token_logprobs(models["full"], ids, attention, 1.0, wanted=wanted)[0]
+    return mismatch_metrics(mismatch_sums(behaviour, training, wanted, cap), cap)
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from areal_adv.trainer.parallel.engine import cast_copy
+
+    origin = bench_rows.provenance("bench_rollout_copy.py")
+    torch.set_num_threads(args.threads)
+    full = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
+    models = {"full": full, "copy": cast_copy(full, torch.bfloat16)}
+    rows = bench_decode.contexts(vocab=full.config.vocab_size)
+    before = bench_rows.load_now()
+    print(f"before: {bench_rows.describe_load(before)}")
+    times = measure(models, rows, args.reps)
+    after = bench_rows.load_now()
+    print(f"after:  {bench_rows.describe_load(after)}")
+    for name, values in times.items():
+        print(f"{name:14s} median {statistics.median(values):.3f} s ({len(values)} calls)")
+    ratios = {f"{name} / float32": [a / b for a, b in zip(times[name], times["float32"])] for name, _, _ in CONFIGS[1:]}
+    for name, values in ratios.items():
+        print(f"{name}: {bench_rows.spread(values)} (median of {len(values)} rounds, range)")
+    found = mismatch(models, rows, args.cap)
+    for key, value in found.items():
+        print(f"{key}: {value:.6g}")
+    if args.results is not None:
+        bench_rows.append(
+            args.results,
+            {
+                "bench": "rollout_copy",
+                **origin,
+                "model": Path(args.model).name,
+                "threads": args.threads,
+                "reps": args.reps,
+                "load": {"before": before, "after": after},
+                "times_s": times,
+                "ratios": ratios,
+                "mismatch": found,
+            },
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="the converted SmolLM2-135M-Instruct folder")
+    parser.add_argument("--reps", type=int, default=5, help="timed rounds (each configuration once per round)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cap", type=float, default=5.0, help="behaviour-weight cap for capped_frac")
+    parser.add_argument("--results", type=Path, default=None, help="append one JSON row (JSONL)")
+    run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
