@@ -6,8 +6,8 @@ the shared prompt position, the replicas' weights and optimiser states; every ra
 weights and AdamW states (a torch.distributed.checkpoint folder), rank 0 alone the rest of the checkpoint, the
 metrics and the TensorBoard events.
 
-The uninterrupted job's checkpoint at step 4 then resumes to step 6 elsewhere: the DDP job's in one process,
-the FSDP2 job's as a 2-rank DDP job. Steps 4 and 5 are logged once, after the 4 rows of the checkpoint. The
+The uninterrupted job's checkpoint at step 4 then resumes to step 6 elsewhere: the DDP job's in one process
+(whose final checkpoint then resumes as a 2-rank FSDP2 job to step 8), the FSDP2 job's as a 2-rank DDP job. Steps 4 and 5 are logged once, after the 4 rows of the checkpoint. The
 weights and AdamW states a process loads are those saved (checked bit for bit in one process for both engines'
 checkpoints); the sampling after that is the new world size's own (its per-rank RNGs start afresh).
 """
@@ -184,6 +184,14 @@ def test_two_rank_job_resumes_exactly(tmp_path: Path, parallel: str) -> None:
         ).run()
         assert resumed.steps_done == STEPS
         _resumed_to_six(resumed.run_dir, reference)
+        # and back: the 1-process checkpoint (fused AdamW, plain tensors) resumed as a 2-rank FSDP2 job
+        one = resumed.run_dir / "checkpoints" / f"step_{STEPS}"
+        more = STEPS + 2
+        log = _run(_torchrun(tmp_path, "as_fsdp", "train.parallel=fsdp", f"train.resume={one}", f"train.steps={more}"))
+        assert log.count(f"[areal-adv] as_fsdp: done, {more}/{more} steps") == 1
+        rows = _rows(tmp_path / "as_fsdp" / "trial0")
+        assert [r["step"] for r in rows] == list(range(more)) and rows[:STEPS] == _rows(resumed.run_dir)
+        _assert_dcp_folder(tmp_path / "as_fsdp" / "trial0" / "checkpoints" / f"step_{more}")
     else:  # FSDP2 -> DDP, 2 ranks
         log = _run(_torchrun(tmp_path, "as_ddp", "train.parallel=ddp", f"train.resume={step4}"))
         assert log.count(f"[areal-adv] as_ddp: done, {STEPS}/{STEPS} steps") == 1
