@@ -209,3 +209,37 @@ def test_config_errors_name_the_field(override: str, message: str) -> None:
     extra = [override] if override.startswith("rollout.") else [*BF16, override]
     with pytest.raises(ConfigError, match=message):
         load_config(DEFAULT, extra)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj]}", "train.lr=1e-2"),
+        ("model.mixed_precision=bf16",),
+    ],
+    ids=["lora", "bf16-autocast"],
+)
+def test_the_copy_follows_a_lora_policy_and_bf16_autocast(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    trainer = _trainer(tmp_path, "train.steps=2", *BF16, *DECOUPLED, *extra)
+    before = [p.clone() for p in trainer.sampler.parameters()]
+    for step in range(2):
+        row = trainer.step(step).metrics
+        assert all(math.isfinite(row[f"rollout_mismatch/{k}"]) for k in ("kl", "k3_kl", "imp_weight_max"))
+    assert _is_fresh_cast(trainer.sampler, trainer.policy)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.sampler.parameters()))
+
+
+def test_a_run_with_the_copy_exports_float32_weights_that_generate(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from areal_adv.trainer.run.export import export_run
+
+    trainer = _trainer(tmp_path, "train.steps=1", *BF16, *DECOUPLED)
+    result = trainer.run()
+    export_run(result.run_dir, tmp_path / "model")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model", local_files_only=True)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    trained = trainer.policy.state_dict()
+    assert all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())  # the trained weights
+    out = model.generate(input_ids=IDS[:1, :3], max_new_tokens=3, do_sample=False)
+    assert out.shape[0] == 1 and out.shape[1] > 3  # generated at least one token
