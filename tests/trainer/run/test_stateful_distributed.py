@@ -53,7 +53,7 @@ def test_two_ranks_agree_on_the_stage_state(tmp_path: Path, preset: str) -> None
     ]
     [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
-    run_dir = tmp_path / f"preset_{preset}" / "trial0"
+    run_dir = tmp_path / preset / "trial0"  # a config file is its run's name
     for step in (2, 4):
         state = torch.load(run_dir / "checkpoints" / f"step_{step}" / "trainer_state.pt", weights_only=True)
         saved = state["actor"]["stages"]["outcome_reward_shaping"]
