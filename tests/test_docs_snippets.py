@@ -1001,6 +1001,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/performance.md: .venv/bin/python bench/bench_sampling.py train.num_threads=1": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 --sides our": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_decode.py --model runs/models/S": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_rollout_copy.py --model runs/mo": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_lookup_gradient.py --model runs": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_pipeline.py # whole pipeline vs": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --scenes": check_shell,
