@@ -361,13 +361,17 @@ class Trainer:
         # Under the rollout's autocast and from the module that sampled: Σπ² must describe the distribution the
         # sampled log-probs came from (the optimal token baseline refuses a Σπ² below π_t²; bf16 logits against
         # float32 ones differ far more)
-        sampled_by = self.sampler if self.engine.rollout_dtype is not None else self.engine.model
         with self.engine.autocast():
             stats = behaviour_token_stats(
-                sampled_by, ids, mask, temp, stage_batch_fields(self.actor.resolved), rows_per_chunk=size or 16
+                self._sampled_by, ids, mask, temp, stage_batch_fields(self.actor.resolved), rows_per_chunk=size or 16
             )
         batch.update(stats)
         return batch
+
+    @property
+    def _sampled_by(self) -> torch.nn.Module:
+        """The module whose distribution the rollout sampled: the cast copy, or the trained (or sharded) module."""
+        return self.sampler if self.engine.rollout_dtype is not None else self.engine.model
 
     def _rollout_mismatch(
         self, behaviour: torch.Tensor, training: torch.Tensor, wanted: torch.Tensor
@@ -497,10 +501,10 @@ class Trainer:
             if save:
                 with preserved_rng(self.device):
                     spp = batch.get("sum_pi_squared")
-                    if spp is None:
+                    if spp is None:  # of the distribution sampled from, as in `prepare`
                         with self.engine.autocast():
                             spp = behaviour_token_stats(
-                                self.engine.model,
+                                self._sampled_by,
                                 batch["input_ids"],
                                 batch["attention_mask"],
                                 self.cfg.sampling_temperature,
