@@ -209,13 +209,7 @@ def report_text(rows: list[dict[str, Any]], results: Path) -> str:
 
 
 def report(args: argparse.Namespace) -> None:
-    rows = bench_rows.read(args.results)
-    if not rows:
-        raise SystemExit(f"--results {bench_rows.shown(args.results)}: no rows")
-    text = report_text(rows, args.results)
-    print(text)
-    if args.write_docs:
-        bench_rows.write_block(args.doc, DOC_BLOCK, text)
+    bench_rows.report(args, report_text, DOC_BLOCK)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -157,3 +157,14 @@ def spread(values: list[float], digits: int = 3) -> str:
     import statistics
 
     return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def report(args: Any, report_text: Any, block: str) -> None:
+    """Print the table `report_text(rows, path)` builds from `args.results`; with `args.write_docs`, write its block."""
+    rows = read(args.results)
+    if not rows:
+        raise SystemExit(f"--results {shown(args.results)}: no rows")
+    text = report_text(rows, args.results)
+    print(text)
+    if args.write_docs:
+        write_block(args.doc, block, text)

@@ -16,22 +16,11 @@ from typing import Any
 
 import yaml
 
+# the actor keys that define an estimator's algorithm: the package's list, the one its shadow estimators use
+from areal_adv.trainer.ppo.shadow_estimators import ALGORITHM_KEYS
+
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS, EXAMPLES = ROOT / "areal_adv" / "presets", ROOT / "examples"
-#: Keys of a full example run's `actor:` that define the algorithm (the rest is the run's shape).
-ALGORITHM_KEYS = (
-    "kl_ctl",
-    "kl_estimator",
-    "discount",
-    "gae_lambda",
-    "gae_timestep_unit",
-    "reward_norm",
-    "adv_norm",
-    "advantage",
-    "token_rewards_as_adv",
-    "mask_no_eos_with_zero",
-    "reward_clip",
-)
 ROLLOUT_KEYS = ("n_samples", "greedy_baseline")
 
 
