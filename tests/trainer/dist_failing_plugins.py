@@ -108,17 +108,3 @@ def _wait_until_the_watch_learns_of_a_peer_failure() -> None:
         return watch is not None and watch.peer_report is not None
 
     _wait_for(learnt)
-
-
-def reward_dying_once_on_rank1(prompts, completions, *, at_call: int = 1, marker: str, **columns):
-    """A reward function that ends rank 1 with os._exit(3) at its `at_call`-th call, once per `marker` file.
-
-    The first death creates `marker`; a restarted worker (torchrun `--max-restarts`) then scores as usual and
-    can finish. A file rather than `TORCHELASTIC_RESTART_COUNT`: an agent whose workers restart because
-    another node rejoined keeps its count, so the count says nothing about whether rank 1 died already.
-    """
-    _CALLS.append(len(completions))
-    if os.environ.get("RANK") == "1" and len(_CALLS) - 1 == at_call and not Path(marker).exists():
-        Path(marker).touch()
-        os._exit(3)
-    return [0.0 for _ in completions]
