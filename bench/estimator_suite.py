@@ -6,6 +6,8 @@ Usage:
     .venv/bin/python bench/estimator_suite.py --report             # the tables from the results file
     .venv/bin/python bench/estimator_suite.py --report --write-docs   # + the figure and docs/benchmarks.md's block
     .venv/bin/python bench/estimator_suite.py --verify --tasks sparse --seeds 3   # rerun rows, compare exactly
+    .venv/bin/python bench/estimator_suite.py --check-current      # rows this code no longer reproduces
+    .venv/bin/python bench/estimator_suite.py --refresh            # rerun missing and stale rows, rewrite the docs
 
 Each task trains the tiny random-init Llama (hidden 64, 2 layers) with a word
 tokenizer for a fixed number of updates, evaluating held-out greedy success
@@ -313,8 +315,8 @@ def check_current(results: Path, jobs: list[Job]) -> int:
     pairs = {(j.task, j.estimator) for j in jobs}
     rows = [r for r in current_rows(read_rows(results)) if (r["task"], r["estimator"]) in pairs]
     stale = stale_rows(rows)
-    pairs = sorted({(r["task"], r["estimator"], r.get("fingerprint")) for r in stale}, key=str)
-    for task, estimator, recorded in pairs:
+    named = sorted({(r["task"], r["estimator"], r.get("fingerprint")) for r in stale}, key=str)
+    for task, estimator, recorded in named:
         print(
             f"[suite] {task}/{estimator}: rows record fingerprint {recorded}, this code gives "
             f"{fingerprint(task, estimator)}",
