@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tiny_run
 import torch
 from dist_launch import clean_env, run_bounded
 
@@ -24,13 +25,7 @@ ROOT = Path(__file__).resolve().parents[3]
 JOB_TIMEOUT_S = 360  # the 2 CPU cores are shared; a hang still fails
 TINY = [
     "train.steps=2",
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
     "train.num_threads=1",
     "train.dist_timeout_s=60",
     "train.debug_param_checksum=true",

@@ -22,17 +22,12 @@ import sys
 import time
 from pathlib import Path
 
+import tiny_run
 from dist_launch import ROOT, clean_env, descendants, free_port, run_bounded
 
 JOB_TIMEOUT_S = 360  # shared CPUs: generous; a hang still fails the test
 TINY = [
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
     "train.num_threads=1",
     "train.dist_timeout_s=120",
     "train.failure_timeout_s=20",

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 import pytest
+import tiny_run
 import torch
 
 from areal_adv.api.cli_args import ConfigError, load_config
@@ -29,13 +30,7 @@ from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT = ROOT / "examples" / "grpo_arith.yaml"
 TINY = [
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
     "train.num_threads=1",
 ]
 BF16 = ["rollout.weights_dtype=bfloat16"]
