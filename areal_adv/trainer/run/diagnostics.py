@@ -31,9 +31,9 @@ import torch
 
 from areal_adv.api.train_args import ACTIVE_ESTIMATOR, DiagnosticsConfig, ExperimentConfig
 from areal_adv.trainer.lm.logprobs import aligned_from_rollout
-from areal_adv.trainer.ppo.diagnostic_metrics import cosine, gradient_snr, sequence_metrics
+from areal_adv.trainer.ppo.diagnostic_metrics import cosine, sequence_metrics
 from areal_adv.trainer.ppo.shadow_estimators import BatchOffer, Shadow, build_shadows, shadow_advantages
-from areal_adv.trainer.ppo.training.gradient_probe import fold_gradients, fold_rows, probe_parameters
+from areal_adv.trainer.ppo.training.gradient_probe import FoldMoments, fold_gradients, fold_rows, probe_parameters
 from areal_adv.trainer.rollout.stage_fields import behaviour_token_stats, stage_batch_fields
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
@@ -80,12 +80,12 @@ def measure_batch(
     meta: TrajBatchMeta,
     *,
     sum_pi_squared: torch.Tensor | None,
-    gradients: Mapping[str, torch.Tensor] | None = None,
+    gradients: Mapping[str, FoldMoments] | None = None,
 ) -> dict[str, dict[str, float]]:
     """{estimator: {metric: value}} for the pipeline outputs of one batch (`outputs[ACTIVE_ESTIMATOR]`: the run's).
 
     Token metrics count the batch's response tokens (the rollout's loss mask,
-    aligned). `gradients` ({estimator: [K, P] fold gradients}) adds `grad_snr`
+    aligned). `gradients` ({estimator: its fold gradients' moments}) adds `grad_snr`
     and `cos_to_active` (the cosine of the estimator's mean fold gradient with
     the active one's).
     """
@@ -95,6 +95,7 @@ def measure_batch(
     spp = None if sum_pi_squared is None else _aligned(sum_pi_squared)
     out: dict[str, dict[str, float]] = {}
     active = None if gradients is None else gradients.get(ACTIVE_ESTIMATOR)
+    active_mean = None if active is None else active.mean()
     for name, data in outputs.items():
         row = sequence_metrics(
             data["advantages"],
@@ -105,9 +106,9 @@ def measure_batch(
             sum_pi_squared=spp,
         )
         if gradients is not None and name in gradients:
-            row["grad_snr"] = gradient_snr(gradients[name])
-            if active is not None:
-                row["cos_to_active"] = cosine(gradients[name].mean(0), active.mean(0))
+            row["grad_snr"] = gradients[name].snr()
+            if active_mean is not None:
+                row["cos_to_active"] = cosine(gradients[name].mean(), active_mean)
         out[name] = {metric: row[metric] for metric in METRICS if metric in row}
     return out
 

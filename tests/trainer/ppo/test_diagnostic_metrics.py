@@ -17,6 +17,7 @@ from areal_adv.trainer.ppo.diagnostic_metrics import (
     sequence_metrics,
     zero_adv_frac,
 )
+from areal_adv.trainer.ppo.training.gradient_probe import FoldMoments
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -133,6 +134,26 @@ def test_gradient_snr_is_the_bias_corrected_signal_over_the_mean_s_noise(k: int,
     noise = s2 / k
     expected = (sum(m * m for m in mean) - noise) / noise
     assert math.isclose(gradient_snr(grads), expected, rel_tol=1e-9)
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.integers(1, 8), st.integers(0, 2**31 - 1), st.floats(0.0, 3.0))
+def test_fold_moments_give_the_stacked_snr_and_mean(k: int, p: int, seed: int, offset: float) -> None:
+    grads = torch.randn(k, p, generator=torch.Generator().manual_seed(seed)) + offset
+    moments = FoldMoments()
+    for g in grads:  # one fold at a time, split into two parameter tensors
+        moments.add([g[: p // 2], g[p // 2 :]])
+    assert moments.count == k
+    assert torch.allclose(moments.mean(), grads.double().mean(0), rtol=1e-6, atol=1e-7)
+    assert math.isclose(moments.snr(), gradient_snr(grads), rel_tol=1e-4, abs_tol=1e-6)
+
+
+def test_fold_moments_of_equal_folds_measure_no_noise() -> None:
+    equal = FoldMoments()
+    for _ in range(4):
+        equal.add([torch.full((5,), 0.1), torch.full((3,), -2.0)])
+    assert equal.snr() == 0.0 == gradient_snr(torch.full((4, 8), 0.1))
+    assert FoldMoments().snr() == 0.0 and FoldMoments().count == 0
 
 
 def test_gradient_snr_of_equal_gradients_and_the_unbiased_signal() -> None:

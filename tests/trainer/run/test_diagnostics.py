@@ -73,6 +73,67 @@ def test_measure_leaves_gradients_random_state_batch_and_stage_state_alone(tmp_p
     assert trainer.cfg.diagnostics.due(0) and not trainer.cfg.diagnostics.due(1)
 
 
+def test_fold_moments_equal_stacked_fold_gradients_of_a_plain_backward_loop(tmp_path: Path) -> None:
+    """grad_snr and cos_to_active from the running moments = the stacked per-fold `.backward()` gradients."""
+    from areal_adv.trainer.lm.logprobs import token_logprobs
+    from areal_adv.trainer.ppo.diagnostic_metrics import cosine, gradient_snr
+    from areal_adv.trainer.ppo.training.gradient_probe import fold_gradients
+    from areal_adv.trainer.ppo.training.loss import ppo_policy_loss
+    from areal_adv.utils.data import concat_batch
+
+    trainer = _trainer(tmp_path, "train.steps=1")
+    batch, meta = concat_batch(trainer.rollout()[0])
+    data = trainer.compute_advantages(trainer.prepare(batch), meta)
+    # every row carries signal here (in the run's own advantages one group may carry all of it, and then the
+    # SNR is exactly 0: one nonzero fold of K gives ‖ḡ‖² = S²/K)
+    rows_b = data["advantages"].shape[0]
+    offsets = torch.linspace(-1.0, 2.0, rows_b)[:, None]
+    other = {**data, "advantages": data["advantages"] * 0.5 + offsets}
+    outputs, model, cfg = {"active": data, "other": other}, trainer.engine.model, trainer.actor.config
+    rows = fold_rows(meta.traj_group_sizes, 3)
+    params = [p for p in model.parameters() if p.requires_grad]
+    moments = fold_gradients(model, cfg, outputs, rows, params)
+    stacked: dict[str, list[torch.Tensor]] = {name: [] for name in outputs}
+    model.eval()
+    for name, out in outputs.items():
+        for fold in rows:
+            width = max(int(out["attention_mask"][fold].sum(-1).max()), 1)
+            mask = out["loss_mask"][fold, :width]
+            logp, _ = token_logprobs(
+                model,
+                out["input_ids"][fold, :width],
+                out["attention_mask"][fold, :width],
+                cfg.temperature,
+                wanted=mask.bool(),
+            )
+            loss, _ = ppo_policy_loss(
+                logp,
+                out["logprobs"][fold, :width],
+                out["logprobs"][fold, :width],
+                out["advantages"][fold, :width],
+                mask,
+                eps_clip=cfg.eps_clip,
+            )
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+            stacked[name].append(
+                torch.cat(
+                    [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double() for p in params]
+                )
+            )
+    model.zero_grad(set_to_none=True)
+    model.train()
+    grads = {name: torch.stack(parts) for name, parts in stacked.items()}
+    for name in outputs:
+        assert moments[name].count == len(rows)
+        assert moments[name].snr() == pytest.approx(gradient_snr(grads[name]), rel=1e-4, abs=1e-6)
+        assert torch.allclose(moments[name].mean(), grads[name].mean(0), rtol=1e-4, atol=1e-9)
+    assert moments["other"].snr() != pytest.approx(moments["active"].snr(), rel=1e-3)
+    assert cosine(moments["other"].mean(), moments["active"].mean()) == pytest.approx(
+        cosine(grads["other"].mean(0), grads["active"].mean(0)), rel=1e-4
+    )
+
+
 def test_shadows_the_batch_cannot_feed_are_named_in_the_opening_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
