@@ -44,6 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 for _path in (ROOT, ROOT / "bench"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+if __name__ == "__main__":  # before torch: rows reproduce bit for bit only on the same CPU kernels
+    from pinned_kernels import pin_before_torch
+
+    pin_before_torch()
 
 from suite_definitions import ESTIMATORS, TASKS, run_config  # noqa: E402
 from suite_fingerprint import behaviour_fingerprint  # noqa: E402
@@ -373,6 +377,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pinned_kernels import capability_note
+
+    note = capability_note()
+    if note:
+        print(f"[suite] note: {note}", flush=True)
     opts = parse_args(argv)
     jobs = plan_jobs(opts)
     if opts.verify:

@@ -57,6 +57,10 @@ ROOT = Path(__file__).resolve().parents[1]
 for _path in (ROOT, ROOT / "bench"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+if __name__ == "__main__":  # before torch: rows reproduce bit for bit only on the same CPU kernels
+    from pinned_kernels import pin_before_torch
+
+    pin_before_torch()
 
 from estimator_suite import RESULTS as SUITE_RESULTS  # noqa: E402
 from estimator_suite import config_hash, current_rows, fingerprint, git_commit, read_rows  # noqa: E402
