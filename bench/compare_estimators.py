@@ -7,6 +7,7 @@ Usage:
     .venv/bin/python bench/compare_estimators.py --task spell_backward   # the skill task (grpo rloo dr_grpo ...)
     .venv/bin/python bench/compare_estimators.py --task char_count       # counting a letter (grpo rloo dr_grpo maxrl)
     .venv/bin/python bench/compare_estimators.py --task sums_1_2digit --steps 50   # 1-2-digit sums, format-fixed
+    .venv/bin/python bench/compare_estimators.py --task sums_2digit --steps 30     # 2-digit sums: a sparse start
     .venv/bin/python bench/compare_estimators.py --estimators grpo --seeds 1 --verify-prefix 10   # a row's first updates
 
 `--task` picks the run (TASKS): `sums` is `examples/real_model/grpo_smollm2.yaml`
@@ -19,7 +20,9 @@ format-fixed accuracy `solved_lenient`); `char_count` is
 the same reward and accuracy columns); `sums_1_2digit` is
 `examples/real_model/sums_1_2digit.yaml` (sums of two 1-2-digit terms, the same
 reward; the compared accuracy is the format-fixed `solved_lenient`, since the
-model writes "a + b = c" and never the bare number). Every run is the task's config with the
+model writes "a + b = c" and never the bare number); `sums_2digit` is
+`examples/real_model/sums_2digit.yaml` (the same with terms of up to 2 digits,
+where 2.9 % of the untrained model's samples are right). Every run is the task's config with the
 `actor:` section of the preset `preset:<estimator>` (areal_adv/presets/) on top, so the runs
 differ only in the advantage estimator.
 
@@ -126,6 +129,9 @@ TASKS = {
     # sums of two 1-2-digit terms: the untrained model knows about a third of them but writes the equation,
     # never the bare number, so the compared accuracy is the format-fixed one (the last integer is the sum)
     "sums_1_2digit": TaskRun.skill("sums_1_2digit", format_fixed=True),
+    # the same sums with terms of up to 2 digits (mostly two 2-digit terms): 2.9 % of the untrained model's
+    # samples are right, so most groups start all-zero (the sparse start where MaxRL and GRPO should differ)
+    "sums_2digit": TaskRun.skill("sums_2digit", format_fixed=True),
 }
 #: The tiny random-init model and a few tokens: the CI check that the script still runs end to end.
 TINY = (
