@@ -821,6 +821,13 @@ class DiagnosticsConfig:
         },
     )
     every: int = field(default=1, metadata={"help": "Measure every N-th step (steps 0, N, 2N, ...). Default 1."})
+    first_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Measure only steps below this one: the start of a run, where the choice of an estimator is "
+            "made, without the cost later. None (default): the whole run."
+        },
+    )
     folds: int = field(
         default=4,
         metadata={
@@ -839,6 +846,8 @@ class DiagnosticsConfig:
 
     def __post_init__(self) -> None:
         check_int("diagnostics.every", self.every, 1)
+        if self.first_steps is not None:
+            check_int("diagnostics.first_steps", self.first_steps, 1)
         check_int("diagnostics.folds", self.folds, 2)
         _check_choice("diagnostics.params", self.params, DIAGNOSTIC_PARAMS)
         if not isinstance(self.estimators, list):
@@ -867,7 +876,8 @@ class DiagnosticsConfig:
 
     def due(self, step: int) -> bool:
         """Whether step `step` is measured."""
-        return self.enabled and step % self.every == 0
+        early = self.first_steps is None or step < self.first_steps
+        return self.enabled and early and step % self.every == 0
 
 
 _WANDB_MODES = ("offline", "online")

@@ -146,6 +146,8 @@ class StepDiagnostics:
         """What is measured, on which parameters, and what is skipped and why (the run's opening lines)."""
         built = [s.name for s in self.shadows if s.actor is not None]
         every = "every step" if self.config.every == 1 else f"every {self.config.every} steps"
+        if self.config.first_steps is not None:
+            every += f" below step {self.config.first_steps}"
         lines = [f"diagnostics: {', '.join([*built, ACTIVE_ESTIMATOR])} ({every}; cost: time/diagnostics)"]
         if self.gradients_skipped:
             lines.append(f"diagnostics: grad_snr and cos_to_active skipped: {self.gradients_skipped}")

@@ -73,6 +73,16 @@ def test_measure_leaves_gradients_random_state_batch_and_stage_state_alone(tmp_p
     assert trainer.cfg.diagnostics.due(0) and not trainer.cfg.diagnostics.due(1)
 
 
+def test_first_steps_measures_only_the_start_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _trainer(tmp_path, "train.steps=3", "diagnostics.estimators=[rloo]", "diagnostics.first_steps=2").run()
+    rows = read_metrics(result.metrics_path)
+    assert ["diagnostics/rloo/grad_snr" in r for r in rows] == [True, True, False]
+    assert rows[2]["time/diagnostics"] == 0.0  # logged on every step of a run with diagnostics, 0 when unmeasured
+    assert "(every step below step 2; cost: time/diagnostics)" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match=r"diagnostics.first_steps: got 0, expected an integer >= 1"):
+        load_config("preset:grpo_arith", ["diagnostics.estimators=[rloo]", "diagnostics.first_steps=0"])
+
+
 def test_fold_moments_equal_stacked_fold_gradients_of_a_plain_backward_loop(tmp_path: Path) -> None:
     """grad_snr and cos_to_active from the running moments = the stacked per-fold `.backward()` gradients."""
     from areal_adv.trainer.lm.logprobs import token_logprobs
