@@ -5,6 +5,7 @@ Usage:
     .venv/bin/python bench/bench_vs_trl.py --busy 2          # two busy-loop processes beside both sides
     .venv/bin/python bench/bench_vs_trl.py --steps 4 --rounds 2 --model PATH
     .venv/bin/python bench/bench_vs_trl.py --sides ours,ours:bf16,trl,trl:bf16   # bf16 autocast on both sides too
+    .venv/bin/python bench/bench_vs_trl.py --sides ours,ours:bf16copy,trl   # ours sampling from the bf16 copy
 
 The work (the same on both sides): SmolLM2-135M-Instruct (float32, the folder
 `examples/real_model/install.sh` converts), 64 chat prompts "What is a + b?
@@ -42,7 +43,11 @@ docs/performance.md.
 
 A side named `NAME:bf16` is the same worker with bfloat16 autocast and float32
 master weights: ours with `model.mixed_precision: bf16`, TRL with its
-`bf16=True` (accelerate's CPU autocast). Every ratio between two sides that
+`bf16=True` (accelerate's CPU autocast). `ours:bf16copy` trains in float32 and
+samples from the bfloat16 copy (`rollout.weights_dtype: bfloat16`, refreshed by
+one cast after each update) with AReaL's decoupled correction
+(`actor.use_decoupled_loss`, `behav_imp_weight_cap: 5`): its step includes the
+float32 log-prob pass that the correction needs. Every ratio between two sides that
 differ in one thing (ours / TRL at one precision, bf16 / float32 on one side)
 is printed, and with `--results FILE` one JSON row per run is appended there: the
 command, commit, UTC date, the load before and after (load averages and
@@ -77,9 +82,18 @@ DEFAULT_MODEL = ROOT / "runs" / "models" / "SmolLM2-135M-Instruct"
 RESULTS = ROOT / "bench" / "results" / "vs_trl.jsonl"
 DOC_BLOCK = "bench_vs_trl"
 REPORT_COMMAND = ".venv/bin/python bench/bench_vs_trl.py --report --write-docs"
-SIDES = ("ours", "trl", "ours:bf16", "trl:bf16")
+SIDES = ("ours", "trl", "ours:bf16", "trl:bf16", "ours:bf16copy")
 #: (numerator, denominator) side pairs whose step-time ratio is printed when both ran: one difference each
-RATIOS = (("ours", "trl"), ("ours:bf16", "trl:bf16"), ("ours:bf16", "ours"), ("trl:bf16", "trl"))
+RATIOS = (
+    ("ours", "trl"),
+    ("ours:bf16", "trl:bf16"),
+    ("ours:bf16", "ours"),
+    ("trl:bf16", "trl"),
+    ("ours:bf16copy", "trl"),
+    ("ours:bf16copy", "ours"),
+)
+#: `ours:bf16copy`: float32 training, rollouts sampled from the bfloat16 copy, AReaL's decoupled correction
+BF16_COPY_CAP = 5.0
 
 
 def prompt_rows(n: int = N_PROMPTS, seed: int = SEED) -> list[dict[str, str]]:
@@ -112,10 +126,14 @@ def exact_answer(prompts: Sequence[Any], completions: Sequence[Any], answer: Seq
 def _ours_config(
     model: str, data: Path, out: Path, steps: int, threads: int, precision: str | None = None
 ) -> dict[str, Any]:
-    return {
+    config: dict[str, Any] = {
         "experiment_name": "bench_vs_trl",
         "seed": SEED,
-        "model": {"path": model, "attn_implementation": "sdpa", "mixed_precision": precision},
+        "model": {
+            "path": model,
+            "attn_implementation": "sdpa",
+            "mixed_precision": "bf16" if precision == "bf16" else None,
+        },
         "task": {"implementation": "dataset", "kwargs": {"chat": True}},
         "data": {"train": str(data), "shuffle": True},
         "reward": [{"implementation": "bench_vs_trl.exact_answer"}],
@@ -134,6 +152,10 @@ def _ours_config(
         "train": {"steps": steps, "lr": LR, "grad_clip": 1.0, "num_threads": threads, "save_every": 0, "log_every": 1},
         "output": {"dir": str(out), "plot": False, "progress_bar": False, "loggers": ["jsonl"], "overwrite": True},
     }
+    if precision == "bf16copy":  # float32 training; samples from the bf16 copy, the mismatch corrected
+        config["rollout"]["weights_dtype"] = "bfloat16"
+        config["actor"].update(use_decoupled_loss=True, behav_imp_weight_cap=BF16_COPY_CAP)
+    return config
 
 
 class Channel:
@@ -470,7 +492,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument(
-        "--sides", default="ours,trl", help="comma-separated: ours, trl, ours:bf16, trl:bf16 (bf16 autocast)"
+        "--sides",
+        default="ours,trl",
+        help="comma-separated: ours, trl, ours:bf16, trl:bf16 (bf16 autocast), ours:bf16copy (float32 training, "
+        "sampling from the bfloat16 copy, decoupled correction)",
     )
     parser.add_argument("--results", type=Path, default=None, help="append one JSON row per run (JSONL)")
     parser.add_argument(
@@ -482,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--write-docs", action="store_true", help="with --report: write it into --doc")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "performance.md")
     parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
-    parser.add_argument("--precision", choices=["bf16"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--precision", choices=["bf16", "bf16copy"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--report-fd", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     bad = [s for s in args.sides.split(",") if s not in SIDES]
@@ -629,8 +654,8 @@ def report_text(rows: list[dict[str, Any]], results: Path) -> str:
         "",
         "| run (date, commit) | busy loops | TRL gradient checkpointing | load before -> after | matmul GFLOP/s "
         "before / after | ours | ours bf16 | TRL | TRL bf16 | ours / TRL | both bf16 | bf16 / float32: ours | "
-        "bf16 / float32: TRL |",
-        "| --- " * 14 + "|",
+        "bf16 / float32: TRL | ours, bf16 copy | ours bf16 copy / TRL | bf16 copy / float32: ours |",
+        "| --- " * 17 + "|",
     ]
     for row in rows:
         steps = [f"{row['medians_s'][s]:.2f} s" if s in row["medians_s"] else "-" for s in ("ours", "ours:bf16")]
@@ -646,6 +671,9 @@ def report_text(rows: list[dict[str, Any]], results: Path) -> str:
             ratio(row, "ours:bf16 / trl:bf16"),
             ratio(row, "ours:bf16 / ours"),
             ratio(row, "trl:bf16 / trl"),
+            f"{row['medians_s']['ours:bf16copy']:.2f} s" if "ours:bf16copy" in row["medians_s"] else "-",
+            "**" + ratio(row, "ours:bf16copy / trl") + "**" if "ours:bf16copy" in row["medians_s"] else "-",
+            ratio(row, "ours:bf16copy / ours"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [

@@ -111,24 +111,27 @@ def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> 
     proc = _run(
         "bench/bench_vs_trl.py",
         *("--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "2", "--threads", "1"),
-        *("--sides", "ours,ours:bf16,trl", "--results", str(results)),
+        *("--sides", "ours,ours:bf16,ours:bf16copy,trl", "--results", str(results)),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for side in ("ours", "ours:bf16", "trl"):
+    for side in ("ours", "ours:bf16", "ours:bf16copy", "trl"):
         assert f"round 1 {side}: " in proc.stdout
         assert re.search(rf"(?m)^ *{side}: [\d.]+ s/step \(median of 2\) .* x[\d.]+ plain floor", proc.stdout), (
             proc.stdout
         )
-    for pair in ("ours / trl", "ours:bf16 / ours"):
+    for pair in ("ours / trl", "ours:bf16 / ours", "ours:bf16copy / trl", "ours:bf16copy / ours"):
         assert re.search(rf"ratio {pair}: [\d.]+ \(median of 2 same-step pairs", proc.stdout), proc.stdout
     assert "ours:bf16 / trl:bf16" not in proc.stdout  # a ratio only between sides that ran
     assert re.search(r"matmul float32: [\d.]+ GFLOP/s before", proc.stdout)
     assert "trl: gradient checkpointing on" in proc.stdout  # TRL's GRPOConfig default, as its users run it
     (row,) = [json.loads(line) for line in results.read_text().splitlines()]
     assert row["trl_gradient_checkpointing"] is True
-    assert set(row["medians_s"]) == {"ours", "ours:bf16", "trl"} and set(row["pair_median_ratios"]) == {
+    assert set(row["medians_s"]) == {"ours", "ours:bf16", "ours:bf16copy", "trl"}
+    assert set(row["pair_median_ratios"]) == {
         "ours / trl",
         "ours:bf16 / ours",
+        "ours:bf16copy / trl",
+        "ours:bf16copy / ours",
     }
     assert row["busy"] == 0 and row["load"]["before"]["loadavg"] and row["command"].startswith("bench/bench_vs_trl.py")
     assert row["commit"] and row["date"].endswith("UTC") and len(row["sides"]["ours"]["steps_s"]) == 2
