@@ -144,7 +144,7 @@ def all_evidence(rows: list[dict[str, Any]], suite: list[dict[str, Any]]) -> lis
 
 def _direction(metric: str) -> str:
     o = ORIENTATION[metric]
-    label = "|length_corr|" if metric == "length_corr" else metric
+    label = "abs(length_corr)" if metric == "length_corr" else metric  # a bare | would split a table cell
     return f"{label} (none)" if o is None else f"{label} ({'higher' if o > 0 else 'lower'} is better)"
 
 
