@@ -66,6 +66,22 @@ def load_span(row: dict[str, Any]) -> str:
     return text
 
 
+#: The CPU features that decide which kernels run (and so a row's speed, and its float bits): recorded with each row.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_features() -> dict[str, Any]:
+    """The processor's model name and which of CPU_FLAGS it has (/proc/cpuinfo; empty where unreadable)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    model = re.search(r"(?m)^model name\s*:\s*(.+)$", info)
+    flags = re.search(r"(?m)^flags\s*:\s*(.+)$", info)
+    have = set(flags.group(1).split()) if flags else set()
+    return {"model": model.group(1).strip() if model else None, "flags": [f for f in CPU_FLAGS if f in have]}
+
+
 def _git(*args: str) -> str | None:
     try:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -90,6 +106,7 @@ def provenance(script: str, argv: list[str] | None = None) -> dict[str, Any]:
         # files that differ from the commit (the run measured them as they were): empty for a clean tree
         "changed": sorted(line[3:] for line in (changed or "").splitlines() if line[3:].endswith(".py")),
         "started": utc_now(),
+        "cpu": cpu_features(),
     }
 
 
