@@ -980,6 +980,8 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/benchmarks.md: .venv/bin/python examples/real_model/probe.py --skills --n 1 [2]": check_shell,
     "docs/benchmarks.md: RUN_CONFIG=examples/real_model/char_count.yaml examples/real": check_shell,
     "docs/benchmarks.md: RUN_CONFIG=examples/real_model/sums_1_2digit.yaml examples/r": check_shell,
+    "docs/benchmarks.md: .venv/bin/python examples/real_model/probe.py --skills --n 6": check_shell,
+    "docs/benchmarks.md: bench/sums_2digit_campaign.sh # the 9 runs and 10 probes bel": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task char_cou": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task sums_1_2": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task sums --e": check_shell,
