@@ -178,7 +178,7 @@ def _train(cfg: Any, ctx: Any, watch: Any, debug: bool = False) -> int:
 def _start_watch(watch_cls: Any, ctx: Any, timeout_s: float) -> Any:
     """This rank's failure watch on the job's store; None (failures then raise locally) if there is no store."""
     try:
-        return watch_cls.for_this_rank(ctx.rank, ctx.world_size, timeout_s)
+        return watch_cls.for_this_rank(ctx.rank, ctx.world_size, timeout_s, ctx.attempt)
     except (KeyError, ValueError, RuntimeError) as exc:  # no MASTER_ADDR/PORT, or the store does not answer
         print(
             f"[areal-adv] rank {ctx.rank}: warning: failures will not reach the other ranks (no rendezvous store: "

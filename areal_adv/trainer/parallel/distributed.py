@@ -32,8 +32,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 from areal_adv.api.config_checks import is_integer, is_number
+from areal_adv.trainer.parallel.job_attempt import ATTEMPT_KEYS, agree_on_attempt
 
 __all__ = [
     "DistContext",
@@ -54,6 +56,8 @@ __all__ = [
 _ENV_RANK, _ENV_WORLD, _ENV_LOCAL = "RANK", "WORLD_SIZE", "LOCAL_RANK"
 _ENV_ADDR, _ENV_PORT = "MASTER_ADDR", "MASTER_PORT"
 _BACKENDS = ("gloo", "nccl")
+#: The id of the job attempt this process joined (`init_distributed`), None before it did.
+_ATTEMPT: str | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -174,6 +178,9 @@ class DistContext:
     local_rank: int = 0
     is_main: bool = True
     device: torch.device = torch.device("cpu")
+    #: The job attempt's id, the same on every rank (`job_attempt`); None in a single process or a group
+    #: initialised elsewhere. Store keys of this attempt live under it.
+    attempt: str | None = None
 
     @property
     def is_distributed(self) -> bool:
@@ -231,8 +238,26 @@ def _as_timedelta(timeout: float | timedelta | None) -> timedelta | None:
 def _context_from_group(local_rank: int, device: torch.device) -> DistContext:
     rank = dist.get_rank()
     return DistContext(
-        rank=rank, world_size=dist.get_world_size(), local_rank=local_rank, is_main=rank == 0, device=device
+        rank=rank,
+        world_size=dist.get_world_size(),
+        local_rank=local_rank,
+        is_main=rank == 0,
+        device=device,
+        attempt=_ATTEMPT,
     )
+
+
+def _attempt_store(rank: int, world_size: int, timeout: timedelta) -> tuple[Any, str]:
+    """torchrun's store (`env://`) scoped to this job attempt, and the attempt's id.
+
+    The store may outlive an attempt (torchrun's agent hosts it, and `--max-restarts` restarts only the
+    workers), so the process group's keys go under an id the ranks agree on first (`job_attempt`): a
+    restarted rank then never reads the gloo address of a peer that died.
+    """
+    store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
+    store.set_timeout(timeout)
+    attempt = agree_on_attempt(store, rank, world_size, timeout_s=timeout.total_seconds())
+    return dist.PrefixStore(f"{ATTEMPT_KEYS}/{attempt}/process_group", store), attempt
 
 
 def init_distributed(backend: str | None = None, *, timeout: float | timedelta | None = None) -> DistContext:
@@ -242,9 +267,12 @@ def init_distributed(backend: str | None = None, *, timeout: float | timedelta |
     is initialised and rank 0 of 1 is returned, so the same trainer code runs
     with and without torchrun. `backend=None` picks nccl when CUDA is available
     and gloo otherwise. `timeout` (seconds) bounds every collective, so a rank
-    that dies makes the others fail instead of hanging forever. Calling it again
-    in a process that already joined a group returns that group's context.
+    that dies makes the others fail instead of hanging forever (default: torch's
+    30 minutes). Calling it again in a process that already joined a group
+    returns that group's context. The group's store keys are scoped to this job
+    attempt (`DistContext.attempt`), so a torchrun restart joins afresh.
     """
+    global _ATTEMPT
     env = os.environ
     timeout_td = _as_timedelta(timeout)
     if dist.is_available() and dist.is_initialized():
@@ -267,10 +295,11 @@ def init_distributed(backend: str | None = None, *, timeout: float | timedelta |
     backend = _pick_backend(backend, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    kwargs: dict[str, Any] = {"backend": backend, "init_method": "env://", "rank": rank, "world_size": world_size}
-    if timeout_td is not None:
-        kwargs["timeout"] = timeout_td
-    dist.init_process_group(**kwargs)
+    if timeout_td is None:
+        timeout_td = default_pg_timeout
+    store, attempt = _attempt_store(rank, world_size, timeout_td)
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout_td)
+    _ATTEMPT = attempt
     return _context_from_group(local_rank, device)
 
 
@@ -297,9 +326,11 @@ def destroy(ctx: DistContext | None = None) -> None:
     never exits. The trainer's entry point drops its Trainer first; the collection
     here frees what only a reference cycle still keeps alive.
     """
+    global _ATTEMPT
     if dist.is_available() and dist.is_initialized():
         gc.collect()
         dist.destroy_process_group()
+    _ATTEMPT = None
 
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,8 @@ What torch provides:
   "Connection closed by peer"; nccl keeps waiting until the collective timeout.
 
 What no library does, and is hand-written here, is telling the other ranks *why*
-a rank gave up. The protocol, on keys under `areal_adv/failure/<run id>/<restart>/`:
+a rank gave up. The protocol, on keys under `areal_adv/failure/<run id>/<attempt id>/` (the id the
+attempt's ranks agreed on, `areal_adv.trainer.parallel.job_attempt`):
 
 1. A rank whose step raises builds a `FailureReport` (failing rank(s), stage,
    exception, the innermost frame) and publishes it with `compare_set`: the
@@ -307,9 +308,14 @@ def keep_exit_status_through_shutdown() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def _store_prefix(env: dict[str, str] | os._Environ) -> str:
-    """Keys of this job attempt: torchrun's run id and restart count (a restarted job starts clean)."""
-    return f"areal_adv/failure/{env.get('TORCHELASTIC_RUN_ID', 'local')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+def _store_prefix(env: dict[str, str] | os._Environ, attempt: str | None = None) -> str:
+    """Keys of this job attempt: torchrun's run id and the attempt's id (a restarted job starts clean).
+
+    `attempt` is the id the ranks agreed on (`areal_adv.trainer.parallel.job_attempt`); without one, torchrun's
+    restart count stands in, which tells attempts apart only when every agent counted every restart.
+    """
+    run = env.get("TORCHELASTIC_RUN_ID", "local")
+    return f"areal_adv/failure/{run}/{attempt if attempt is not None else env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
 def connect_store(timeout_s: float) -> Any:
@@ -358,10 +364,11 @@ class FailureWatch:
         self._previous_sigterm: Any = None
 
     @classmethod
-    def for_this_rank(cls, rank: int, world_size: int, timeout_s: float) -> FailureWatch:
-        """Connect to the job's store (torchrun's environment) and start watching."""
+    def for_this_rank(cls, rank: int, world_size: int, timeout_s: float, attempt: str | None = None) -> FailureWatch:
+        """Connect to the job's store (torchrun's environment) and start watching this attempt's keys."""
         clients = [connect_store(max(timeout_s, 5.0)) for _ in range(2)]
-        return cls(*clients, rank, world_size, timeout_s=timeout_s, prefix=_store_prefix(os.environ)).start()
+        prefix = _store_prefix(os.environ, attempt)
+        return cls(*clients, rank, world_size, timeout_s=timeout_s, prefix=prefix).start()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
