@@ -57,16 +57,19 @@ def _keep_thread_counts() -> Iterator[None]:
 
 #: Tests that run for tens of seconds (launchers of 2-rank jobs, Ray, whole benchmark scripts), by module
 #: path. pytest-xdist hands its work units out in collection order, so these go first: a long test that
-#: starts last keeps one worker busy while the others have run out of work.
+#: starts last keeps one worker busy while the others have run out of work. (`--dist loadgroup` hands out
+#: the `xdist_group` modules before them, largest group first; this order is that of the single tests.)
 LONG_FIRST = (
     "tests/integrations/test_verl_ray.py",
     "tests/trainer/run/test_resume_distributed.py",
+    "tests/trainer/parallel/test_two_nodes.py",  # waits out a lost node's failure timeout: idle time to overlap
     "tests/trainer/parallel/test_distributed_failures.py",
     "tests/bench/test_bench_scripts.py",
     "tests/bench/test_compare_estimators.py",
     "tests/bench/test_estimator_suite.py",
     "tests/trainer/parallel/test_distributed_training.py",
     "tests/trainer/run/test_stateful_distributed.py",
+    "tests/trainer/parallel/test_distributed_rollout_dtype.py",
 )
 
 

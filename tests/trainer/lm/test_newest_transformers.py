@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+#: one worker for the module: its fixture (the set-up script) runs once, where on a fresh clone three workers
+#: would each start it and two of them wait on its lock while the first builds
+pytestmark = pytest.mark.xdist_group("newest_transformers")
+
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = ROOT / ".venv-transformers-newest"
 REQUIREMENTS = ROOT / "scripts" / "transformers-newest-requirements.txt"
