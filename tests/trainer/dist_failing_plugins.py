@@ -108,3 +108,24 @@ def _wait_until_the_watch_learns_of_a_peer_failure() -> None:
         return watch is not None and watch.peer_report is not None
 
     _wait_for(learnt)
+
+
+def reward_dying_once_on_rank1(
+    prompts, completions, *, at_call: int = 1, marker: str, after: str | None = None, **columns
+):
+    """A reward function that ends rank 1 with os._exit(3) at its `at_call`-th call, once per `marker` file.
+
+    The first death creates `marker`; a restarted worker (torchrun `--max-restarts`) then scores as usual and
+    can finish. A file rather than `TORCHELASTIC_RESTART_COUNT`: an agent whose workers restart because
+    another node rejoined keeps its count, so the count says nothing about whether rank 1 died already.
+    `after` names a file to wait for (at most 120 s) before dying: rank 0 publishes a checkpoint after the
+    ranks' shards are written, while rank 1 goes on, so waiting for its manifest fixes the step resumed from.
+    """
+    _CALLS.append(len(completions))
+    if os.environ.get("RANK") == "1" and len(_CALLS) - 1 == at_call and not Path(marker).exists():
+        deadline = time.monotonic() + 120.0
+        while after is not None and not Path(after).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        Path(marker).touch()
+        os._exit(3)
+    return [0.0 for _ in completions]

@@ -1,4 +1,4 @@
-"""Two torchrun agents ("nodes") on loopback, meeting at a c10d rendezvous: training together, and a lost node.
+"""Two torchrun agents ("nodes") on loopback, meeting at a c10d rendezvous: training, a lost node, an elastic restart.
 
 Each agent runs `torch.distributed.run --nnodes 2 --nproc_per_node 1 --rdzv-backend c10d --rdzv-endpoint
 127.0.0.1:PORT` (the multi-node command of docs/distributed.md, both nodes on this machine and one file system):
@@ -6,7 +6,10 @@ Each agent runs `torch.distributed.run --nnodes 2 --nproc_per_node 1 --rdzv-back
 * both train 3 steps together and exit 0; the final checkpoint holds one shard per rank;
 * the node that does not host the rendezvous store is killed (SIGKILL to its agent and its worker) once a
   step is logged: the other node's rank names the lost rank as gone and its agent exits non-zero, within
-  the job timeout.
+  the job timeout;
+* with `--max-restarts 1` and `train.resume=auto`, rank 1's worker dies (os._exit) in step 2, once: both
+  agents restart their workers, which agree on a new job attempt in the agent's store (it still holds the
+  dead attempt's keys), resume from the last checkpoint and finish, every step logged once.
 
 Every agent runs under a subprocess timeout that also kills its worker, so a hang fails the test.
 """
@@ -34,7 +37,7 @@ TINY = [
 ]
 
 
-def _agent(port: int, out: Path, *extra: str) -> list[str]:
+def _agent(port: int, out: Path, *extra: str, restarts: int = 0) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -44,6 +47,7 @@ def _agent(port: int, out: Path, *extra: str) -> list[str]:
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint=127.0.0.1:{port}",
         f"--rdzv-id=two-nodes-{port}",
+        f"--max-restarts={restarts}",
         "-m",
         "areal_adv.trainer.main",
         "--config",
@@ -151,3 +155,35 @@ def test_a_lost_node_is_named_by_the_other_which_exits(tmp_path: Path) -> None:
     said = f"error: rank {rank} failed in step "
     assert said in out and "its process ended without reporting an error" in out, out[-3000:]
     assert f"rank {1 - rank} stopped because of it" in out, out[-3000:]
+
+
+def test_an_elastic_restart_resumes_from_the_last_checkpoint_and_logs_every_step_once(tmp_path: Path) -> None:
+    """Rank 1's worker exits in step 2 (once: a marker file survives the restart); both nodes restart and finish.
+
+    The agents' restart counts differ (the node whose worker died counts a restart, the other restarts for
+    the membership change and does not), and the store at MASTER_PORT still holds the first attempt's keys:
+    the restarted ranks must neither read a dead peer's gloo address nor the first attempt's failure report.
+    """
+    port = free_port()
+    marker = tmp_path / "rank1-died"
+    published = tmp_path / "two_nodes" / "trial0" / "checkpoints" / "step_2" / "areal_checkpoint.json"
+    cmd = _agent(
+        port,
+        tmp_path,
+        "train.steps=4",
+        "train.save_every=1",
+        "train.resume=auto",
+        "reward=[{implementation: dist_failing_plugins.reward_dying_once_on_rank1, kwargs: {at_call: 2, "
+        f"marker: {marker}, after: {published}}}}}]",
+        restarts=1,
+    )
+    # two job starts in one bound (each start imports torch and builds the model on busy cores; 121-271 s
+    # the two together here, at load 11-17 on 2 cores)
+    results = run_bounded([cmd, cmd], [clean_env(), clean_env()], 2 * JOB_TIMEOUT_S)
+    logs = "".join(out + err for _, out, err in results)
+    for code, out, err in results:
+        assert code == 0, f"an agent exited with {code}:\n{out[-2000:]}\n{err[-3000:]}"
+    assert marker.is_file()  # the first attempt's rank 1 did die
+    assert "[areal-adv] resuming from " in logs and "(step 2)" in logs, logs[-3000:]
+    assert logs.count("[areal-adv] two_nodes: done, 4/4 steps") == 1
+    assert _steps(tmp_path / "two_nodes" / "trial0") == [0, 1, 2, 3]
