@@ -7,7 +7,9 @@ Two guards:
 - every (task, estimator) pair of the committed rows has the behaviour
   fingerprint its rows record (a two-update run of that pair: sampled batches,
   advantages, metrics and weights; bench/suite_fingerprint.py), one test per
-  task;
+  task, all read from one `--check-current` process over every task (one
+  interpreter and torch start instead of one per task; the module's tests share
+  an xdist worker, so it runs once);
 - the two cheapest committed seed-1 rows of two tasks rerun end to end and reproduce
   every recorded number exactly (`--verify`), as a user's rerun would.
 
@@ -23,6 +25,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.xdist_group("suite_rows_current")  # the module fixture runs once
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "estimator_suite.py"
@@ -55,16 +59,37 @@ def test_every_task_and_estimator_of_the_suite_has_committed_rows_with_a_fingerp
     assert all(len({r["seed"] for r in rows if (r["task"], r["estimator"]) == p}) >= 10 for p in pairs)
 
 
+@pytest.fixture(scope="module")
+def checked() -> subprocess.CompletedProcess:
+    """`--check-current` over every task at once: it names each stale (task, estimator) pair on a line of its own."""
+    return _suite("--check-current", "--tasks", *TASKS)
+
+
+#: the fixture's one process does the five per-task processes' work: its own 900 s bound (`_suite`) ends a hang,
+#: not the suite's per-test 600 s, which the first test to use it would otherwise spend on all five tasks
+CHECK_TIMEOUT = pytest.mark.timeout(1200)
+
+
+@CHECK_TIMEOUT
 @pytest.mark.parametrize("task", list(TASKS))
-def test_the_committed_rows_match_this_codes_behaviour_fingerprints(task: str):
-    done = _suite("--check-current", "--tasks", task)
-    assert done.returncode == 0, (
+def test_the_committed_rows_match_this_codes_behaviour_fingerprints(task: str, checked: subprocess.CompletedProcess):
+    n = len(_rows())  # every current row of every task was compared: the summary line counts them
+    summary = [line for line in checked.stdout.splitlines() if line.startswith("[suite] ") and f" {n} rows" in line]
+    assert checked.returncode in (0, 1) and summary, (
+        f"--check-current did not finish:\n{checked.stdout[-3000:]}{checked.stderr[-3000:]}"
+    )
+    stale = [line for line in checked.stdout.splitlines() if line.startswith(f"[suite] {task}/")]
+    assert not stale, (
         f"bench/results/estimator_suite.jsonl no longer describes this code's training on `{task}`:\n"
-        + done.stdout[-3000:]
-        + done.stderr[-2000:]
+        + "\n".join(stale)
         + f"\nIf the change of behaviour is meant, refresh the campaign and commit the rows and docs: {REFRESH_COMMAND}"
     )
-    assert "rows match this code's behaviour fingerprints" in done.stdout
+
+
+@CHECK_TIMEOUT
+def test_every_task_passes_the_fingerprint_check(checked: subprocess.CompletedProcess):
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
+    assert f"[suite] all {len(_rows())} rows match this code's behaviour fingerprints" in checked.stdout
 
 
 def test_two_committed_rows_rerun_exactly():
