@@ -259,11 +259,16 @@ def report_text(rows: list[dict[str, Any]], run_rows: list[dict[str, Any]], prob
         "below 0": "**is reversed**: MaxRL's held-out AUC is below GRPO's, the interval below 0",
         "not resolved": "**is not resolved** here: the interval of MaxRL − GRPO's AUC contains 0",
     }.get(maxrl, f"cannot be read yet ({maxrl})")
-    early_verdict = (
-        "Diagnostics that had the sign of a resolved difference over the first 10 updates: " + ", ".join(said) + "."
-        if said
-        else "No diagnostic had the sign of a resolved difference over the first 10 updates (or none was resolved)."
-    )
+    resolved = [e for e in ESTIMATORS[1:] if verdicts.get(("AUC", e)) in ("above 0", "below 0")]
+    if said:
+        early_verdict = "Had the sign of a resolved AUC difference over the first 10 updates: " + ", ".join(said) + "."
+    elif resolved:
+        early_verdict = "No diagnostic had the sign of the resolved AUC difference(s) over the first 10 updates."
+    else:
+        early_verdict = (
+            "No AUC difference to GRPO was resolved, so there was nothing for a diagnostic to say early; the "
+            "scores above are what the diagnostics measured."
+        )
     seeds = sorted({r["seed"] for r in rows})
     return "\n".join(
         [
