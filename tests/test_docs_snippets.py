@@ -1002,6 +1002,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/performance.md: pip download --no-deps triton==3.9.0 -d /tmp/triton-wheel &&": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_sampling.py train.num_threads=1": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 --sides our": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 --model run": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_decode.py --model runs/models/S": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_rollout_copy.py --model runs/mo": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_lookup_gradient.py --model runs": check_shell,
