@@ -89,7 +89,8 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL `proc`, its process group and every descendant (torchrun's workers have sessions of their own)."""
     for pid in descendants(proc.pid):
         try:
             os.kill(pid, signal.SIGKILL)
@@ -122,5 +123,5 @@ def run_bounded(cmds: list[list[str]], envs: list[dict[str, str]], timeout: floa
     finally:
         for proc in procs:
             if proc.poll() is None:
-                _kill_tree(proc)
+                kill_tree(proc)
     return results

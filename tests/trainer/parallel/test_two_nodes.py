@@ -17,8 +17,6 @@ Every agent runs under a subprocess timeout that also kills its worker, so a han
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +24,7 @@ import time
 from pathlib import Path
 
 import tiny_run
-from dist_launch import ROOT, clean_env, descendants, free_port, run_bounded
+from dist_launch import ROOT, clean_env, descendants, free_port, kill_tree, run_bounded
 
 JOB_TIMEOUT_S = 360  # shared CPUs: generous; a hang still fails the test
 TINY = [
@@ -93,18 +91,6 @@ def _rank_of(agent: subprocess.Popen) -> int | None:
     return None
 
 
-def _kill_node(agent: subprocess.Popen) -> None:
-    """SIGKILL the agent and its worker: what a node that loses power leaves behind."""
-    workers = descendants(agent.pid)
-    os.killpg(agent.pid, signal.SIGKILL)
-    for pid in workers:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    agent.wait()
-
-
 def _listening(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -142,14 +128,14 @@ def test_a_lost_node_is_named_by_the_other_which_exits(tmp_path: Path) -> None:
         assert all(a.poll() is None for a in agents), "an agent ended before the first step was logged"
         rank = _rank_of(lost)
         assert rank in (0, 1), rank
-        _kill_node(lost)
+        kill_tree(lost)
         host.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the surviving node did not exit within {JOB_TIMEOUT_S} s") from None
     finally:
         for agent in agents:
             if agent.poll() is None:
-                _kill_node(agent)
+                kill_tree(agent)
     out = (tmp_path / "host.log").read_text()
     assert host.returncode != 0, out[-3000:]
     said = f"error: rank {rank} failed in step "

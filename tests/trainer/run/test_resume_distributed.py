@@ -14,8 +14,6 @@ checkpoints); the sampling after that is the new world size's own (its per-rank 
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from checkpoint_state import engine_tensors, state_tensors
-from dist_launch import clean_env, descendants, run_bounded
+from dist_launch import clean_env, kill_tree, run_bounded
 
 from areal_adv.api.cli_args import load_config
 from areal_adv.trainer.run.loop import Trainer
@@ -87,15 +85,7 @@ def _kill_job_after_rows(cmd: list[str], metrics: Path, rows: int) -> None:
             time.sleep(0.01)
         killed = proc.poll() is None
     finally:
-        if proc.poll() is None:
-            workers = descendants(proc.pid)  # torchrun starts each rank in a session of its own
-            os.killpg(proc.pid, signal.SIGKILL)
-            for pid in workers:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        proc.wait()
+        kill_tree(proc)  # torchrun starts each rank in a session of its own
     assert killed, f"the job ended (exit {proc.returncode}) before it could be killed"
 
 
