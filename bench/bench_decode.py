@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -139,16 +138,9 @@ def run(args: argparse.Namespace) -> None:
     origin = bench_rows.provenance("bench_decode.py")  # the code as the run starts
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
     rows = contexts(vocab=model.config.vocab_size)
-    before = bench_rows.load_now()
-    print(f"before: {bench_rows.describe_load(before)}")
-    times = measure(model, rows, args.reps)
-    after = bench_rows.load_now()
-    print(f"after:  {bench_rows.describe_load(after)}")
-    for name, values in times.items():
-        print(f"{name:26s} median {statistics.median(values):.3f} s ({len(values)} calls)")
+    times, before, after = bench_rows.under_load(lambda: measure(model, rows, args.reps))
     per_round = ratios(times)
-    for name, values in per_round.items():
-        print(f"{name}: {bench_rows.spread(values)} (median of {len(values)} rounds, range)")
+    bench_rows.print_rounds(times, per_round, 26)
     profiled = profile_ops(model, rows) if args.profile else None
     if args.results is not None:
         row = {

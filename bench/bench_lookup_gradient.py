@@ -61,23 +61,25 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         lookup = tied_embedding(trainer.engine.model)
         if lookup is None or not trainer.engine.sparse_lookup_gradient:
             raise SystemExit(f"--model {args.model}: no tied lookup table trained sparsely here; nothing to compare")
-        before = bench_rows.load_now()
-        print(f"before: {bench_rows.describe_load(before)}")
-        trainer.step(0)  # warm-up
-        times: dict[str, list[float]] = {"sparse": [], "dense": []}
-        step = 1
-        for pair in range(args.pairs):
-            for sparse in (False, True) if pair % 2 == 0 else (True, False):
-                lookup.sparse = sparse
-                seconds = trainer.step(step).metrics["time/update"]
-                times["sparse" if sparse else "dense"].append(seconds)
-                step += 1
-                print(f"pair {pair} {'sparse' if sparse else 'dense '}: update {seconds:.3f} s", flush=True)
-        lookup.sparse = True
-        after = bench_rows.load_now()
-        print(f"after:  {bench_rows.describe_load(after)}")
+        times, before, after = bench_rows.under_load(lambda: _alternate(trainer, lookup, args.pairs))
     ratios = [s / d for s, d in zip(times["sparse"], times["dense"])]
     return {"load": {"before": before, "after": after}, "update_s": times, "ratios": ratios}
+
+
+def _alternate(trainer: Any, lookup: Any, pairs: int) -> dict[str, list[float]]:
+    """A warm-up step, then `pairs` pairs of updates, sparse and dense lookup backward (the order swapped each pair)."""
+    trainer.step(0)  # warm-up
+    times: dict[str, list[float]] = {"sparse": [], "dense": []}
+    step = 1
+    for pair in range(pairs):
+        for sparse in (False, True) if pair % 2 == 0 else (True, False):
+            lookup.sparse = sparse
+            seconds = trainer.step(step).metrics["time/update"]
+            times["sparse" if sparse else "dense"].append(seconds)
+            step += 1
+            print(f"pair {pair} {'sparse' if sparse else 'dense '}: update {seconds:.3f} s", flush=True)
+    lookup.sparse = True
+    return times
 
 
 def run(args: argparse.Namespace) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -105,16 +104,9 @@ def run(args: argparse.Namespace) -> None:
     full = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
     models = {"full": full, "copy": cast_copy(full, torch.bfloat16)}
     rows = bench_decode.contexts(vocab=full.config.vocab_size)
-    before = bench_rows.load_now()
-    print(f"before: {bench_rows.describe_load(before)}")
-    times = measure(models, rows, args.reps)
-    after = bench_rows.load_now()
-    print(f"after:  {bench_rows.describe_load(after)}")
-    for name, values in times.items():
-        print(f"{name:14s} median {statistics.median(values):.3f} s ({len(values)} calls)")
+    times, before, after = bench_rows.under_load(lambda: measure(models, rows, args.reps))
     ratios = {f"{name} / float32": [a / b for a, b in zip(times[name], times["float32"])] for name, _, _ in CONFIGS[1:]}
-    for name, values in ratios.items():
-        print(f"{name}: {bench_rows.spread(values)} (median of {len(values)} rounds, range)")
+    bench_rows.print_rounds(times, ratios, 14)
     found = mismatch(models, rows, args.cap)
     for key, value in found.items():
         print(f"{key}: {value:.6g}")

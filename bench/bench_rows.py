@@ -18,8 +18,11 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -35,6 +38,26 @@ def load_now() -> dict[str, Any]:
     except (OSError, IndexError):
         row["cpu_some"] = None
     return row
+
+
+def under_load(run: Callable[[], T]) -> tuple[T, dict[str, Any], dict[str, Any]]:
+    """`run()` between two readings of the load, each printed: its result, the load before and after."""
+    before = load_now()
+    print(f"before: {describe_load(before)}", flush=True)
+    result = run()
+    after = load_now()
+    print(f"after:  {describe_load(after)}", flush=True)
+    return result, before, after
+
+
+def print_rounds(times: dict[str, list[float]], ratios: dict[str, list[float]], width: int) -> None:
+    """Each configuration's median time over its calls, then each ratio's median and range over the rounds."""
+    import statistics
+
+    for name, values in times.items():
+        print(f"{name:{width}s} median {statistics.median(values):.3f} s ({len(values)} calls)")
+    for name, values in ratios.items():
+        print(f"{name}: {spread(values)} (median of {len(values)} rounds, range)")
 
 
 def as_load(load: dict[str, Any] | str) -> dict[str, Any]:
