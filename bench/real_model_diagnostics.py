@@ -52,6 +52,7 @@ for _path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(_path))
 
 import bench_rows  # noqa: E402
+import suite_evidence  # noqa: E402
 from suite_evidence import ORIENTATION  # noqa: E402
 from suite_stats import auc  # noqa: E402
 
@@ -154,27 +155,15 @@ def verdict(low: float, high: float) -> str:
     return "above 0" if low > 0 else "below 0" if high < 0 else "not resolved"
 
 
-def _metric(row: dict[str, Any], name: str, metric: str) -> float | None:
-    value = row["metrics"].get(name, {}).get(metric)
-    if value is None:
-        return None
-    return abs(value) if metric == "length_corr" else value
-
-
 def scores(rows: list[dict[str, Any]], kind: str, metric: str, estimator: str) -> dict[int, float]:
-    """{seed: oriented score}: E's window mean minus GRPO's (own runs, or E's shadow on GRPO's run)."""
-    by = {(r["estimator"], r["seed"]): r for r in rows}
-    sign = ORIENTATION[metric] or 1
-    out = {}
-    for seed, grpo in ((k[1], v) for k, v in by.items() if k[0] == "grpo"):
-        base = _metric(grpo, "active", metric)
-        if kind == "own":
-            mine = _metric(by[(estimator, seed)], "active", metric) if (estimator, seed) in by else None
-        else:
-            mine = _metric(grpo, estimator, metric)
-        if base is not None and mine is not None:
-            out[seed] = sign * (mine - base) + 0.0  # + 0.0: no negative zero in the table
-    return out
+    """{seed: oriented score} of E, as the suite scores it (`suite_evidence.scores`): E's window mean minus GRPO's.
+
+    Every run is an `own` row (its active advantages against GRPO's run); GRPO's runs are also the `shadow` rows
+    (E's shadow against GRPO's own advantages on the same batches).
+    """
+    kinds = [{**r, "kind": "own"} for r in rows] + [{**r, "kind": "shadow"} for r in rows if r["estimator"] == "grpo"]
+    found = suite_evidence.scores(kinds, kind, metric).get((TASK, estimator), {})
+    return {seed: value + 0.0 for seed, value in found.items()}  # + 0.0: no negative zero in the table
 
 
 def outcome_table(values: dict[str, dict[str, dict[int, float]]]) -> tuple[str, dict[tuple[str, str], str]]:
@@ -221,19 +210,13 @@ def early_table(rows: list[dict[str, Any]], target: dict[str, dict[int, float]])
                 if answer == "yes":
                     said.append(f"{metric} ({kind} runs, {estimator})")
                 lines.append(
-                    f"| {_label(metric)} | {kind} runs | {estimator} | "
+                    f"| {suite_evidence.direction(metric)} | {kind} runs | {estimator} | "
                     + ", ".join(f"{score[s]:+.3g}" for s in seeds)
                     + f" | {mean:+.3g} | "
                     + ", ".join(f"{diffs[s]:+.3f}" for s in seeds)
                     + f" | {answer} |"
                 )
     return "\n".join(lines), said
-
-
-def _label(metric: str) -> str:
-    o = ORIENTATION[metric]
-    name = "abs(length_corr)" if metric == "length_corr" else metric
-    return f"{name} (none)" if o is None else f"{name} ({'higher' if o > 0 else 'lower'} is better)"
 
 
 def _said(orientation: int | None, resolved: str, score: list[float], diffs: list[float]) -> str:

@@ -142,7 +142,8 @@ def all_evidence(rows: list[dict[str, Any]], suite: list[dict[str, Any]]) -> lis
     return [e for e in found if e is not None]
 
 
-def _direction(metric: str) -> str:
+def direction(metric: str) -> str:
+    """The metric's table label with the direction fixed in advance: `grad_snr (higher is better)`."""
     o = ORIENTATION[metric]
     label = "abs(length_corr)" if metric == "length_corr" else metric  # a bare | would split a table cell
     return f"{label} (none)" if o is None else f"{label} ({'higher' if o > 0 else 'lower'} is better)"
@@ -157,7 +158,7 @@ def evidence_table(found: Sequence[Evidence]) -> str:
     for e in found:
         signs = "—" if ORIENTATION[e.metric] is None else f"{e.right} of {e.significant}"
         lines.append(
-            f"| {_direction(e.metric)} | {e.kind} runs | {e.pairs} | {e.rho:+.2f} [{e.low:+.2f}, {e.high:+.2f}] "
+            f"| {direction(e.metric)} | {e.kind} runs | {e.pairs} | {e.rho:+.2f} [{e.low:+.2f}, {e.high:+.2f}] "
             f"| {signs} | {'yes' if e.chooses() else 'no'} |"
         )
     return "\n".join(lines)
@@ -167,7 +168,7 @@ def pair_table(rows: list[dict[str, Any]], suite: list[dict[str, Any]], kind: st
     """Per (task, estimator): the AUC difference and each diagnostic's oriented score, seed means."""
     target = auc_differences(suite)
     per_metric = {m: scores(rows, kind, m) for m in ORIENTATION}
-    head = "| task | estimator | AUC − GRPO [CI] | " + " | ".join(_direction(m).split(" (")[0] for m in ORIENTATION)
+    head = "| task | estimator | AUC − GRPO [CI] | " + " | ".join(direction(m).split(" (")[0] for m in ORIENTATION)
     lines = [head + " |", "| --- | --- | --- | " + " | ".join("---" for _ in ORIENTATION) + " |"]
     for pair in sorted(target):
         if not any(pair in per_metric[m] for m in ORIENTATION):
