@@ -119,7 +119,9 @@ def t_interval(values: list[float]) -> tuple[float, float, float]:
     if n < 2:
         return mean, float("nan"), float("nan")
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = T_975.get(n - 1, 1.96) * sd / math.sqrt(n)
+    if n - 1 not in T_975:
+        raise ValueError(f"t_interval: {n} values, but t quantiles are tabulated for 2-{max(T_975) + 1} only")
+    half = T_975[n - 1] * sd / math.sqrt(n)
     return mean, mean - half, mean + half
 
 
