@@ -242,11 +242,15 @@ class PPOActor:
             fn.load_state_dict(saved[name])
 
     @staged("policy update")
-    def ppo_update(self, data: Mapping[str, Any]) -> dict[str, float]:
-        """One PPO update over `data` (the output of `compute_advantages`)."""
+    def ppo_update(self, data: Mapping[str, Any], **options: Any) -> dict[str, float]:
+        """One PPO update over `data` (the output of `compute_advantages`).
+
+        `options`: `proximal_from_forward` and `observe` of
+        `areal_adv.trainer.ppo.training.update.ppo_update`.
+        """
         self._check_config_unchanged()
         if self.engine is None:
             raise RuntimeError("PPOActor.ppo_update needs a training engine; construct PPOActor(config, engine)")
         from areal_adv.trainer.ppo.training.update import ppo_update
 
-        return ppo_update(self.config, self.engine, data)
+        return ppo_update(self.config, self.engine, data, **options)

@@ -92,6 +92,7 @@ from areal_adv.trainer.run.task_setup import (
     resolve_task_parts,
 )
 from areal_adv.trainer.run.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
+from areal_adv.trainer.run.training_logprobs import MismatchObserver, logprobs_in_update
 from areal_adv.utils.batch_meta import TrajBatchMeta
 from areal_adv.utils.data import concat_batch
 
@@ -237,6 +238,8 @@ class Trainer:
         self.policy = self.engine.full_model
         self.sampler = self.engine.rollout_model
         self.mismatch: dict[str, float] = {}  # rollout.weights_dtype: the last step's rollout_mismatch/* metrics
+        # the trained weights' log-probs of the sampled tokens from the update's own forward, not a pass before it
+        self.logprobs_in_update = logprobs_in_update(cfg)
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
@@ -346,17 +349,20 @@ class Trainer:
             batch["ref_logp"] = chunked_rows(self._reference_logprobs, chunks, ids, mask, wanted, temperature=temp)
         if self.critic is not None:
             batch["values"] = self.critic.compute_values(batch)
-        if self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss:
+        separate = not self.logprobs_in_update  # else the update's forward computes them (training_logprobs)
+        if separate and (self.cfg.actor.recompute_logprob or self.cfg.actor.use_decoupled_loss):
             batch["prox_logp"] = chunked_rows(
                 lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w), chunks, ids, mask, wanted
             )
-        if self.engine.rollout_dtype is not None:  # the sampling copy against the trained weights
+        if separate and self.engine.rollout_dtype is not None:  # the sampling copy against the trained weights
             training = batch.get("prox_logp")
             if training is None:
                 training = chunked_rows(
                     lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w), chunks, ids, mask, wanted
                 )
-            self.mismatch = self._rollout_mismatch(aligned_from_rollout(batch["logprobs"]), training, wanted)
+            cap = self.cfg.actor.behav_imp_weight_cap
+            local = mismatch_sums(aligned_from_rollout(batch["logprobs"]), training, wanted, cap)
+            self.mismatch = self._rollout_mismatch(local)
         # the behaviour policy's entropy and Σπ², before the update, in one pass; only the fields a stage reads.
         # Under the rollout's autocast and from the module that sampled: Σπ² must describe the distribution the
         # sampled log-probs came from (the optimal token baseline refuses a Σπ² below π_t²; bf16 logits against
@@ -373,12 +379,9 @@ class Trainer:
         """The module whose distribution the rollout sampled: the cast copy, or the trained (or sharded) module."""
         return self.sampler if self.engine.rollout_dtype is not None else self.engine.model
 
-    def _rollout_mismatch(
-        self, behaviour: torch.Tensor, training: torch.Tensor, wanted: torch.Tensor
-    ) -> dict[str, float]:
+    def _rollout_mismatch(self, local: MismatchSums) -> dict[str, float]:
         """`rollout_mismatch/*` of the sampled tokens over all ranks (sums added, the largest weight's max)."""
         cap = self.cfg.actor.behav_imp_weight_cap
-        local = mismatch_sums(behaviour, training, wanted, cap)
         if self.ctx.is_distributed:
             summed = all_reduce_tensor(local.as_tensor(), self.ctx)
             largest = all_reduce_tensor(torch.tensor([local.weight_max], dtype=torch.float64), self.ctx, ReduceOp.MAX)
@@ -398,6 +401,16 @@ class Trainer:
     @staged("advantages")
     def compute_advantages(self, batch: dict[str, Any], meta: TrajBatchMeta | None) -> dict[str, Any]:
         return self.actor.compute_advantages(batch, meta, shaping=self.cfg.rollout.prm.advantage_shaping)
+
+    def _policy_update(self, data: dict[str, Any]) -> dict[str, float]:
+        """The actor's update; with `logprobs_in_update` its forward also gives the proximal log-probs and mismatch."""
+        if not self.logprobs_in_update:
+            return self.actor.ppo_update(data)
+        observer = MismatchObserver(self.cfg.actor.behav_imp_weight_cap) if self.engine.rollout_dtype else None
+        stats = self.actor.ppo_update(data, proximal_from_forward=self.cfg.actor.use_decoupled_loss, observe=observer)
+        if observer is not None:
+            self.mismatch = self._rollout_mismatch(observer.sums)
+        return stats
 
     @staged("evaluation")
     def evaluate(self, updates: int) -> dict[str, float]:
@@ -445,7 +458,7 @@ class Trainer:
             filtered = filter_zero_advantage_groups(data, meta.traj_group_sizes, self.ctx)
             data = filtered.data
         with timer.phase("update"):
-            stats = {} if filtered is not None and filtered.skip_update else self.actor.ppo_update(data)
+            stats = {} if filtered is not None and filtered.skip_update else self._policy_update(data)
             if self.critic is not None and stats:
                 stats.update(self.critic.ppo_update(data))
             self.engine.sync_rollout_model()  # FSDP or weights_dtype: the sampling copy takes the new weights

@@ -238,3 +238,32 @@ def test_a_run_with_the_copy_exports_float32_weights_that_generate(tmp_path: Pat
     assert all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())  # the trained weights
     out = model.generate(input_ids=IDS[:1, :3], max_new_tokens=3, do_sample=False)
     assert out.shape[0] == 1 and out.shape[1] > 3  # generated at least one token
+
+
+@pytest.mark.parametrize("correction", [DECOUPLED, []], ids=["decoupled", "metrics-only"])
+def test_one_minibatch_takes_the_log_probs_from_the_update_forward(tmp_path: Path, correction: list[str]) -> None:
+    """With one optimiser step per batch the pass before the update is skipped, and nothing else changes."""
+    extra = ["train.steps=2", "actor.ppo_n_minibatches=1", *BF16, *correction]
+    in_update, separate = _trainer(tmp_path / "a", *extra), _trainer(tmp_path / "b", *extra)
+    assert in_update.logprobs_in_update
+    initial = [p.detach().clone() for p in in_update.policy.parameters()]
+    separate.logprobs_in_update = False  # the same run with the pass before the update
+    passes = []
+    in_update.engine.compute_logprobs = lambda *a, **k: passes.append(1)  # type: ignore[method-assign]
+    for step in range(2):
+        got, expected = in_update.step(step), separate.step(step)
+        assert torch.equal(got.batch["input_ids"], expected.batch["input_ids"])  # the same rollout
+        assert "prox_logp" not in got.batch
+        assert ("prox_logp" in expected.batch) == bool(correction)
+        assert got.metrics["grad_norm"] > 0
+        for key, value in expected.metrics.items():
+            if key.startswith(("rollout_mismatch/", "policy_loss", "grad_norm", "importance_weight")):
+                assert got.metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-7), key
+        assert {k for k in got.metrics if k.startswith("rollout_mismatch/")} == {
+            k for k in expected.metrics if k.startswith("rollout_mismatch/")
+        }
+    assert passes == []  # no forward before the update
+    worst = max((a - b).abs().max().item() for a, b in zip(in_update.policy.parameters(), separate.policy.parameters()))
+    moved = max((a - b).abs().max().item() for a, b in zip(in_update.policy.parameters(), initial))
+    assert worst <= 1e-3 * moved, (worst, moved)
+    assert _is_fresh_cast(in_update.sampler, in_update.policy)

@@ -42,6 +42,16 @@ class MismatchSums:
     def as_tensor(self) -> torch.Tensor:
         return torch.tensor([self.tokens, self.kl_sum, self.k3_sum, self.capped, self.weight_max], dtype=torch.float64)
 
+    def __add__(self, other: MismatchSums) -> MismatchSums:
+        """The sums of two disjoint sets of tokens (micro-batches): sums added, the larger `weight_max`."""
+        return MismatchSums(
+            self.tokens + other.tokens,
+            self.kl_sum + other.kl_sum,
+            self.k3_sum + other.k3_sum,
+            self.capped + other.capped,
+            max(self.weight_max, other.weight_max),
+        )
+
     @classmethod
     def from_tensor(cls, values: torch.Tensor) -> MismatchSums:
         tokens, kl_sum, k3_sum, capped, weight_max = (float(v) for v in values.tolist())

@@ -24,7 +24,7 @@ is). Returned statistics are global on every rank.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,6 +37,10 @@ from areal_adv.trainer.parallel.micro_batches import micro_slices, near_equal_sl
 from areal_adv.trainer.ppo.training.loss import masked_mean, ppo_policy_loss
 
 _REQUIRED = ("input_ids", "attention_mask", "loss_mask", "logprobs", "advantages")
+
+#: Called once per micro-batch with its behaviour log-probs, the training forward's log-probs (detached) and its
+#: loss mask, all [rows, positions] and next-token aligned; positions outside the mask may hold anything.
+ObserveForward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
 class PolicyEngineLike(Protocol):
@@ -108,7 +112,15 @@ def plan_minibatches(data: Mapping[str, Any], n_minibatches: int, engine: Any) -
     return MinibatchPlan(slices, shares, ctx)
 
 
-def _proximal(config: PPOActorConfig, data: Mapping[str, Any]) -> torch.Tensor:
+def _proximal(config: PPOActorConfig, data: Mapping[str, Any], from_forward: bool) -> torch.Tensor | None:
+    """The log-probs the ratio is taken against; None: the training forward's own, detached."""
+    if from_forward:
+        if not config.use_decoupled_loss:
+            raise ValueError(
+                "ppo_update: proximal_from_forward=True needs actor.use_decoupled_loss=true (without it the ratio "
+                "is taken against the behaviour log-probs, not the proximal policy's)"
+            )
+        return None
     prox = data.get("prox_logp")
     if config.use_decoupled_loss:
         if not isinstance(prox, torch.Tensor):
@@ -140,23 +152,36 @@ def _check_batch(data: Mapping[str, Any]) -> None:
             raise ValueError(f"ppo_update: '{key}' has shape {tuple(data[key].shape)}, expected {tuple(shape)}")
 
 
-def _micro_loss(
-    config: PPOActorConfig, engine: Any, data: Mapping[str, Any], proximal: torch.Tensor, rows: slice, sparse: bool
-) -> tuple[torch.Tensor, dict[str, float]]:
+@dataclass(frozen=True)
+class _Pass:
+    """What every micro-batch of one update reads besides its rows."""
+
+    config: PPOActorConfig
+    engine: Any
+    data: Mapping[str, Any]
+    proximal: torch.Tensor | None  # None: each forward's own log-probs, detached
+    sparse: bool  # the engine computes only the loss-mask positions
+    observe: ObserveForward | None
+
+
+def _micro_loss(run: _Pass, rows: slice) -> tuple[torch.Tensor, dict[str, float]]:
     """The token-mean policy loss of `rows` (training forward) and its detached statistics."""
+    config, data = run.config, run.data
     width = int(data["attention_mask"][rows].sum(-1).max().item())
     cut = (rows, slice(0, max(width, 1)))
     mask = data["loss_mask"][cut]
-    logp, entropy = engine.forward_logprobs(
+    logp, entropy = run.engine.forward_logprobs(
         data["input_ids"][cut],
         data["attention_mask"][cut],
         config.temperature,
         with_entropy=True,
-        **({"wanted": mask} if sparse else {}),
+        **({"wanted": mask} if run.sparse else {}),
     )
+    if run.observe is not None:
+        run.observe(data["logprobs"][cut].detach(), logp.detach(), mask)
     loss, stats = ppo_policy_loss(
         logp,
-        proximal[cut].detach(),
+        logp.detach() if run.proximal is None else run.proximal[cut].detach(),
         data["logprobs"][cut].detach(),
         data["advantages"][cut].detach(),
         mask,
@@ -173,15 +198,7 @@ def _micro_loss(
     }
 
 
-def _minibatch_update(
-    config: PPOActorConfig,
-    engine: Any,
-    data: Mapping[str, Any],
-    proximal: torch.Tensor,
-    rows: slice,
-    share: float,
-    ctx: DistContext | None,
-) -> dict[str, float]:
+def _minibatch_update(run: _Pass, rows: slice, share: float, ctx: DistContext | None) -> dict[str, float]:
     """One optimiser step on `rows`, accumulated over micro-batches of `actor.ppo_micro_batch_size` rows.
 
     Micro-batch j's token-mean loss is weighted by its share of the minibatch's
@@ -189,13 +206,13 @@ def _minibatch_update(
     token mean and the accumulated gradient is the one-pass gradient; the
     token-mean statistics combine with the same weights.
     """
-    sparse = _takes_wanted(engine)
+    config, engine, data = run.config, run.engine, run.data
     micro = [
         slice(rows.start + m.start, rows.start + m.stop)
         for m in micro_slices(rows.stop - rows.start, config.ppo_micro_batch_size, ctx)
     ]
     if len(micro) == 1:  # one pass: any engine with `optimizer_step`
-        loss, stats = _micro_loss(config, engine, data, proximal, rows, sparse)
+        loss, stats = _micro_loss(run, rows)
         grad_norm = engine.optimizer_step(loss * share if ctx is not None else loss)
         return {**{k: v * share for k, v in stats.items()}, "grad_norm": grad_norm}
     if not callable(getattr(engine, "micro_batch", None)):
@@ -209,23 +226,47 @@ def _minibatch_update(
     for j, sl in enumerate(micro):
         weight = share * (tokens[j] / total if total > 0 else 1.0 / len(micro))
         with engine.micro_batch(j, len(micro)):
-            loss, stats = _micro_loss(config, engine, data, proximal, sl, sparse)
+            loss, stats = _micro_loss(run, sl)
             engine.backward(loss * weight)
         for key, value in stats.items():
             totals[key] = totals.get(key, 0.0) + value * weight
     return {**totals, "grad_norm": engine.apply_gradients()}
 
 
-def ppo_update(config: PPOActorConfig, engine: PolicyEngineLike, data: Mapping[str, Any]) -> dict[str, float]:
-    """One PPO pass over `data`; returns minibatch-averaged statistics (global under data parallelism)."""
+def ppo_update(
+    config: PPOActorConfig,
+    engine: PolicyEngineLike,
+    data: Mapping[str, Any],
+    *,
+    proximal_from_forward: bool = False,
+    observe: ObserveForward | None = None,
+) -> dict[str, float]:
+    """One PPO pass over `data`; returns minibatch-averaged statistics (global under data parallelism).
+
+    `proximal_from_forward` (with `actor.use_decoupled_loss`): the proximal
+    log-probs are each training forward's own, detached, instead of the
+    batch's `prox_logp`. That is exact only while the weights are the ones
+    the proximal policy means, the weights before any optimiser step of this
+    pass, so it needs a pass of one minibatch (micro-batches accumulate into
+    one step and are fine); verl's actor does the same for its old
+    log-probs when one minibatch and one epoch make the update on-policy
+    (`DataParallelPPOActor.update_policy`). `observe` sees every
+    micro-batch's training log-probs as they are computed.
+    """
     _check_batch(data)
-    proximal = _proximal(config, data)
+    proximal = _proximal(config, data, proximal_from_forward)
     totals: dict[str, float] = {}
     plan = plan_minibatches(data, config.ppo_n_minibatches, engine)
+    if proximal is None and len(plan.slices) != 1:
+        raise ValueError(
+            f"ppo_update: proximal_from_forward=True needs one minibatch (actor.ppo_n_minibatches=1), got "
+            f"{len(plan.slices)}: after the first optimiser step the weights are no longer the proximal policy"
+        )
+    run = _Pass(config, engine, data, proximal, _takes_wanted(engine), observe)
     for i, sl in enumerate(plan.slices):
         share = 1.0 if plan.shares is None else plan.shares[i]
         # grad_norm: of the synchronised gradient, the same on every rank
-        step = _minibatch_update(config, engine, data, proximal, sl, share, plan.ctx)
+        step = _minibatch_update(run, sl, share, plan.ctx)
         for key, value in step.items():
             totals[key] = totals.get(key, 0.0) + value / len(plan.slices)
     return plan.reduce_stats(totals, global_keys=("grad_norm",))
