@@ -603,7 +603,8 @@ class RolloutConfig:
             "help": "`bfloat16`: training rollouts sample from a bfloat16 copy of the policy, refreshed after "
             "every update with one cast (one process, DDP and FSDP alike), which reads half the bytes per "
             "generated token; training, the log-prob passes and evaluation keep `model.dtype`. The training "
-            "precision's log-probs of the sampled tokens are recomputed every step and the mismatch is logged "
+            "precision's log-probs of the sampled tokens are recomputed every step (by the update's own forward "
+            "when `actor.ppo_n_minibatches` is 1) and the mismatch is logged "
             "(`rollout_mismatch/*`); `actor.use_decoupled_loss` with `actor.behav_imp_weight_cap` corrects it "
             "(AReaL's decoupled objective). Null (default): sample from the training weights."
         },
