@@ -12,6 +12,12 @@ keeps with `rollout.weights_dtype: bfloat16` (`cast_copy`). Each gets one warm-u
 call, then `--reps` rounds time each once, in an order that rotates every round;
 the ratios to float32 are medians of the per-round ratios.
 
+With `--int8`, two more: an int8 weight-only copy made by torchao
+(`quantize_(copy, Int8WeightOnlyConfig())`, one int8 per weight and a scale per
+output channel; torchao is not a dependency: `pip install torchao` into the venv),
+its activations in bfloat16 (the dtype torchao's CPU int8 kernel is written for)
+and in float32.
+
 Then the mismatch: the copy's sampled tokens (temperature 1) are rescored by the
 float32 weights (`token_logprobs`, the trainer's log-prob pass) and
 `rollout_mismatch/*` are computed as the trainer logs them, with the cap
@@ -22,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
+import importlib.metadata
 import os
 import sys
 import time
@@ -37,6 +45,7 @@ import bench_rows  # noqa: E402
 
 #: (name, which module samples, autocast)
 CONFIGS = (("float32", "full", False), ("bf16 autocast", "full", True), ("bf16 copy", "copy", False))
+INT8_CONFIGS = (("int8 copy, bf16 act", "int8_bf16", False), ("int8 copy, f32 act", "int8_f32", False))
 
 
 def sample(model: Any, rows: list[list[int]], autocast: bool) -> tuple[float, list[Any]]:
@@ -59,13 +68,15 @@ def sample(model: Any, rows: list[list[int]], autocast: bool) -> tuple[float, li
     return time.perf_counter() - began, out
 
 
-def measure(models: dict[str, Any], rows: list[list[int]], reps: int) -> dict[str, list[float]]:
+def measure(
+    models: dict[str, Any], rows: list[list[int]], reps: int, configs: tuple[tuple[str, str, bool], ...]
+) -> dict[str, list[float]]:
     """Every configuration's call times: a warm-up each, then `reps` rounds in a rotating order."""
-    for _, which, autocast in CONFIGS:
+    for _, which, autocast in configs:
         sample(models[which], rows, autocast)
-    times: dict[str, list[float]] = {name: [] for name, _, _ in CONFIGS}
+    times: dict[str, list[float]] = {name: [] for name, _, _ in configs}
     for r in range(reps):
-        for name, which, autocast in CONFIGS[r % len(CONFIGS) :] + CONFIGS[: r % len(CONFIGS)]:
+        for name, which, autocast in configs[r % len(configs) :] + configs[: r % len(configs)]:
             times[name].append(sample(models[which], rows, autocast)[0])
             print(f"round {r} {name:14s} {times[name][-1]:.3f} s", flush=True)
     return times
@@ -93,6 +104,19 @@ def mismatch(models: dict[str, Any], rows: list[list[int]], cap: float) -> dict[
     return mismatch_metrics(mismatch_sums(behaviour, training, wanted, cap), cap)
 
 
+def int8_copies(full: Any) -> dict[str, Any]:
+    """torchao's int8 weight-only copies of `full`, with bfloat16 and with float32 activations."""
+    import torch
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    from areal_adv.trainer.parallel.engine import cast_copy
+
+    copies = {"int8_bf16": cast_copy(full, torch.bfloat16), "int8_f32": copy.deepcopy(full)}
+    for module in copies.values():
+        quantize_(module, Int8WeightOnlyConfig())
+    return copies
+
+
 def run(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModelForCausalLM
@@ -103,9 +127,12 @@ def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     full = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa")
     models = {"full": full, "copy": cast_copy(full, torch.bfloat16)}
+    configs = CONFIGS + (INT8_CONFIGS if args.int8 else ())
+    if args.int8:
+        models.update(int8_copies(full))
     rows = bench_decode.contexts(vocab=full.config.vocab_size)
-    times, before, after = bench_rows.under_load(lambda: measure(models, rows, args.reps))
-    ratios = {f"{name} / float32": [a / b for a, b in zip(times[name], times["float32"])] for name, _, _ in CONFIGS[1:]}
+    times, before, after = bench_rows.under_load(lambda: measure(models, rows, args.reps, configs))
+    ratios = {f"{name} / float32": [a / b for a, b in zip(times[name], times["float32"])] for name, _, _ in configs[1:]}
     bench_rows.print_rounds(times, ratios, 14)
     found = mismatch(models, rows, args.cap)
     for key, value in found.items():
@@ -117,6 +144,7 @@ def run(args: argparse.Namespace) -> None:
                 "bench": "rollout_copy",
                 **origin,
                 "model": Path(args.model).name,
+                **({"torchao": importlib.metadata.version("torchao")} if args.int8 else {}),
                 "threads": args.threads,
                 "reps": args.reps,
                 "load": {"before": before, "after": after},
@@ -134,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cap", type=float, default=5.0, help="behaviour-weight cap for capped_frac")
     parser.add_argument("--results", type=Path, default=None, help="append one JSON row (JSONL)")
+    parser.add_argument("--int8", action="store_true", help="also torchao's int8 weight-only copies (needs torchao)")
     run(parser.parse_args(argv))
 
 
