@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_rows  # noqa: E402
 from suite_stats import auc, bootstrap_mean  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,15 +185,6 @@ def report() -> str:
     )
 
 
-def write_docs(text: str, doc: Path = DOC) -> None:
-    begin, end = f"<!-- {BLOCK}:begin -->", f"<!-- {BLOCK}:end -->"
-    page = doc.read_text()
-    if begin not in page or end not in page:
-        raise SystemExit(f"{doc}: no {begin} ... {end} block to write")
-    head, rest = page.split(begin, 1)
-    doc.write_text(f"{head}{begin}\n{text}{end}{rest.split(end, 1)[1]}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--collect", action="store_true", help=f"append finished runs' per-step metrics to {STEPS}")
@@ -203,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report()
     print(text)
     if opts.write_docs:
-        write_docs(text)
+        bench_rows.write_block(DOC, BLOCK, text.strip("\n"))
     return 0
 
 

@@ -220,3 +220,16 @@ def test_the_docs_block_is_what_the_committed_rows_give(script: str) -> None:
     assert bench_rows.block(bench_rows.PERFORMANCE_DOC, bench.DOC_BLOCK) == expected, (
         f"docs/performance.md's {bench.DOC_BLOCK} block is stale: run {bench.REPORT_COMMAND}"
     )
+
+
+def test_the_rollout_copy_learning_block_is_what_the_committed_rows_give() -> None:
+    """docs/performance.md's table of the bf16-copy learning campaign is its report of bench/results/, unedited."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_rows
+    import rollout_copy_report
+
+    runs = rollout_copy_report.latest_runs(rollout_copy_report.read_jsonl(rollout_copy_report.RUNS))
+    assert {arm for arm, _ in runs} == set(rollout_copy_report.ARMS), sorted(runs)
+    assert bench_rows.block(bench_rows.PERFORMANCE_DOC, rollout_copy_report.BLOCK) == (
+        rollout_copy_report.report().strip("\n")
+    ), "docs/performance.md's rollout_copy_learning block is stale: run bench/rollout_copy_report.py --write-docs"

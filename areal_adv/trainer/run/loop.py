@@ -92,7 +92,7 @@ from areal_adv.trainer.run.task_setup import (
     resolve_task_parts,
 )
 from areal_adv.trainer.run.trainer_state import load_trainer_checkpoint, save_trainer_checkpoint
-from areal_adv.trainer.run.training_logprobs import MismatchObserver, logprobs_in_update
+from areal_adv.trainer.run.training_logprobs import MismatchObserver, logprobs_in_update, stochastic_forward
 from areal_adv.utils.batch_meta import TrajBatchMeta
 from areal_adv.utils.data import concat_batch
 
@@ -239,7 +239,7 @@ class Trainer:
         self.sampler = self.engine.rollout_model
         self.mismatch: dict[str, float] = {}  # rollout.weights_dtype: the last step's rollout_mismatch/* metrics
         # the trained weights' log-probs of the sampled tokens from the update's own forward, not a pass before it
-        self.logprobs_in_update = logprobs_in_update(cfg)
+        self.logprobs_in_update = logprobs_in_update(cfg) and not stochastic_forward(self.policy)
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)

@@ -20,12 +20,15 @@ update or outside it:
 * `diagnostics` (shadow estimators' gradients take the ratio against them);
 * `output.save_rollouts` (the saved batch carries them for later replays);
 * `rollout.filter_zero_advantage` (the update sees only the kept groups, the
-  mismatch must describe every sampled token).
+  mismatch must describe every sampled token);
+* a model whose training forward is random (dropout): the pass before the
+  update runs in eval mode, the update's forward would add dropout's noise.
 """
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from areal_adv.api.train_args import ExperimentConfig
 from areal_adv.trainer.ppo.training.rollout_mismatch import MismatchSums, mismatch_sums
@@ -49,6 +52,15 @@ def logprobs_in_update(cfg: ExperimentConfig) -> bool:
         and not cfg.output.save_rollouts
         and not cfg.rollout.filter_zero_advantage
     )
+
+
+def stochastic_forward(model: nn.Module) -> bool:
+    """Whether `model`'s training-mode forward draws dropout: a `Dropout` module or a `*dropout*` config rate above 0."""
+    if any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules()):
+        return True
+    config = getattr(model, "config", None)
+    rates = vars(config).items() if config is not None and hasattr(config, "__dict__") else ()
+    return any("dropout" in name and isinstance(v, (int, float)) and v > 0 for name, v in rates)
 
 
 class MismatchObserver:

@@ -115,3 +115,16 @@ def test_the_update_supplies_them_only_where_nothing_reads_them_first(
     cfg = load_config(Path(__file__).resolve().parents[4] / DEFAULT, overrides)
     assert needs_training_logprobs(cfg) is needed
     assert logprobs_in_update(cfg) is in_update
+
+
+def test_a_model_with_dropout_keeps_the_pass_before_the_update() -> None:
+    """The pass before the update runs in eval mode; a training forward with dropout is not the proximal policy."""
+    from areal_adv.trainer.run.training_logprobs import stochastic_forward
+
+    engine = _engine()
+    assert not stochastic_forward(engine.model)
+    engine.model.config.attention_dropout = 0.1  # transformers' attention draws it in training mode
+    assert stochastic_forward(engine.model)
+    engine.model.config.attention_dropout = 0.0
+    engine.model.model.layers[0].mlp.add_module("dropout", torch.nn.Dropout(0.2))
+    assert stochastic_forward(engine.model)
