@@ -645,6 +645,10 @@ def report_text(rows: list[dict[str, Any]], results: Path) -> str:
         value = f"{row['pair_median_ratios'][name]:.3f}"
         return value + (f" ({low_high[0]:.3f}-{low_high[1]:.3f})" if low_high else "")
 
+    def cpu(row: dict[str, Any]) -> str:
+        found = row.get("cpu")
+        return "not recorded" if not found else f"{found['model']} ({', '.join(found['flags']) or 'no avx2'})"
+
     def checkpointing(row: dict[str, Any]) -> str:
         value = row.get("trl_gradient_checkpointing")
         return "not recorded (on: TRL's default)" if value is None else ("on" if value else "**off**")
@@ -652,16 +656,17 @@ def report_text(rows: list[dict[str, Any]], results: Path) -> str:
     lines = [
         bench_rows.generated_note(REPORT_COMMAND, results, len(rows)),
         "",
-        "| run (date, commit) | busy loops | TRL gradient checkpointing | load before -> after | matmul GFLOP/s "
+        "| run (date, commit) | CPU (vector flags) | busy loops | TRL gradient checkpointing | load before -> after | matmul GFLOP/s "
         "before / after | ours | ours bf16 | TRL | TRL bf16 | ours / TRL | both bf16 | bf16 / float32: ours | "
         "bf16 / float32: TRL | ours, bf16 copy | ours bf16 copy / TRL | bf16 copy / float32: ours |",
-        "| --- " * 17 + "|",
+        "| --- " * 18 + "|",
     ]
     for row in rows:
         steps = [f"{row['medians_s'][s]:.2f} s" if s in row["medians_s"] else "-" for s in ("ours", "ours:bf16")]
         steps += [f"{row['medians_s'][s]:.2f} s" if s in row["medians_s"] else "-" for s in ("trl", "trl:bf16")]
         cells = [
             bench_rows.commit_cell(row),
+            cpu(row),
             str(row["busy"]),
             checkpointing(row),
             bench_rows.load_span(row),

@@ -341,6 +341,9 @@ def _check_script(program: str, args: list[str], env: dict[str, str] | None = No
         check_trainer_args(
             ["--config", str(_existing(env.get("RUN_CONFIG", "examples/real_model/grpo_smollm2.yaml"))), *args]
         )
+    elif script.name == "rollout_copy_campaign.sh":  # SEED [ARM ...]
+        assert args and args[0].isdigit(), f"{program} {args}: the seed comes first"
+        assert set(args[1:]) <= {"f32", "bf16copy", "bf16copy_nocorr"}, f"{program} {args}: unknown arms"
     else:
         assert not args, f"{program} takes no arguments here"
 
@@ -1005,6 +1008,8 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/performance.md: .venv/bin/python bench/bench_vs_trl.py --steps 8 --model run": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_decode.py --model runs/models/S": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_rollout_copy.py --model runs/mo": check_shell,
+    "docs/performance.md: .venv/bin/python bench/bench_rollout_copy.py --model runs/mo [2]": check_shell,
+    "docs/performance.md: bench/rollout_copy_campaign.sh 1 # seed 1, all three arms; s": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_lookup_gradient.py --model runs": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_pipeline.py # whole pipeline vs": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_threads.py --steps 100 --scenes": check_shell,
