@@ -18,6 +18,9 @@ output channel; torchao is not a dependency: `pip install torchao` into the venv
 its activations in bfloat16 (the dtype torchao's CPU int8 kernel is written for)
 and in float32.
 
+With `--profile`, torch.profiler's operators of one float32 call and one call of
+the bf16 copy (`bench_decode.profile_ops`): where the copy's time goes.
+
 Then the mismatch: the copy's sampled tokens (temperature 1) are rescored by the
 float32 weights (`token_logprobs`, the trainer's log-prob pass) and
 `rollout_mismatch/*` are computed as the trainer logs them, with the cap
@@ -45,6 +48,7 @@ import bench_rows  # noqa: E402
 
 #: (name, which module samples, autocast)
 CONFIGS = (("float32", "full", False), ("bf16 autocast", "full", True), ("bf16 copy", "copy", False))
+PROFILED = (("float32", "full"), ("bf16 copy", "copy"))
 INT8_CONFIGS = (("int8 copy, bf16 act", "int8_bf16", False), ("int8 copy, f32 act", "int8_f32", False))
 
 
@@ -134,6 +138,9 @@ def run(args: argparse.Namespace) -> None:
     times, before, after = bench_rows.under_load(lambda: measure(models, rows, args.reps, configs))
     ratios = {f"{name} / float32": [a / b for a, b in zip(times[name], times["float32"])] for name, _, _ in configs[1:]}
     bench_rows.print_rounds(times, ratios, 14)
+    profiles = {}
+    if args.profile:
+        profiles = {name: bench_decode.profile_ops(models[which], rows) for name, which in PROFILED}
     found = mismatch(models, rows, args.cap)
     for key, value in found.items():
         print(f"{key}: {value:.6g}")
@@ -151,6 +158,7 @@ def run(args: argparse.Namespace) -> None:
                 "times_s": times,
                 "ratios": ratios,
                 "mismatch": found,
+                **({"profiles": profiles} if profiles else {}),
             },
         )
 
@@ -162,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cap", type=float, default=5.0, help="behaviour-weight cap for capped_frac")
     parser.add_argument("--results", type=Path, default=None, help="append one JSON row (JSONL)")
+    parser.add_argument("--profile", action="store_true", help="torch.profiler's operators of float32 and the copy")
     parser.add_argument("--int8", action="store_true", help="also torchao's int8 weight-only copies (needs torchao)")
     run(parser.parse_args(argv))
 
