@@ -233,3 +233,25 @@ def test_the_rollout_copy_learning_block_is_what_the_committed_rows_give() -> No
     assert bench_rows.block(bench_rows.PERFORMANCE_DOC, rollout_copy_report.BLOCK) == (
         rollout_copy_report.report().strip("\n")
     ), "docs/performance.md's rollout_copy_learning block is stale: run bench/rollout_copy_report.py --write-docs"
+
+
+def test_rollout_copy_bench_writes_a_row_with_its_profiles(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "trainer"))
+    from checkpoint_factory import build_checkpoint
+
+    build_checkpoint(tmp_path / "tiny", tied=True)
+    results = tmp_path / "rollout_copy.jsonl"
+    proc = _run(
+        "bench/bench_rollout_copy.py",
+        *("--model", str(tmp_path / "tiny"), "--reps", "2", "--profile", "--results", str(results)),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rounds = re.findall(r"(?m)^round (\d) (.+?) +[\d.]+ s$", proc.stdout)
+    f32, auto, copy = "float32", "bf16 autocast", "bf16 copy"
+    assert rounds == [("0", f32), ("0", auto), ("0", copy), ("1", auto), ("1", copy), ("1", f32)], proc.stdout
+    (row,) = [json.loads(line) for line in results.read_text().splitlines()]
+    assert row["bench"] == "rollout_copy" and row["commit"] and row["load"]["after"]["loadavg"]
+    assert set(row["ratios"]) == {"bf16 autocast / float32", "bf16 copy / float32"}
+    assert set(row["profiles"]) == {"float32", "bf16 copy"}
+    assert all(any(op["op"] == "aten::mm" for op in p["ops"]) for p in row["profiles"].values())
+    assert set(row["mismatch"]) >= {"rollout_mismatch/kl", "rollout_mismatch/imp_weight_max"}
