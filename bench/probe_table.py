@@ -39,7 +39,7 @@ def latest_by_label(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]
     return out
 
 
-def _paired(after: Sequence[Sequence[int]], before: Sequence[Sequence[int]]) -> str:
+def paired_change(after: Sequence[Sequence[int]], before: Sequence[Sequence[int]]) -> str:
     """`+0.123 [0.050, 0.190]`: the mean over prompts of (after - before), each averaged over its seeds."""
     if any(len(h) != len(after[0]) for h in (*after, *before)):
         raise ValueError("probe table: the probes were run on different numbers of held-out rows")
@@ -80,11 +80,13 @@ def probe_table(probes: Sequence[dict[str, Any]], tag: str, runs: Sequence[tuple
     ]
     for estimator, group in by_estimator.items():
         hits = [r["prefix_hits"] for r in group]
-        versus = _paired(hits, [r["prefix_hits"] for r in reference]) if reference and estimator != "grpo" else "-"
+        versus = (
+            paired_change(hits, [r["prefix_hits"] for r in reference]) if reference and estimator != "grpo" else "-"
+        )
         each = ", ".join(f"{r['prefix']:.3f}" for r in group)
         lines.append(
             f"| {estimator} | {' '.join(str(r['seed']) for r in group)} | "
             f"{statistics.fmean(r['prefix'] for r in group):.3f} ({each}) | "
-            f"{_paired(hits, [base['prefix_hits']])} | {versus} |"
+            f"{paired_change(hits, [base['prefix_hits']])} | {versus} |"
         )
     return "\n".join(lines)

@@ -43,14 +43,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_rows  # noqa: E402
-from suite_stats import auc, bootstrap_mean  # noqa: E402
+from probe_table import paired_change  # noqa: E402
+from suite_stats import auc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 RUNS = RESULTS / "rollout_copy_learning.jsonl"
 PROBES = RESULTS / "rollout_copy_probe.jsonl"
 STEPS = RESULTS / "rollout_copy_steps.jsonl"
-DOC = ROOT / "docs" / "performance.md"
 BLOCK = "rollout_copy_learning"
 ARMS = {
     "f32": "float32 sampling",
@@ -71,10 +71,6 @@ STEP_KEYS = (
 )
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
 def arm_of(tag: str) -> str:
     return tag.removeprefix("rollout_copy_")
 
@@ -86,13 +82,13 @@ def latest_runs(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, A
 
 def collect(runs: dict[tuple[str, int], dict[str, Any]], out: Path) -> int:
     """Append the per-step metrics of every finished run not yet in `out` (from its run folder's metrics.jsonl)."""
-    have = {(r["arm"], r["seed"]) for r in read_jsonl(out)}
+    have = {(r["arm"], r["seed"]) for r in bench_rows.read(out)}
     added = 0
     for (arm, seed), row in sorted(runs.items()):
         metrics = ROOT / row["run_dir"] / "metrics.jsonl"
         if (arm, seed) in have or not metrics.is_file():
             continue
-        steps = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        steps = bench_rows.read(metrics)
         kept = {key: [s.get(key) for s in steps] for key in STEP_KEYS if any(key in s for s in steps)}
         with out.open("a") as f:
             f.write(json.dumps({"arm": arm, "seed": seed, "git": row.get("git"), "steps": kept}) + "\n")
@@ -103,14 +99,6 @@ def collect(runs: dict[tuple[str, int], dict[str, Any]], out: Path) -> int:
 def curve_auc(row: dict[str, Any]) -> float:
     points = row["curve"]
     return auc([p["updates"] for p in points], [p["accuracy"] for p in points])
-
-
-def probe_change(hits: list[list[int]], reference: list[list[int]]) -> str:
-    """`+0.010 [-0.040, +0.060]`: mean over prompts of (arm − reference), each averaged over its seeds."""
-    n = len(reference[0])
-    diffs = [statistics.fmean(h[i] for h in hits) - statistics.fmean(h[i] for h in reference) for i in range(n)]
-    est = bootstrap_mean(diffs)
-    return f"{est.mean:+.3f} [{est.low:+.3f}, {est.high:+.3f}]"
 
 
 def learning_table(runs: dict[tuple[str, int], dict[str, Any]], probes: dict[str, dict[str, Any]]) -> str:
@@ -135,7 +123,7 @@ def learning_table(runs: dict[tuple[str, int], dict[str, Any]], probes: dict[str
             shown = f"{probe['prefix']:.2f}" if probe else "not probed"
             pooled = "-"
             if seed == seeds[-1] and arm != REFERENCE and len(hits) == len(ref_hits) == len(seeds):
-                pooled = probe_change(hits, ref_hits)
+                pooled = paired_change(hits, ref_hits)
             lines.append(f"| {label} | {seed} | {points} | {area:.3f} | {versus} | {shown} | {pooled} |")
     return "\n".join(lines)
 
@@ -156,24 +144,25 @@ def mismatch_table(steps: list[dict[str, Any]], runs: dict[tuple[str, int], dict
             continue
         s = row["steps"]
         largest = [v for v in s.get("rollout_mismatch/imp_weight_max", []) if v is not None]
-        times = " / ".join(
+        capped = s.get("rollout_mismatch/capped_frac")
+        weights = [
+            mean(s.get("rollout_mismatch/kl", [])),
+            mean(s.get("rollout_mismatch/k3_kl", [])),
+            f"{max(largest):.3f}" if largest else "-",
+            mean(capped, ".4f") if capped is not None else "-",
+        ]
+        times = [
             f"{statistics.median(v for v in s[k] if v is not None):.2f}" if k in s else "-"
             for k in ("time/rollout", "time/reference", "time/update")
-        )
-        lines.append(
-            f"| {ARMS[row['arm']]} | {row['seed']} | {mean(s.get('rollout_mismatch/kl', []))} | "
-            f"{mean(s.get('rollout_mismatch/k3_kl', []))} | {max(largest):.3f} | "
-            f"{mean(s.get('rollout_mismatch/capped_frac', []), '.4f') if 'rollout_mismatch/capped_frac' in s else '-'} | "
-            f"{mean(s.get('clip_frac', []), '.4f')} | {times} |"
-            if largest
-            else f"| {ARMS[row['arm']]} | {row['seed']} | - | - | - | - | {mean(s.get('clip_frac', []), '.4f')} | {times} |"
-        )
+        ]
+        cells = [ARMS[row["arm"]], str(row["seed"]), *weights, mean(s.get("clip_frac", []), ".4f"), " / ".join(times)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def report() -> str:
-    runs = latest_runs(read_jsonl(RUNS))
-    probes = {r["label"]: r for r in read_jsonl(PROBES)}
+    runs = latest_runs(bench_rows.read(RUNS))
+    probes = {r["label"]: r for r in bench_rows.read(PROBES)}
     commits = sorted({str(r.get("git")) for r in runs.values()})
     return (
         f"<!-- generated by `.venv/bin/python bench/rollout_copy_report.py --write-docs` from "
@@ -181,21 +170,21 @@ def report() -> str:
         f"{learning_table(runs, probes)}\n\n"
         f"Held-out accuracy: `eval/reward/solved_lenient` (greedy, 100 rows); area: its mean height over the 30 "
         f"updates. Runs at commits {', '.join(commits)}.\n\n"
-        f"{mismatch_table(read_jsonl(STEPS), runs)}\n"
+        f"{mismatch_table(bench_rows.read(STEPS), runs)}\n"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--collect", action="store_true", help=f"append finished runs' per-step metrics to {STEPS}")
-    parser.add_argument("--write-docs", action="store_true", help=f"write the report into {DOC}")
+    parser.add_argument("--write-docs", action="store_true", help=f"write the report into {bench_rows.PERFORMANCE_DOC}")
     opts = parser.parse_args(argv)
     if opts.collect:
-        print(f"[rollout-copy] {collect(latest_runs(read_jsonl(RUNS)), STEPS)} runs added to {STEPS}")
+        print(f"[rollout-copy] {collect(latest_runs(bench_rows.read(RUNS)), STEPS)} runs added to {STEPS}")
     text = report()
     print(text)
     if opts.write_docs:
-        bench_rows.write_block(DOC, BLOCK, text.strip("\n"))
+        bench_rows.write_block(bench_rows.PERFORMANCE_DOC, BLOCK, text.strip("\n"))
     return 0
 
 

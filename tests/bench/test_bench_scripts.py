@@ -179,22 +179,30 @@ def test_matmul_bench_prints_rates_and_the_step_floor() -> None:
     assert re.search(r"rate: +[\d.]+ GFLOP/s float32, 1 thread", proc.stdout)
 
 
-def test_decode_bench_writes_a_row_and_reports_it(tmp_path: Path) -> None:
+def _two_profiled_rounds_on_a_tiny_checkpoint(
+    tmp_path: Path, script: str, configs: tuple[str, str, str]
+) -> tuple[dict, Path]:
+    """Run `script --reps 2 --profile --results` on a tiny tied checkpoint; its one row and the results file.
+
+    Each round must time every configuration once, the order rotating by one.
+    """
     sys.path.insert(0, str(ROOT / "tests" / "trainer"))
     from checkpoint_factory import build_checkpoint
 
     build_checkpoint(tmp_path / "tiny", tied=True)
-    results = tmp_path / "decode.jsonl"
-    proc = _run(
-        "bench/bench_decode.py",
-        *("--model", str(tmp_path / "tiny"), "--reps", "2", "--profile", "--results", str(results)),
-    )
+    results = tmp_path / "results.jsonl"
+    proc = _run(script, *("--model", str(tmp_path / "tiny"), "--reps", "2", "--profile", "--results", str(results)))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # each round times every configuration once, the order rotating
     rounds = re.findall(r"(?m)^round (\d) (.+?) +[\d.]+ s$", proc.stdout)
-    f1, f2, bf = "float32, 1 thread", "float32, 2 threads", "bf16 autocast, 2 threads"
-    assert rounds == [("0", f1), ("0", f2), ("0", bf), ("1", f2), ("1", bf), ("1", f1)], proc.stdout
+    a, b, c = configs
+    assert rounds == [("0", a), ("0", b), ("0", c), ("1", b), ("1", c), ("1", a)], proc.stdout
     (row,) = [json.loads(line) for line in results.read_text().splitlines()]
+    return row, results
+
+
+def test_decode_bench_writes_a_row_and_reports_it(tmp_path: Path) -> None:
+    configs = ("float32, 1 thread", "float32, 2 threads", "bf16 autocast, 2 threads")
+    row, results = _two_profiled_rounds_on_a_tiny_checkpoint(tmp_path, "bench/bench_decode.py", configs)
     assert row["bench"] == "decode" and row["command"].startswith("bench/bench_decode.py --model")
     assert row["commit"] and row["load"]["after"]["loadavg"] and row["work"]["rows"] == 16
     assert all(len(t) == 2 for t in row["times_s"].values()) and len(row["times_s"]) == 3
@@ -228,7 +236,7 @@ def test_the_rollout_copy_learning_block_is_what_the_committed_rows_give() -> No
     import bench_rows
     import rollout_copy_report
 
-    runs = rollout_copy_report.latest_runs(rollout_copy_report.read_jsonl(rollout_copy_report.RUNS))
+    runs = rollout_copy_report.latest_runs(bench_rows.read(rollout_copy_report.RUNS))
     assert {arm for arm, _ in runs} == set(rollout_copy_report.ARMS), sorted(runs)
     assert bench_rows.block(bench_rows.PERFORMANCE_DOC, rollout_copy_report.BLOCK) == (
         rollout_copy_report.report().strip("\n")
@@ -236,20 +244,8 @@ def test_the_rollout_copy_learning_block_is_what_the_committed_rows_give() -> No
 
 
 def test_rollout_copy_bench_writes_a_row_with_its_profiles(tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "tests" / "trainer"))
-    from checkpoint_factory import build_checkpoint
-
-    build_checkpoint(tmp_path / "tiny", tied=True)
-    results = tmp_path / "rollout_copy.jsonl"
-    proc = _run(
-        "bench/bench_rollout_copy.py",
-        *("--model", str(tmp_path / "tiny"), "--reps", "2", "--profile", "--results", str(results)),
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rounds = re.findall(r"(?m)^round (\d) (.+?) +[\d.]+ s$", proc.stdout)
-    f32, auto, copy = "float32", "bf16 autocast", "bf16 copy"
-    assert rounds == [("0", f32), ("0", auto), ("0", copy), ("1", auto), ("1", copy), ("1", f32)], proc.stdout
-    (row,) = [json.loads(line) for line in results.read_text().splitlines()]
+    configs = ("float32", "bf16 autocast", "bf16 copy")
+    row, _ = _two_profiled_rounds_on_a_tiny_checkpoint(tmp_path, "bench/bench_rollout_copy.py", configs)
     assert row["bench"] == "rollout_copy" and row["commit"] and row["load"]["after"]["loadavg"]
     assert set(row["ratios"]) == {"bf16 autocast / float32", "bf16 copy / float32"}
     assert set(row["profiles"]) == {"float32", "bf16 copy"}
