@@ -77,6 +77,11 @@ MOVED: dict[str, str] = {
 }
 
 
+#: AReaL's own module paths (AReaL 2) whose content lives here under a moved path: answered without the
+#: deprecation warning, since a config written for AReaL names them (`actor.gae_lambda:
+#: areal.trainer.ppo.lambda_fn.vapo_length_adaptive_gae`). Beside AReaL 2 they are AReaL's modules.
+AREAL_NAMES: frozenset[str] = frozenset({f"{SEED}.trainer.ppo.lambda_fn"})
+
 #: With this environment variable set to 1, AReaL's actor module installs the areal-adv hook as it loads
 #: (`areal_adv.integrations.areal.install()`), in every process that inherits the variable.
 HOOK_ENV = "AREAL_ADV_HOOK_AREAL"
@@ -166,6 +171,8 @@ class ImportPathFinder:
                 return found  # AReaL's own module
         ours = our_name(fullname)
         new = MOVED.get(ours)
+        if new is not None and fullname in AREAL_NAMES:
+            return self._alias(fullname, new, None)
         if new is not None:
             return self._alias(fullname, new, f"{fullname} moved to {our_name(new)} in areal-adv {MOVED_IN}")
         if _find_spec(ours) is None:

@@ -5,8 +5,9 @@
   wrapper of verl's `compute_advantage` for critic and turn-level GAE.
 - `areal_adv.integrations.trl`: `AReaLGRPOTrainer`, a `trl.GRPOTrainer` whose
   advantages come from the pipeline.
-- `areal_adv.integrations.areal`: AReaL 1.0.4's `PPOActor.compute_advantages` computed by
-  the pipeline (`install()`), and AReaL experiment configs that take `actor.advantage`.
+- `areal_adv.integrations.areal`: AReaL's `PPOActor.compute_advantages` (1.0.4 and 2)
+  computed by the pipeline (`install()`), and AReaL experiment configs that take
+  `actor.advantage`; `areal_bridge` is the part of it that needs no AReaL import.
 
 Nothing here is imported by `import areal_adv`; each adapter imports its engine only
 when it is used, so the core package never needs verl, TRL or AReaL installed.

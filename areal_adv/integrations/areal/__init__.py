@@ -1,4 +1,4 @@
-"""The advantage pipeline inside AReaL's trainer (AReaL 1.0.4).
+"""The advantage pipeline inside AReaL's trainer (AReaL 1.0.4 from the package index, AReaL 2 from its source).
 
 One line in the training script, before AReaL builds its actor, on every process that
 runs one (with AReaL's SPMD launchers the script runs on every trainer rank):
@@ -16,7 +16,7 @@ if importlib.import_module("areal").__name__ != "areal":
     # Without AReaL, `areal` is our own package under AReaL's name (areal_adv.import_paths).
     raise ImportError(
         "areal_adv.integrations.areal: AReaL is not installed (`import areal` gives areal-adv's own alias); "
-        "expected AReaL 1.0.4: pip install areal==1.0.4"
+        "expected AReaL 1.0.4 (pip install areal==1.0.4) or AReaL 2 from its source tree"
     )
 
 from areal_adv.integrations.areal.experiment_configs import (

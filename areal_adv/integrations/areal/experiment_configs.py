@@ -6,11 +6,11 @@ class that declares it. `AdvPPOActorConfig` is AReaL's `PPOActorConfig` plus our
 advantage fields; `AdvGRPOConfig` and `AdvPPOConfig` are AReaL's experiment configs
 whose `actor` is that class. Pass them to AReaL's own loader.
 
-The two actor configs share 21 fields with the same names and meanings
-(`SHARED_FIELDS`); `areal_config_to_ours` copies them. `EXTRA_FIELDS` are ours alone
-and travel on the subclass. AReaL's other actor fields (the loss: SAPO, M2PO,
-rejection sampling, importance-sampling level, the proximal log-prob method; the
-engine) are not read by the advantage computation; AReaL keeps using them.
+The two actor configs share the fields of `SHARED_FIELDS` (21 with AReaL 1.0.4, 23 with
+AReaL 2); `areal_config_to_ours` copies them (`areal_adv.integrations.areal_bridge`).
+`EXTRA_FIELDS` are ours alone and travel on the subclass. AReaL's other actor fields (the
+loss: SAPO, CISPO, M2PO, rejection sampling, importance-sampling level, the proximal
+log-prob method; the engine) are not read by the advantage computation; AReaL keeps using them.
 """
 
 from __future__ import annotations
@@ -21,18 +21,24 @@ from typing import Any
 
 from areal.api import cli_args as areal_args
 
-from areal_adv.api.cli_args import AdvantageConfig, NormConfig, PPOActorConfig
+from areal_adv.api.cli_args import AdvantageConfig, PPOActorConfig
 from areal_adv.api.train_args import DiagnosticsConfig
+from areal_adv.integrations.areal_bridge import OURS_ONLY, areal_config_to_ours, shared_fields
 
-#: `PPOActorConfig` fields that AReaL 1.0.4 and we both have, with the same meaning: copied by name.
-SHARED_FIELDS: tuple[str, ...] = tuple(
-    """reward_bias reward_scaling reward_clip reward_norm overlong_reward_penalty overlong_tokens
-    overlong_penalty_factor max_new_tokens mask_no_eos_with_zero kl_ctl kl_estimator discount gae_lambda
-    adv_norm use_decoupled_loss recompute_logprob eps_clip eps_clip_higher c_clip ppo_n_minibatches
-    temperature""".split()
-)
-#: Our advantage fields that AReaL lacks, declared on `AdvPPOActorConfig` (same defaults as ours).
-EXTRA_FIELDS: tuple[str, ...] = ("advantage", "gae_timestep_unit", "token_rewards_as_adv")
+__all__ = [
+    "EXTRA_FIELDS",
+    "SHARED_FIELDS",
+    "AdvGRPOConfig",
+    "AdvPPOActorConfig",
+    "AdvPPOConfig",
+    "areal_config_to_ours",
+]
+
+#: `PPOActorConfig` fields that the installed AReaL and we both have, with the same meaning: copied by name.
+SHARED_FIELDS: tuple[str, ...] = shared_fields(areal_args.PPOActorConfig)
+_AREAL_HAS_TURN_GAE = "gae_timestep_unit" in SHARED_FIELDS
+#: Our advantage fields that the installed AReaL lacks, declared on `AdvPPOActorConfig` (same defaults as ours).
+EXTRA_FIELDS: tuple[str, ...] = OURS_ONLY if _AREAL_HAS_TURN_GAE else (*OURS_ONLY, "gae_timestep_unit")
 
 
 def _our_default(name: str) -> Any:
@@ -47,10 +53,12 @@ def _help(name: str) -> dict[str, str]:
 
 @dataclass
 class AdvPPOActorConfig(areal_args.PPOActorConfig):
-    """AReaL's actor config plus `advantage`, `gae_timestep_unit`, `token_rewards_as_adv` and `diagnostics` (ours)."""
+    """AReaL's actor config plus `advantage`, `token_rewards_as_adv`, `diagnostics` and, before AReaL 2,
+    `gae_timestep_unit` (ours)."""
 
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig, metadata=_help("advantage"))
-    gae_timestep_unit: str = field(default=_our_default("gae_timestep_unit"), metadata=_help("gae_timestep_unit"))
+    if not _AREAL_HAS_TURN_GAE:  # AReaL 2 declares it, with the same default and meaning
+        gae_timestep_unit: str = field(default=_our_default("gae_timestep_unit"), metadata=_help("gae_timestep_unit"))
     token_rewards_as_adv: bool = field(
         default=_our_default("token_rewards_as_adv"), metadata=_help("token_rewards_as_adv")
     )
@@ -76,23 +84,3 @@ class AdvGRPOConfig(areal_args.GRPOConfig):
     """AReaL's `GRPOConfig` whose `actor` section takes `advantage`."""
 
     actor: AdvPPOActorConfig = field(default_factory=AdvPPOActorConfig, metadata={"help": "The actor (AReaL's)."})
-
-
-def _norm(value: areal_args.NormConfig | None) -> NormConfig | None:
-    """AReaL's `NormConfig` (same six fields) as ours; None stays None."""
-    if value is None:
-        return None
-    return NormConfig(**{f.name: getattr(value, f.name) for f in dataclasses.fields(NormConfig)})
-
-
-def areal_config_to_ours(config: areal_args.PPOActorConfig) -> PPOActorConfig:
-    """Our `PPOActorConfig` from AReaL's actor config (or `AdvPPOActorConfig`): shared fields by name.
-
-    A plain AReaL config gets our defaults for `EXTRA_FIELDS`, which reproduce AReaL's own
-    computation. Errors name our field (`PPOActorConfig.<field>`), as for our own YAML.
-    """
-    values: dict[str, Any] = {name: getattr(config, name) for name in SHARED_FIELDS}
-    values["reward_norm"] = _norm(values["reward_norm"])
-    values["adv_norm"] = _norm(values["adv_norm"])
-    values.update({name: getattr(config, name) for name in EXTRA_FIELDS if hasattr(config, name)})
-    return PPOActorConfig(**values)

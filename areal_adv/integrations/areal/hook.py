@@ -2,12 +2,12 @@
 
 `install()` replaces the method on AReaL's class, in this process. The replacement
 does what AReaL's does around the computation: `concat_batch` the per-trajectory
-dicts, compute, `split_batch` back. The computation in between is ours, given the
-layout AReaL's `concat_batch` records. That layout matters for group statistics:
-AReaL's `Normalization` cuts the batch into runs of the fixed `group_size`, which
-puts rows of different prompts together whenever prompts have different numbers
-of samples (dynamic sampling, filtered groups); ours normalises each recorded group.
-With equal groups of `group_size` rows both agree.
+dicts, compute, `split_batch` back (`areal_adv.integrations.areal_bridge`). The
+computation in between is ours, given the layout AReaL's `concat_batch` records: each
+input dict's rows form a group, as in AReaL 2's own computation. (AReaL 1.0.4 cut the
+batch into runs of the fixed `NormConfig.group_size`, which mixes prompts whenever
+prompts have different numbers of samples; with equal groups of `group_size` rows both
+agree.)
 
 Our actor is built once per AReaL actor and config (it resolves and checks every
 configured plugin then, so a bad plugin path fails at the first call, naming the
@@ -22,6 +22,7 @@ carries `sum_pi_squared`.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -30,7 +31,7 @@ from areal.utils import data as areal_data
 from areal.utils.perf_tracer import trace_perf
 
 from areal_adv.import_paths import HOOK_ENV
-from areal_adv.integrations.areal.experiment_configs import areal_config_to_ours
+from areal_adv.integrations.areal_bridge import areal_config_to_ours, compute_in_areal_layout
 from areal_adv.integrations.shadow_diagnostics import pipeline_diagnostics
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.trainer.ppo.shadow_estimators import BatchOffer
@@ -52,23 +53,17 @@ def our_actor(areal_actor: ArealPPOActor) -> PPOActor:
     return cached[1]
 
 
-def layout(meta: areal_data.TrajBatchMeta) -> TrajBatchMeta:
-    """Our batch metadata from AReaL's (same name and first fields): rows per input dict, their lengths."""
-    return TrajBatchMeta(meta.n_trajs, tuple(meta.traj_group_sizes), tuple(meta.traj_seqlens))
-
-
 @trace_perf("ppo_actor.compute_advantages", category="compute")  # AReaL's trace of its own method
 def compute_advantages(self: ArealPPOActor, data: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """AReaL's `compute_advantages(data)`: one dict per trajectory group in, the same out, with advantages."""
-    batched, meta = areal_data.concat_batch(data)
     actor = our_actor(self)
-    result = actor.compute_advantages(batched, layout(meta))
-    _track_diagnostics(self.config, actor, batched, layout(meta), result)
-    if batched.get("ref_logp") is not None:
-        # AReaL's method multiplies the batch's `ref_logp` by the (shifted) loss mask in place, so AReaL code
-        # after it reads masked values; the same values here, in a new tensor (the caller's stays as it was).
-        result["ref_logp"] = batched["ref_logp"] * result["loss_mask"]
-    return areal_data.split_batch(result, meta)
+    return compute_in_areal_layout(
+        actor,
+        data,
+        concat_batch=areal_data.concat_batch,
+        split_batch=areal_data.split_batch,
+        observe=functools.partial(_track_diagnostics, self.config, actor),
+    )
 
 
 def _track_diagnostics(

@@ -22,11 +22,13 @@ from areal_adv.utils.renamed import renamed_attributes
 
 from .kernels import FUSED_TURN_KERNELS, run_token_gae, select_backend
 from .kernels.torch_ref import accumulation_dtype
+from .lambda_context import GAELambdaContext
 
 __all__ = [
     "GAELambdaContext",
     "GAELambdaInputs",
     "LambdaFunctionError",
+    "canonical_turn_ids",
     "check_turn_ids_type",
     "compute_gae_lambda",
     "count_turns",
@@ -87,8 +89,8 @@ def turn_gae_tensors(
     Generalized Advantage Estimation (Schulman et al. 2015, arXiv:1506.02438) with
     a generated turn as the time step, as AReaL's turn-level GAE; the recurrence is
     the one `token_gae` runs (verl `compute_gae_advantage_return`) over turn sums.
-    `turn_ids` is aligned: -1 off generated tokens, non-decreasing ids on
-    them (gaps allowed). A turn's reward is the sum of the rewards on its
+    `turn_ids` is aligned: non-decreasing ids on generated tokens (gaps
+    allowed); positions where `loss_mask` is 0 are not read. A turn's reward is the sum of the rewards on its
     generated tokens (rewards on prompt/environment positions belong to no
     turn, as in AReaL's turn GAE and like masked steps of token GAE); its value is
     the value at its first token; the value after the last turn is
@@ -110,6 +112,7 @@ def turn_gae_tensors(
         raise ValueError(f"{_ALIGNED_FIELD}: on device {turn_ids.device}, expected {m.device} like the rewards")
     if n_rows == 0 or n_pos == 0:
         return torch.zeros_like(r), v.clone()
+    turn_ids = canonical_turn_ids(turn_ids, m)
     coef = discount * lam_t
     backend = select_backend(r.device)
     fused = FUSED_TURN_KERNELS.get(backend)
@@ -139,15 +142,27 @@ def turn_gae_tensors(
 def validate_turn_ids(turn_ids: torch.Tensor, loss_mask: torch.Tensor) -> None:
     """Check raw (unshifted) batch turn ids against the raw loss mask.
 
-    Required: integer dtype, same shape as loss_mask, -1 exactly where
-    loss_mask == 0, >= 0 where it is 1, non-decreasing along the generated
-    tokens of each row. Raises ValueError naming the first offending row,
-    position and values.
+    Required: integer dtype, same shape as loss_mask, >= 0 where loss_mask is 1,
+    non-decreasing along the generated tokens of each row. Positions where
+    loss_mask is 0 carry no turn and are not read (`canonical_turn_ids`).
+    Raises ValueError naming the first offending row, position and values.
     """
     _check_turn_dtype_shape(turn_ids, loss_mask, "turn_ids")
     generated = loss_mask != 0
-    _check_turn_mask_agreement(turn_ids, generated, "turn_ids", mask_name="loss_mask")
-    _check_non_decreasing(turn_ids, "turn_ids")
+    _check_generated_have_turns(turn_ids, generated, "turn_ids", mask_name="loss_mask")
+    _check_non_decreasing(canonical_turn_ids(turn_ids, loss_mask), "turn_ids")
+
+
+def canonical_turn_ids(turn_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """`turn_ids` with -1 wherever `loss_mask` is 0 (a new tensor of the same dtype).
+
+    Only generated tokens carry a turn. AReaL's workflows write -1 on prompt and
+    environment tokens, but its `concat_padded_tensors` pads every tensor with 0,
+    so the padding of a shorter row reads as turn 0; AReaL's own turn GAE reads
+    turn ids only where the loss mask is 1, and so does this package, through
+    this one normal form.
+    """
+    return torch.where(loss_mask != 0, turn_ids, torch.full_like(turn_ids, -1))
 
 
 def check_turn_ids_type(turn_ids: Any, loss_mask: torch.Tensor) -> None:
@@ -185,7 +200,7 @@ def _aligned_turn_layout(turn_ids: torch.Tensor, mask: torch.Tensor) -> _TurnLay
     field = _ALIGNED_FIELD
     generated = turn_ids >= 0
     body = slice(0, max(turn_ids.shape[1] - 1, 0))
-    _check_turn_mask_agreement(turn_ids[:, body], mask[:, body] != 0, field, mask_name="loss_mask (aligned)")
+    _check_generated_have_turns(turn_ids[:, body], mask[:, body] != 0, field, mask_name="loss_mask (aligned)")
     _check_non_decreasing(turn_ids, field)
     starts = _turn_starts(turn_ids)
     turn_index = torch.cumsum(starts, dim=1) - 1
@@ -229,21 +244,14 @@ def _check_turn_dtype_shape(turn_ids: Any, loss_mask: torch.Tensor, field: str) 
         raise ValueError(f"{field}: got {turn_ids.dim()} dims, expected a 2-D [B, T] tensor")
 
 
-def _check_turn_mask_agreement(turn_ids: torch.Tensor, generated: torch.Tensor, field: str, *, mask_name: str) -> None:
-    """-1 exactly off generated tokens, >= 0 on them."""
+def _check_generated_have_turns(turn_ids: torch.Tensor, generated: torch.Tensor, field: str, *, mask_name: str) -> None:
+    """A turn id >= 0 on every generated token (what other positions hold is not read)."""
     bad_gen = generated & (turn_ids < 0)
     if bool(bad_gen.any()):
         row, pos = _first(bad_gen)
         raise ValueError(
             f"{field}: row {row}, position {pos} is a generated token ({mask_name} == 1) with turn id "
             f"{int(turn_ids[row, pos])}; expected a turn id >= 0 on every generated token"
-        )
-    bad_other = ~generated & (turn_ids != -1)
-    if bool(bad_other.any()):
-        row, pos = _first(bad_other)
-        raise ValueError(
-            f"{field}: row {row}, position {pos} is not a generated token ({mask_name} == 0) but has "
-            f"turn id {int(turn_ids[row, pos])}; expected -1 wherever {mask_name} is 0"
         )
 
 
@@ -275,20 +283,7 @@ def _first(bad: torch.Tensor) -> tuple[int, int]:
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class GAELambdaContext:
-    """What a GAE-lambda function may look at, one entry per row.
-
-    `eq=False`: tensors do not compare to a single bool, so identity
-    equality is the only meaningful one.
-    """
-
-    effective_token_lengths: torch.Tensor  # [B] long: generated tokens per row (aligned loss_mask sum)
-    turn_counts: torch.Tensor  # [B] long: turns per row (without turn_ids: 1 if any generated token else 0)
-    timestep_lengths: torch.Tensor  # [B] long: length in the unit of the estimator actually used
-    timestep_unit: str  # "token" | "turn"
-
-
+#: Another name for the same type: functions annotated with either keep working.
 GAELambdaInputs = GAELambdaContext
 
 

@@ -8,8 +8,10 @@ hypothesis over random masks, ragged lengths and turn layouts.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
+import pickle
 
 import pytest
 import torch
@@ -20,6 +22,7 @@ from areal_adv.trainer.ppo import gae
 from areal_adv.trainer.ppo.gae import (
     GAELambdaContext,
     GAELambdaInputs,
+    canonical_turn_ids,
     compute_gae_lambda,
     count_turns,
     token_gae_tensors,
@@ -584,12 +587,14 @@ def test_validate_turn_ids_minus_one_on_generated_token():
     assert "turn id -1" in msg and "expected a turn id >= 0" in msg
 
 
-def test_validate_turn_ids_id_on_non_generated_token():
-    with pytest.raises(ValueError) as err:
-        validate_turn_ids(_with(RAW_IDS, 0, 4, 0), RAW_MASK)
-    msg = str(err.value)
-    assert "turn_ids:" in msg and "row 0, position 4" in msg
-    assert "turn id 0" in msg and "expected -1 wherever loss_mask is 0" in msg
+def test_validate_turn_ids_does_not_read_positions_off_generated_tokens():
+    """AReaL's `concat_padded_tensors` pads turn ids with 0: off generated tokens any value is accepted,
+    also one below an earlier turn (it is no turn at all)."""
+    off = RAW_MASK == 0
+    assert bool(off.any())
+    for value in (0, 7, -5):
+        validate_turn_ids(torch.where(off, torch.full_like(RAW_IDS, value), RAW_IDS), RAW_MASK)
+    assert torch.equal(canonical_turn_ids(torch.where(off, 0, RAW_IDS), RAW_MASK), torch.where(off, -1, RAW_IDS))
 
 
 def test_validate_turn_ids_decreasing():
@@ -607,14 +612,19 @@ def test_turn_gae_rejects_inconsistent_aligned_turn_ids(backend):
     x = torch.zeros(1, 6)
     kw = dict(discount=1.0, lam=torch.ones(1), bootstrap=torch.zeros(1))
     with use_backend(backend):
-        with pytest.raises(ValueError, match=r"turn_ids \(aligned\): row 0, position 2 is not a generated"):
-            turn_gae_tensors(x, x, mask, _with(ids, 0, 2, 0), **kw)
+        with pytest.raises(ValueError, match=r"turn_ids \(aligned\): row 0, position 3 is a generated token"):
+            turn_gae_tensors(x, x, mask, _with(ids, 0, 3, -1), **kw)
         with pytest.raises(ValueError, match=r"turn_ids \(aligned\): row 0 decreases from turn id 1"):
             turn_gae_tensors(x, x, mask, _with(ids, 0, 4, 0), **kw)
         with pytest.raises(ValueError, match=r"turn_ids \(aligned\): got dtype torch.float32"):
             turn_gae_tensors(x, x, mask, ids.float(), **kw)
         # The last column is never a step: a wrapped-around mask bit there is fine.
         turn_gae_tensors(x, x, torch.cat([mask[:, :-1], torch.ones(1, 1)], 1), ids, **kw)
+        # Off generated tokens ids are not read: AReaL's zero padding gives what -1 gives.
+        r, v = torch.randn(1, 6), torch.randn(1, 6)
+        padded = torch.where(mask == 0, torch.zeros_like(ids), ids)
+        for got, want in zip(turn_gae_tensors(r, v, mask, padded, **kw), turn_gae_tensors(r, v, mask, ids, **kw)):
+            assert torch.equal(got, want)
 
 
 # ---------------------------------------------------------------------------
@@ -627,6 +637,57 @@ ALIGNED_IDS = torch.tensor([[0, 0, -1, 2, 2, 2, -1, -1], [0, 0, 0, -1, -1, -1, -
 
 def test_alias_is_the_same_type():
     assert GAELambdaInputs is GAELambdaContext
+
+
+def test_the_context_is_areal_s_dict_and_reads_by_attribute_too():
+    """AReaL 2's functions index the context (`ctx["timestep_lengths"]`), ours read attributes: both work."""
+    seen = {}
+
+    def areal_style(context, *, scale):
+        seen["keys"] = list(context)
+        seen["plain"] = dict(context)
+        return torch.full_like(context["timestep_lengths"], scale, dtype=torch.float32)
+
+    lam = compute_gae_lambda(
+        areal_style,
+        loss_mask=ALIGNED_MASK,
+        turn_ids=ALIGNED_IDS,
+        timestep_unit="turn",
+        gae_lambda_kwargs={"scale": 0.5},
+    )
+    assert lam.tolist() == [0.5] * 3
+    assert seen["keys"] == ["effective_token_lengths", "turn_counts", "timestep_lengths"]  # AReaL's keys, no more
+    assert seen["plain"]["timestep_lengths"] is seen["plain"]["turn_counts"]  # the chosen unit's own tensor
+    ctx = GAELambdaContext(
+        effective_token_lengths=torch.tensor([3]), turn_counts=torch.tensor([1]), timestep_lengths=torch.tensor([3])
+    )
+    assert isinstance(ctx, dict) and ctx.timestep_lengths is ctx["timestep_lengths"] and ctx.timestep_unit is None
+    assert ctx == ctx and ctx != GAELambdaContext(**ctx)  # identity: tensors have no single truth value
+    for edit in (lambda c: c.__setitem__("turn_counts", 0), lambda c: c.update({}), lambda c: c.pop("turn_counts")):
+        with pytest.raises(TypeError, match="read-only"):
+            edit(ctx)
+    with pytest.raises(TypeError, match="read-only"):
+        ctx.timestep_unit = "turn"
+    copied = copy.deepcopy(ctx)
+    assert copied.timestep_unit is None and torch.equal(copied["timestep_lengths"], ctx["timestep_lengths"])
+    assert pickle.loads(pickle.dumps(ctx))["turn_counts"].tolist() == [1]
+
+
+def test_a_function_written_for_attributes_runs_on_areal_s_plain_dict_through_of():
+    """Inside AReaL's own actor the context is a plain dict; `GAELambdaContext.of` makes it ours (unit included)."""
+
+    def ours(ctx):
+        ctx = GAELambdaContext.of(ctx)
+        return torch.where(ctx.timestep_lengths > 2, 0.9, 0.5) if ctx.timestep_unit == "token" else ctx.turn_counts
+
+    tokens = torch.tensor([1, 5])
+    turns = torch.tensor([1, 2])
+    areal_token_ctx = {"effective_token_lengths": tokens, "turn_counts": turns, "timestep_lengths": tokens}
+    assert ours(areal_token_ctx).tolist() == pytest.approx([0.5, 0.9])
+    assert GAELambdaContext.of({**areal_token_ctx, "timestep_lengths": turns}).timestep_unit == "turn"
+    assert GAELambdaContext.of({**areal_token_ctx, "timestep_lengths": turns.clone()}).timestep_unit is None
+    with pytest.raises(KeyError, match=r"lacks \['turn_counts'\]"):
+        GAELambdaContext.of({"effective_token_lengths": tokens, "timestep_lengths": tokens})
 
 
 def test_compute_gae_lambda_constant():

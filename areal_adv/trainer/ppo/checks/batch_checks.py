@@ -244,7 +244,7 @@ def _check_turn_ids(turn_ids: torch.Tensor, loss: torch.Tensor) -> None:
     """Valid turn ids (`validate_turn_ids`), and fewer than T of them, as AReaL requires."""
     validate_turn_ids(turn_ids, loss)
     n_pos = loss.shape[1]
-    too_big = turn_ids >= n_pos
+    too_big = (turn_ids >= n_pos) & (loss != 0)
     if bool(too_big.any()):
         raise BatchError(
             f"turn_ids: turn id {int(turn_ids[too_big][0])} at {_where(too_big)}, expected turn ids < T={n_pos} "
