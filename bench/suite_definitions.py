@@ -14,14 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-# the actor keys that define an estimator's algorithm: the package's list, the one its shadow estimators use
-from areal_adv.trainer.ppo.shadow_estimators import ALGORITHM_KEYS
+# an estimator's algorithm part: the package's rule, the one races and shadow estimators use
+from areal_adv.api.estimator_algorithm import algorithm_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS, EXAMPLES = ROOT / "areal_adv" / "presets", ROOT / "examples"
-ROLLOUT_KEYS = ("n_samples", "greedy_baseline")
 
 
 @dataclass(frozen=True)
@@ -114,7 +111,7 @@ class EstimatorSource:
     """Where an estimator's algorithm comes from, and what the suite adds to it."""
 
     path: Path
-    full_run: bool = False  # an example run (take ALGORITHM_KEYS only) rather than an algorithm-only preset
+    full_run: bool = False  # an example run (its ALGORITHM_KEYS only, see algorithm_of) rather than a preset
     extra: dict[str, Any] | None = None
 
 
@@ -158,32 +155,15 @@ ESTIMATORS: dict[str, EstimatorSource] = {
 }
 
 
-def _resolved(section: Any, keys: Any) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
-    plain = OmegaConf.to_container(OmegaConf.structured(section), enum_to_str=True)
-    return {key: plain[key] for key in keys}
-
-
 def algorithm(name: str) -> dict[str, Any]:
-    """The estimator's algorithm as config sections, fully resolved (a key replaces the run's value whole)."""
-    from areal_adv.api.cli_args import load_config
+    """The estimator's algorithm as config sections, fully resolved (a key replaces the run's value whole).
 
-    source = ESTIMATORS[name]
-    raw = yaml.safe_load(source.path.read_text(encoding="utf-8")) or {}
-    cfg = load_config(source.path)
-    actor_keys = [k for k in raw.get("actor", {}) if not source.full_run or k in ALGORITHM_KEYS]
-    out: dict[str, Any] = {"actor": _resolved(cfg.actor, actor_keys)}
-    out["critic"] = _resolved(cfg.critic, list(raw.get("critic", {})))
-    rollout = {
-        k: v for k, v in _resolved(cfg.rollout, [k for k in raw.get("rollout", {}) if k in ROLLOUT_KEYS]).items()
-    }
-    if raw.get("rollout", {}).get("prm", {}).get("enabled"):
-        rollout["prm"] = {"enabled": True}
-    out["rollout"] = rollout
-    process = raw.get("task", {}).get("kwargs", {}).get("process_reward")
-    out["task_kwargs"] = {"process_reward": process} if process else {}
-    return _merge(out, copy.deepcopy(source.extra or {}))
+    The package's rule (`areal_adv.api.estimator_algorithm`, also what races
+    and shadow estimators use), plus what the suite adds to an estimator (`extra`).
+    """
+    part = algorithm_of(str(ESTIMATORS[name].path))
+    out = {"actor": part.actor, "critic": part.critic, "rollout": part.rollout, "task_kwargs": part.task_kwargs}
+    return _merge(out, copy.deepcopy(ESTIMATORS[name].extra or {}))
 
 
 def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

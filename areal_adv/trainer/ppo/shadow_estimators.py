@@ -18,18 +18,15 @@ for it (`computed_fields`).
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, load_config
-from areal_adv.api.presets import preset_names, preset_path
-from areal_adv.api.train_args import is_config_file, shadow_label
+from areal_adv.api.estimator_algorithm import ALGORITHM_KEYS, algorithm_of, source_file
+from areal_adv.api.train_args import shadow_label
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 __all__ = [
@@ -42,20 +39,6 @@ __all__ = [
     "shadow_advantages",
 ]
 
-#: The actor keys that make up an estimator's algorithm (the rest, e.g. the PPO clip and minibatches, is the update).
-ALGORITHM_KEYS = (
-    "kl_ctl",
-    "kl_estimator",
-    "discount",
-    "gae_lambda",
-    "gae_timestep_unit",
-    "reward_norm",
-    "adv_norm",
-    "advantage",
-    "token_rewards_as_adv",
-    "mask_no_eos_with_zero",
-    "reward_clip",
-)
 #: Batch fields a shadow may read that are computed for it from the policy (one extra no-grad forward).
 COMPUTED_FIELDS = ("token_entropy", "sum_pi_squared")
 #: Estimators that bootstrap from a critic's values.
@@ -83,40 +66,32 @@ class Shadow:
     fields: frozenset[str] = field(default_factory=frozenset)
 
 
-def _source_file(name: str) -> Path | None:
-    """The file whose algorithm `name` names (a preset's, or a config file path), or None for an estimator name."""
-    if name in preset_names():
-        return preset_path(name)
-    return Path(name).resolve() if is_config_file(name) else None
-
-
 @functools.cache
-def _algorithm_file(path: Path) -> tuple[dict[str, Any], Any]:
-    """(the file's own actor keys, the resolved config of the file)."""
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return dict(raw.get("actor") or {}), load_config(path)
+def _algorithm_file(path: Path) -> Any:
+    """The resolved config of the file (what its runs need from a batch)."""
+    return load_config(path)
 
 
 def shadow_actor_config(active: PPOActorConfig, name: str) -> PPOActorConfig:
-    """The run's actor config with `name`'s algorithm: a preset's or file's own algorithm keys, or the estimator."""
+    """The run's actor config with `name`'s algorithm (`areal_adv.api.estimator_algorithm`'s rule).
+
+    A shadow never trains, so of a preset's actor keys it takes the advantage
+    side only (`ALGORITHM_KEYS`; the PPO update's keys would change nothing).
+    """
     data = config_to_dict(active)
-    source = _source_file(name)
-    if source is not None:
-        own, resolved = _algorithm_file(source)
-        theirs = config_to_dict(resolved.actor)
-        for key in ALGORITHM_KEYS:
-            if key in own:
-                data[key] = copy.deepcopy(theirs[key])
-    else:
+    part = algorithm_of(name)
+    if part.estimator is not None:
         data["advantage"] = {**data["advantage"], "estimator": {"implementation": name, "kwargs": {}}}
+    else:
+        data.update({key: value for key, value in part.actor.items() if key in ALGORITHM_KEYS})
     return actor_config_from_dict(data)
 
 
 def _missing(name: str, offer: BatchOffer) -> str | None:
     """Why the run's batches cannot feed `name`'s algorithm, or None."""
-    source = _source_file(name)
+    source = source_file(name)
     if source is not None:
-        cfg = _algorithm_file(source)[1]
+        cfg = _algorithm_file(source)
         needs = [
             (cfg.critic.enabled and not offer.values, "values from a critic (critic.enabled)"),
             (cfg.rollout.greedy_baseline and not offer.greedy_baselines, "greedy baselines (rollout.greedy_baseline)"),
