@@ -1,5 +1,5 @@
 """`areal-adv` command line: `areal-adv validate CONFIG [key=value ...] [--dry-run]`, `areal-adv presets`, `areal-adv train`,
-`areal-adv export`; `areal-adv --version` prints the installed version.
+`areal-adv export`, `areal-adv diagnose`, `areal-adv race`; `areal-adv --version` prints the installed version.
 
 `train [--config FILE] [key=value ...]` is `python -m areal_adv.trainer.main` (what
 scripts/train.sh runs). `export RUN_DIR OUT_DIR [--step N]` writes a run's
@@ -35,8 +35,9 @@ from areal_adv.api.cli_args import ConfigError, load_config
 
 #: What `areal-adv --help` says above the list of commands.
 DESCRIPTION = (
-    "areal-adv: check a config (validate), list the shipped presets (presets), train a policy (train) "
-    "and write a run's policy as a model folder (export)"
+    "areal-adv: check a config (validate), list the shipped presets (presets), train a policy (train), "
+    "write a run's policy as a model folder (export), measure estimators on a run's batches (diagnose) and "
+    "race estimators on paired seeds (race)"
 )
 
 
@@ -197,7 +198,14 @@ def diagnose(argv: Sequence[str]) -> int:
     return diagnose_main(argv)
 
 
-_COMMANDS = {"train": train, "export": export, "diagnose": diagnose}
+def race(argv: Sequence[str]) -> int:
+    """`areal-adv race CONFIG --estimators ...` or `--compare RUN ...`: which estimator learns sooner, on paired seeds."""
+    from areal_adv.trainer.race.race_command import main as race_main  # parses first, trains after
+
+    return race_main(argv)
+
+
+_COMMANDS = {"train": train, "export": export, "diagnose": diagnose, "race": race}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -218,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("train", help="train a policy: the same as python -m areal_adv.trainer.main (areal-adv train -h)")
     sub.add_parser("export", help="a run's policy as a save_pretrained model folder (areal-adv export -h)")
     sub.add_parser("diagnose", help="measure estimators on a run's saved batches (areal-adv diagnose -h)")
+    sub.add_parser(
+        "race", help="race estimators on paired seeds and drop the worse early, or compare runs (areal-adv race -h)"
+    )
     args = parser.parse_args(argv)
     if args.command == "presets":
         return presets()

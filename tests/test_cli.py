@@ -110,8 +110,9 @@ def test_top_level_help_names_every_command():
     assert rc == 0
     description = " ".join(out.split("positional arguments")[0].split("\n", 2)[-1].split())
     assert description == (
-        "areal-adv: check a config (validate), list the shipped presets (presets), train a policy (train) and "
-        "write a run's policy as a model folder (export)"
+        "areal-adv: check a config (validate), list the shipped presets (presets), train a policy (train), "
+        "write a run's policy as a model folder (export), measure estimators on a run's batches (diagnose) and "
+        "race estimators on paired seeds (race)"
     )
 
 

@@ -54,6 +54,7 @@ def _imported(module: str, path: Path) -> set[str]:
 PACKAGE_ORDER = (
     ("areal_adv.cli",),
     ("areal_adv.integrations",),
+    ("areal_adv.trainer.race",),  # races of estimators: configs in, run directories out, through the entry point
     (
         "areal_adv",
         "areal_adv.trainer",

@@ -5,5 +5,6 @@
 pipeline, the PPO update) > `parallel` (torchrun, DDP/FSDP2 engines, failures) >
 `lm` (models, tokenizers, sampling); all of them may import `areal_adv.api` and
 `areal_adv.utils`. `main` is the entry point (`python -m areal_adv.trainer.main`) above
-them all. tests/test_layout.py checks the order.
+them all, and `race` (races of estimators, `areal-adv race`) runs whole trainings
+through it. tests/test_layout.py checks the order.
 """
