@@ -92,6 +92,8 @@ def check_pairable(curves: dict[str, dict[int, Series]], baseline: str) -> None:
     if len(curves) < 2:
         raise RaceError(f"--compare: runs of one arm only ({baseline}); name runs of at least two estimators")
     for arm, seeds in curves.items():
+        if arm == baseline:
+            continue
         common = sorted(set(seeds) & set(curves[baseline]))
         if len(common) < 2:
             raise RaceError(

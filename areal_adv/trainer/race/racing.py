@@ -30,7 +30,9 @@ adjustment is written here: it is the six lines of its definition, tested agains
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,7 +92,8 @@ def paired_t_interval(differences: Sequence[float], level: float = LEVEL) -> Pai
     mean = float(x.mean())
     if np.all(x == x[0]):  # identical runs, or one shift on every seed (a coarse metric, few seeds): no spread
         return PairedInterval(mean, mean, mean, int(x.size))
-    result = stats.ttest_1samp(x, 0.0)
+    with _quiet_precision():
+        result = stats.ttest_1samp(x, 0.0)
     ci = result.confidence_interval(confidence_level=level)
     return PairedInterval(mean, float(ci.low), float(ci.high), int(x.size))
 
@@ -128,8 +131,17 @@ def one_sided_p(differences: Sequence[float]) -> tuple[float, float]:
     x = np.asarray(differences, dtype=float)
     if np.all(x == x[0]):
         return math.nan, 1.0
-    result = stats.ttest_1samp(x, 0.0, alternative="greater")
+    with _quiet_precision():
+        result = stats.ttest_1samp(x, 0.0, alternative="greater")
     return float(result.statistic), float(result.pvalue)
+
+
+@contextmanager
+def _quiet_precision() -> Iterator[None]:
+    """scipy warns when the differences are nearly equal (a tiny spread): the interval is then nearly a point, rightly."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Precision loss occurred", category=RuntimeWarning)
+        yield
 
 
 def rung_tests(values: Mapping[str, Mapping[int, float]], alpha: float) -> list[PairTest]:
