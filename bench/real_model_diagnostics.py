@@ -56,6 +56,8 @@ import suite_evidence  # noqa: E402
 from suite_evidence import ORIENTATION  # noqa: E402
 from suite_stats import auc  # noqa: E402
 
+from areal_adv.trainer.race.racing import paired_t_interval  # noqa: E402
+
 TASK = "sums_2digit"
 ESTIMATORS = ("grpo", "maxrl", "rloo")
 WINDOW = 10
@@ -66,7 +68,6 @@ PROBE_ROWS = ROOT / "bench" / "results" / "sums_2digit_probe.jsonl"
 DOC = ROOT / "docs" / "benchmarks.md"
 BLOCK = "real_model_diagnostics"
 REPORT_COMMAND = ".venv/bin/python bench/real_model_diagnostics.py --report --write-docs"
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student's t, 97.5 % quantile, by degrees of freedom
 
 
 def window_row(metrics_path: Path, estimator: str, seed: int, window: int = WINDOW) -> dict[str, Any]:
@@ -113,16 +114,11 @@ def collect(runs: Path, results: Path, run_rows: Path) -> None:
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and 95 % t-interval of `values` (NaN bounds for fewer than 2)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, float("nan"), float("nan")
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    if n - 1 not in T_975:
-        raise ValueError(f"t_interval: {n} values, but t quantiles are tabulated for 2-{max(T_975) + 1} only")
-    half = T_975[n - 1] * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
+    """Mean and 95 % Student-t interval of `values` (NaN bounds for fewer than 2): the race's own interval."""
+    if len(values) < 2:
+        return sum(values) / len(values), float("nan"), float("nan")
+    d = paired_t_interval(values)
+    return d.mean, d.low, d.high
 
 
 def outcomes(

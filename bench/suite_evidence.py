@@ -2,9 +2,13 @@
 
 Pure functions of the rows of bench/suite_diagnostics.py and bench/estimator_suite.py;
 the rule they apply is written in suite_diagnostics.py's docstring (fixed before
-the rows were measured). The bootstrap resamples seeds jointly for every
-(task, estimator) pair with a fixed RNG seed, so the block is the same every time
-it is built from the same rows.
+the rows were measured). An AUC difference is clear when its 95 % paired
+Student-t interval over the suite's seeds excludes 0. The correlation's interval
+is a percentile bootstrap resampling seeds jointly for every (task, estimator)
+pair; it is computed under `RESAMPLING_SEEDS` RNG seeds, and a verdict is given
+only where all of them agree (the table shows how far the lower bound moves), so
+no verdict hinges on a resampling seed. Pairs whose runs repeat another pair's
+exactly (bench/suite_distinct.py) count once.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from suite_distinct import distinct_pairs
 from suite_stats import BOOTSTRAP_SEED, paired_difference
 
 DOC_BEGIN, DOC_END = "<!-- suite_diagnostics:begin -->", "<!-- suite_diagnostics:end -->"
@@ -30,6 +35,8 @@ ORIENTATION: dict[str, int | None] = {
 }
 MIN_SIGNIFICANT, MIN_SIGN_SHARE = 4, 0.75
 RESAMPLES = 2_000
+#: The bootstrap's RNG seeds: a verdict is read only when it is the same under every one of them.
+RESAMPLING_SEEDS = range(BOOTSTRAP_SEED, BOOTSTRAP_SEED + 50)
 
 Pair = tuple[str, str]  # (task, estimator)
 
@@ -46,12 +53,21 @@ class Evidence:
     high: float
     right: int
     significant: int
+    lows: tuple[float, ...] = ()  # the interval's lower bound under each of RESAMPLING_SEEDS
 
-    def chooses(self) -> bool:
+    def chooses(self, low: float | None = None) -> bool:
         """The rule: the correlation's CI above 0, the sign of >= 75 % of >= 4 clear differences."""
         if ORIENTATION[self.metric] is None:
             return False
-        return self.low > 0 and self.significant >= MIN_SIGNIFICANT and self.right >= MIN_SIGN_SHARE * self.significant
+        low = self.low if low is None else low
+        return low > 0 and self.significant >= MIN_SIGNIFICANT and self.right >= MIN_SIGN_SHARE * self.significant
+
+    def verdict(self) -> str:
+        """`yes` or `no` when every resampling seed gives it; else how many of them say yes."""
+        said = [self.chooses(low) for low in self.lows or (self.low,)]
+        if all(said) or not any(said):
+            return "yes" if said[0] else "no"
+        return f"depends on the resampling seed (yes under {sum(said)} of {len(said)})"
 
 
 def _value(row: dict[str, Any], name: str, metric: str) -> float | None:
@@ -116,29 +132,55 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def evidence(score: dict[Pair, dict[int, float]], target: dict[Pair, dict[int, float]], metric: str, kind: str):
-    """The correlation across pairs of seed means, its bootstrap CI over seeds, and the clear differences' signs."""
-    pairs = sorted(p for p in score if p in target)
+def column_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's correlation of each column pair of `x` and `y` (pairs x resamples); 0 where a side is constant."""
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(x, axis=0), rankdata(y, axis=0)  # average ranks for ties, as `spearman`
+    rx, ry = rx - rx.mean(0), ry - ry.mean(0)
+    denominator = np.sqrt((rx**2).sum(0) * (ry**2).sum(0))
+    return np.divide((rx * ry).sum(0), denominator, out=np.zeros(x.shape[1]), where=denominator > 0)
+
+
+def rho_interval(s: np.ndarray, t: np.ndarray, seed: int) -> tuple[float, float]:
+    """The 95 % percentile-bootstrap interval of Spearman's rho of the seed means, seeds resampled jointly."""
+    n = s.shape[1]
+    draws = np.random.default_rng(seed).integers(0, n, size=(RESAMPLES, n))
+    boot = column_spearman(s[:, draws].mean(2), t[:, draws].mean(2))
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def evidence(
+    score: dict[Pair, dict[int, float]],
+    target: dict[Pair, dict[int, float]],
+    metric: str,
+    kind: str,
+    keep: set[Pair] | None = None,
+):
+    """The correlation across pairs of seed means, its bootstrap CI over seeds, and the clear differences' signs.
+
+    `keep`: the pairs that count (one per distinct experiment); None counts every pair.
+    """
+    pairs = sorted(p for p in score if p in target and (keep is None or p in keep))
     seeds = sorted(set.intersection(*(set(score[p]) & set(target[p]) for p in pairs))) if pairs else []
     if len(pairs) < 3 or len(seeds) < 3:
         return None
     s = np.array([[score[p][k] for k in seeds] for p in pairs])
     t = np.array([[target[p][k] for k in seeds] for p in pairs])
     rho = spearman(s.mean(1), t.mean(1))
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    draws = rng.integers(0, len(seeds), size=(RESAMPLES, len(seeds)))
-    boot = [spearman(s[:, d].mean(1), t[:, d].mean(1)) for d in draws]
-    low, high = np.percentile(boot, [2.5, 97.5])
+    low, high = rho_interval(s, t, BOOTSTRAP_SEED)
+    lows = tuple(rho_interval(s, t, seed)[0] for seed in RESAMPLING_SEEDS)
     clear = [
         i for i, p in enumerate(pairs) if paired_difference(target[p], {k: 0.0 for k in target[p]}).excludes_zero()
     ]
     right = sum(np.sign(s[i].mean()) == np.sign(t[i].mean()) for i in clear)
-    return Evidence(metric, kind, len(pairs), rho, float(low), float(high), int(right), len(clear))
+    return Evidence(metric, kind, len(pairs), rho, low, high, int(right), len(clear), lows)
 
 
 def all_evidence(rows: list[dict[str, Any]], suite: list[dict[str, Any]]) -> list[Evidence]:
-    target = auc_differences(suite)
-    found = (evidence(scores(rows, kind, m), target, m, kind) for kind in KINDS for m in ORIENTATION)
+    target, keep = auc_differences(suite), distinct_pairs(suite)
+    found = (evidence(scores(rows, kind, m), target, m, kind, keep) for kind in KINDS for m in ORIENTATION)
     return [e for e in found if e is not None]
 
 
@@ -151,15 +193,16 @@ def direction(metric: str) -> str:
 
 def evidence_table(found: Sequence[Evidence]) -> str:
     lines = [
-        "| diagnostic | measured on | pairs | Spearman ρ with AUC − GRPO [95 % CI] | signs right (clear differences) "
-        "| chooses? |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| diagnostic | measured on | pairs | Spearman ρ with AUC − GRPO [95 % bootstrap CI] | its lower bound "
+        f"under {len(RESAMPLING_SEEDS)} resampling seeds | signs right (clear differences) | chooses? |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in found:
         signs = "—" if ORIENTATION[e.metric] is None else f"{e.right} of {e.significant}"
+        lows = f"{min(e.lows):+.2f} to {max(e.lows):+.2f}" if e.lows else "—"
         lines.append(
             f"| {direction(e.metric)} | {e.kind} runs | {e.pairs} | {e.rho:+.2f} [{e.low:+.2f}, {e.high:+.2f}] "
-            f"| {signs} | {'yes' if e.chooses() else 'no'} |"
+            f"| {lows} | {signs} | {e.verdict()} |"
         )
     return "\n".join(lines)
 
@@ -168,7 +211,9 @@ def pair_table(rows: list[dict[str, Any]], suite: list[dict[str, Any]], kind: st
     """Per (task, estimator): the AUC difference and each diagnostic's oriented score, seed means."""
     target = auc_differences(suite)
     per_metric = {m: scores(rows, kind, m) for m in ORIENTATION}
-    head = "| task | estimator | AUC − GRPO [CI] | " + " | ".join(direction(m).split(" (")[0] for m in ORIENTATION)
+    head = "| task | estimator | AUC − GRPO [95 % t-interval] | " + " | ".join(
+        direction(m).split(" (")[0] for m in ORIENTATION
+    )
     lines = [head + " |", "| --- | --- | --- | " + " | ".join("---" for _ in ORIENTATION) + " |"]
     for pair in sorted(target):
         if not any(pair in per_metric[m] for m in ORIENTATION):
@@ -186,15 +231,24 @@ def _cell(values: dict[int, float] | None) -> str:
 
 
 def verdict_text(found: Sequence[Evidence]) -> str:
-    chosen = [e for e in found if e.chooses()]
+    chosen = [e for e in found if e.verdict() == "yes"]
+    undecided = [e for e in found if e.verdict().startswith("depends")]
+    hinge = (
+        " Under some resampling seeds and not others, so no verdict: "
+        + ", ".join(f"{e.metric} ({e.kind} runs, {e.verdict().split('(')[1].rstrip(')')})" for e in undecided)
+        + "."
+        if undecided
+        else ""
+    )
     if not chosen:
         return (
-            "**Verdict.** No diagnostic meets the rule: none both ranks the estimators' AUC differences with a "
-            "correlation whose CI excludes 0 and gets the sign of at least 75 % of the clear differences. "
-            "`areal-adv diagnose` therefore prints the numbers only and recommends nothing."
+            "**Verdict.** No diagnostic meets the rule under every resampling seed: none both ranks the "
+            "estimators' AUC differences with a correlation whose CI excludes 0 and gets the sign of at least 75 % "
+            f"of the clear differences.{hinge} `areal-adv diagnose` therefore prints the numbers only and "
+            "recommends nothing."
         )
     names = ", ".join(f"{e.metric} ({e.kind} runs, ρ {e.rho:+.2f})" for e in chosen)
-    return f"**Verdict.** Meets the rule: {names}."
+    return f"**Verdict.** Meets the rule under every resampling seed: {names}.{hinge}"
 
 
 def evidence_text(rows: list[dict[str, Any]], suite: list[dict[str, Any]]) -> str:

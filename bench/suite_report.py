@@ -1,8 +1,8 @@
 """Tables, verdicts, decision table and figure of bench/estimator_suite.py, built from its result rows only.
 
-Everything here is a function of the rows (and the task table), with a fixed
-bootstrap seed, so the docs block regenerated from the committed results file
-is byte for byte the committed one.
+Everything here is a function of the rows (and the task table); intervals are
+Student-t intervals (no resampling), so the docs block regenerated from the
+committed results file is byte for byte the committed one.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from suite_definitions import TASKS
-from suite_stats import Estimate, bootstrap_mean, paired_difference
+from suite_distinct import distinct_groups
+from suite_stats import Estimate, paired_difference, t_mean
 
 BASELINE = "grpo"
 DOC_BEGIN, DOC_END = "<!-- estimator_suite:begin -->", "<!-- estimator_suite:end -->"
@@ -44,8 +45,8 @@ def task_stats(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[str
         area = {s: r["auc"] for s, r in seeds.items()}
         paired = name != BASELINE and bool(set(seeds) & set(base))
         out[name] = {
-            "final": bootstrap_mean(list(final.values())),
-            "auc": bootstrap_mean(list(area.values())),
+            "final": t_mean(list(final.values())),
+            "auc": t_mean(list(area.values())),
             "d_final": paired_difference(final, {s: r["final_success"] for s, r in base.items()}) if paired else None,
             "d_auc": paired_difference(area, {s: r["auc"] for s, r in base.items()}) if paired else None,
         }
@@ -55,8 +56,8 @@ def task_stats(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[str
 def table(task: str, runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     stats = task_stats(runs)
     lines = [
-        "| estimator | seeds | final success [95 % CI] | AUC [95 % CI] | final − GRPO (paired) [CI] | "
-        "AUC − GRPO (paired) [CI] | CPU s / run | wall s / run | load |",
+        "| estimator | seeds | final success [95 % t-interval] | AUC [95 % t-interval] | final − GRPO (paired) "
+        "[95 % t-interval] | AUC − GRPO (paired) [95 % t-interval] | CPU s / run | wall s / run | load |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, seeds in runs.items():
@@ -72,16 +73,17 @@ def table(task: str, runs: dict[str, dict[int, dict[str, Any]]]) -> str:
 
 
 METRICS = {"final": "final success", "auc": "AUC"}
-MIN_SEEDS = 3  # below this a bootstrap interval says nothing
+MIN_SEEDS = 3  # below this an interval over seeds says next to nothing
 
 
 def verdict(runs: dict[str, dict[int, dict[str, Any]]], metric: str = "final") -> tuple[str, str | None]:
     """(plain-words verdict on `metric`, the estimator that beats GRPO on it or None) from paired differences.
 
     The best estimator is the one with the largest mean paired difference to
-    GRPO. If its CI excludes 0 it beats GRPO; if every other estimator's CI lies
-    below 0, GRPO beats them all; otherwise no difference larger than the widest
-    bound of the best estimator's CI is supported.
+    GRPO. If its 95 % paired Student-t interval excludes 0 it beats GRPO; if every
+    other estimator's interval lies below 0, GRPO beats them all; otherwise no
+    difference larger than the widest bound of the best estimator's interval is
+    supported.
     """
     key, words = f"d_{metric}", METRICS[metric]
     stats = {n: s for n, s in task_stats(runs).items() if s[key] is not None}
@@ -93,23 +95,40 @@ def verdict(runs: dict[str, dict[int, dict[str, Any]]], metric: str = "final") -
         return f"too few paired seeds for a verdict ({d.n}, need {MIN_SEEDS})", None
     if d.low > 0:
         return (
-            f"{best} beats GRPO by {d.mean:+.3f} {words}, CI [{d.low:+.3f}, {d.high:+.3f}] ({d.n} paired seeds)"
+            f"{best} beats GRPO by {d.mean:+.3f} {words}, 95 % t-interval [{d.low:+.3f}, {d.high:+.3f}] "
+            f"({d.n} paired seeds)"
         ), best
     if all(s[key].high < 0 for s in stats.values()):
         return (
             f"GRPO beats every other estimator on {words}; the closest, {best}, by {-d.mean:.3f}, "
-            f"CI of its difference [{d.low:+.3f}, {d.high:+.3f}]"
+            f"95 % t-interval of its difference [{d.low:+.3f}, {d.high:+.3f}]"
         ), None
     width = max(abs(d.low), abs(d.high))
     return (
         f"no difference larger than ±{width:.3f} in {words} between the best estimator ({best}, "
-        f"{d.mean:+.3f}, CI [{d.low:+.3f}, {d.high:+.3f}], half-width {d.half_width:.3f}) and GRPO"
+        f"{d.mean:+.3f}, 95 % t-interval [{d.low:+.3f}, {d.high:+.3f}], half-width {d.half_width:.3f}) and GRPO"
     ), None
 
 
 def choice(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     """The decision table's entry: the estimator that beats GRPO on final success, else on AUC, else GRPO."""
     return verdict(runs, "final")[1] or verdict(runs, "auc")[1] or BASELINE
+
+
+def repeats(rows: list[dict[str, Any]], task: str) -> str:
+    """A sentence naming the task's estimators whose runs repeat another task's exactly (counted there), or ''."""
+    same = [
+        f"`{estimator}` trains exactly as on `{first[0]}`"
+        for first, group in distinct_groups(rows).items()
+        for t, estimator in group[1:]
+        if t == task and first[0] != task
+    ]
+    if not same:
+        return ""
+    return (
+        f" Repeated runs: {'; '.join(same)} (the same runs, GRPO's included, seed for seed): one experiment, "
+        "counted once, under the first task."
+    )
 
 
 def report_text(rows: list[dict[str, Any]], tasks: list[str], figure: str | None = None) -> str:
@@ -125,7 +144,7 @@ def report_text(rows: list[dict[str, Any]], tasks: list[str], figure: str | None
         parts.append(
             f"#### `{task}`: {spec.situation}\n\nWhy estimators should differ: {spec.reason}. "
             f"{'/'.join(map(str, steps))} updates, held-out greedy success on 32 prompts.\n\n"
-            f"{table(task, runs)}\n\n**Verdict.** Final success: {final}. AUC: {area}.\n"
+            f"{table(task, runs)}\n\n**Verdict.** Final success: {final}. AUC: {area}.{repeats(rows, task)}\n"
         )
         decisions.append(f"| {spec.situation} | {choice(runs)} | final: {final}; AUC: {area} |")
     parts.insert(0, cost_line(rows))

@@ -1,8 +1,10 @@
-"""Statistics of bench/estimator_suite.py: the area under a success curve, bootstrap CIs, paired differences.
+"""Statistics of bench/estimator_suite.py: the area under a success curve, t-intervals, paired differences.
 
-Pure functions of lists of numbers. The bootstrap resamples seeds (the unit a
-new experiment would draw again) with a fixed RNG seed, so a report built twice
-from the same results file is identical.
+Pure functions of lists of numbers. Means and paired differences over seeds
+(the unit a new experiment would draw again) carry 95 % Student-t intervals,
+the same the race uses (`areal_adv.trainer.race.racing`): exact given the
+values, so no verdict depends on a resampling seed. `bootstrap_mean` stays for
+differences over many prompts (bench/probe_table.py), with a fixed RNG seed.
 """
 
 from __future__ import annotations
@@ -12,13 +14,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from areal_adv.trainer.race.racing import paired_t_interval
+from areal_adv.trainer.race.series import area
+
 BOOTSTRAP_SEED = 12_345
 BOOTSTRAP_RESAMPLES = 4_000
+#: The interval of every mean and paired difference over seeds, as the tables name it.
+INTERVAL = "95 % Student-t interval"
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A mean with its 95 % percentile-bootstrap confidence interval over `n` seeds."""
+    """A mean with its 95 % interval over `n` values (a Student-t interval over seeds, or a bootstrap's)."""
 
     mean: float
     low: float
@@ -38,15 +45,22 @@ def auc(updates: Sequence[float], success: Sequence[float]) -> float:
 
     A curve measured at updates 0, e, 2e, ..., T: 1.0 means solved from the
     start, 0.0 never solved; a method that gets there sooner has the larger area.
+    The race's window metric is the same area (`areal_adv.trainer.race.series.area`).
     """
-    if len(updates) != len(success) or len(updates) < 2:
-        raise ValueError(
-            f"auc: need >= 2 points with one success value each, got {len(updates)} updates and {len(success)} values"
-        )
-    x, y = np.asarray(updates, dtype=float), np.asarray(success, dtype=float)
-    if np.any(np.diff(x) <= 0):
-        raise ValueError(f"auc: updates must increase, got {list(updates)}")
-    return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))
+    return area(updates, success)
+
+
+def t_mean(values: Sequence[float]) -> Estimate:
+    """The mean of `values` and its 95 % Student-t interval (a point when every value is the same)."""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("t_mean: no values")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"t_mean: non-finite values {x.tolist()}")
+    if x.size == 1:
+        raise ValueError("t_mean: one value has no interval; need at least 2 seeds")
+    d = paired_t_interval(x.tolist())
+    return Estimate(d.mean, d.low, d.high, d.n)
 
 
 def bootstrap_mean(
@@ -65,8 +79,8 @@ def bootstrap_mean(
     return Estimate(float(x.mean()), float(low), float(high), int(x.size))
 
 
-def paired_difference(values: Mapping[int, float], baseline: Mapping[int, float], **kwargs: float) -> Estimate:
-    """Mean over the seeds both have of `values[s] - baseline[s]`, with its bootstrap CI.
+def paired_difference(values: Mapping[int, float], baseline: Mapping[int, float]) -> Estimate:
+    """Mean over the seeds both have of `values[s] - baseline[s]`, with its 95 % paired Student-t interval.
 
     Pairing by seed removes what the seed decides for both runs (the initial
     weights and the prompts), which is most of the spread of small runs.
@@ -74,4 +88,4 @@ def paired_difference(values: Mapping[int, float], baseline: Mapping[int, float]
     seeds = sorted(set(values) & set(baseline))
     if not seeds:
         raise ValueError(f"paired_difference: no common seeds (have {sorted(values)} and {sorted(baseline)})")
-    return bootstrap_mean([values[s] - baseline[s] for s in seeds], **kwargs)
+    return t_mean([values[s] - baseline[s] for s in seeds])

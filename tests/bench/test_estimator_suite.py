@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "estimator_suite.py"
@@ -20,7 +21,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from suite_definitions import TASKS, algorithm, run_config  # noqa: E402
 from suite_report import DOC_BEGIN, DOC_END, choice, docs_block, verdict  # noqa: E402
-from suite_stats import auc, bootstrap_mean, paired_difference  # noqa: E402
+from suite_stats import auc, bootstrap_mean, paired_difference, t_mean  # noqa: E402
 
 
 def test_auc_is_the_mean_height_of_the_curve():
@@ -49,13 +50,24 @@ def test_bootstrap_ci_contains_the_true_mean_and_is_deterministic():
         bootstrap_mean([0.1, float("nan")])
 
 
+def test_intervals_over_seeds_are_student_t_intervals():
+    values = [0.61, 0.72, 0.55, 0.68, 0.70]
+    est = t_mean(values)
+    half = scipy_stats.t.ppf(0.975, 4) * np.std(values, ddof=1) / np.sqrt(5)
+    assert (est.low, est.high) == pytest.approx((np.mean(values) - half, np.mean(values) + half))
+    const = t_mean([1.0] * 10)
+    assert (const.low, const.mean, const.high) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="need at least 2 seeds"):
+        t_mean([0.5])
+
+
 def test_paired_difference_pairs_by_seed():
     baseline = {1: 0.1, 2: 0.5, 3: 0.9, 4: 0.3}
     values = {3: 1.0, 1: 0.2, 2: 0.6}  # each seed 0.1 above its baseline, in another order, seed 4 missing
     d = paired_difference(values, baseline)
     assert d.n == 3 and d.mean == pytest.approx(0.1) and d.low == pytest.approx(0.1) and d.high == pytest.approx(0.1)
     assert d.excludes_zero()
-    unpaired = bootstrap_mean(list(values.values())).mean - bootstrap_mean(list(baseline.values())).mean
+    unpaired = t_mean(list(values.values())).mean - t_mean(list(baseline.values())).mean
     assert unpaired != pytest.approx(0.1)  # pooling instead of pairing would give another number
     with pytest.raises(ValueError, match="no common seeds"):
         paired_difference({5: 1.0}, baseline)
@@ -99,7 +111,7 @@ def test_verdicts_follow_the_paired_differences():
     worse = {"grpo": better["grpo"], "rloo": {s: _row("sparse", "rloo", s, 0.2) for s in range(1, 11)}}
     assert verdict(worse) == (
         "GRPO beats every other estimator on final success; the closest, rloo, by 0.300, "
-        "CI of its difference [-0.300, -0.300]",
+        "95 % t-interval of its difference [-0.300, -0.300]",
         None,
     )
     two = {name: {s: r for s, r in seeds.items() if s <= 2} for name, seeds in better.items()}
