@@ -870,6 +870,24 @@ def check_diagnostics_commands(snippet: Snippet, project: Project) -> None:
     assert rc == 0 and {r["estimator"] for r in rows} == {"active", "grpo", "rloo", "maxrl"}, err
 
 
+def check_race_commands(snippet: Snippet, project: Project) -> None:
+    """The three race commands parse; the first runs on the default run (2 updates, 2 seeds, the tiny model)."""
+    from areal_adv.trainer.race.compare_runs import _NAMED
+    from areal_adv.trainer.race.race_command import main as race_main
+    from areal_adv.trainer.race.race_command import parser
+
+    (mine, start, compare) = [words[2:] for words in _commands(snippet.text)]
+    assert all(words[:2] == [".venv/bin/areal-adv", "race"] for words in _commands(snippet.text))
+    first, resumed, finished = (parser().parse_args(args) for args in (mine, start, compare))
+    assert first.config == "my_run.yaml" and first.estimators == ["grpo", "maxrl", "rloo"] and first.jobs == 2
+    assert resumed.start == "runs/grpo_arith/trial0:200" and resumed.config is None
+    assert all(_NAMED.match(run) for run in finished.compare)
+    argv = ["preset:grpo_arith", "--estimators", *first.estimators, "--updates", "2", "--rungs", "1", "--seeds", "2"]
+    rc, out, err = _call(race_main, [*argv, "--race-dir", str(project.dir / "race"), "--set", *TINY])
+    assert rc == 0 and "What it cannot tell" in out, err
+    assert (project.dir / "race" / "arms" / "maxrl" / "seed2" / "metrics.jsonl").is_file()
+
+
 def check_diagnostics_pipeline_yaml(snippet: Snippet, project: Project) -> None:
     """The block is examples/integrations/diagnostics.yaml (without its comments) and loads as a pipeline."""
     from areal_adv.integrations.config import load_pipeline
@@ -1040,6 +1058,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/training.md: diagnostics:": check_diagnostics_yaml,
     "docs/training.md: .venv/bin/python -m areal_adv.trainer.main train.steps=6 see": check_diagnostics_commands,
     "docs/training.md: diagnostics: rloo, maxrl, active (every step; cost: time/dia": check_output,
+    "docs/training.md: .venv/bin/areal-adv race my_run.yaml --estimators grpo maxrl": check_race_commands,
     "docs/training.md: .venv/bin/torchrun --standalone --nproc_per_node=2 -m areal_": check_shell,
     "docs/training.md: .venv/bin/python -m pytest tests/trainer/run/test_train_*.py": check_shell,
 }
