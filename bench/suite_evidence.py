@@ -157,7 +157,7 @@ def evidence(
     metric: str,
     kind: str,
     keep: set[Pair] | None = None,
-):
+) -> Evidence | None:
     """The correlation across pairs of seed means, its bootstrap CI over seeds, and the clear differences' signs.
 
     `keep`: the pairs that count (one per distinct experiment); None counts every pair.
