@@ -109,3 +109,19 @@ def test_areal_event_files_are_read_by_their_tags(tmp_path, capsys):
     assert "maxrl learns sooner than grpo here" in capsys.readouterr().out
     assert main(["--compare", *runs, "--train-tag", "nope", "--race-dir", str(tmp_path / "o")]) == 1
     assert "has no train-reward tag (looked for --train-tag 'nope')" in capsys.readouterr().err
+
+
+def test_our_own_event_files_map_evaluations_to_the_updates_they_measured(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from areal_adv.trainer.race.series import from_event_files
+
+    with SummaryWriter(str(tmp_path / "tensorboard")) as writer:  # our TensorBoardSink: one tag per metric and step
+        for step in range(4):
+            writer.add_scalar("reward_mean", 0.1 * step, step)
+            if step in (0, 3):  # evaluated before step 0's update, and after the last one (updates 4)
+                writer.add_scalar("eval/accuracy", 0.5 + 0.1 * step, step)
+                writer.add_scalar("eval/updates", 0 if step == 0 else 4, step)
+    series = from_event_files(tmp_path)
+    assert series.engine == "areal-adv" and series.train == pytest.approx({s: 0.1 * s for s in range(4)})
+    assert series.heldout == pytest.approx({0: 0.5, 4: 0.8})
