@@ -1012,6 +1012,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/benchmarks.md: .venv/bin/python bench/estimator_suite.py --seeds 10 --worke": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/estimator_suite.py --check-current # ": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/suite_diagnostics.py --workers 2 # ev": check_shell,
+    "docs/benchmarks.md: .venv/bin/python bench/race_evidence.py # the 10 races of th": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_pipeline.py --reps 15 --tensor-": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_pipeline.py --table --reps 5 --": check_shell,
     "docs/performance.md: .venv/bin/python bench/bench_pipeline.py --sizes 256x8192 --": check_shell,
