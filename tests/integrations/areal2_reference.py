@@ -191,12 +191,19 @@ def episode(gen: torch.Generator, turns: int, *, max_new: int = 5) -> dict[str, 
 
 
 def group(
-    gen: torch.Generator, n: int, *, turns: int, values: bool = False, ref: bool = False, prox: bool = False
+    gen: torch.Generator,
+    n: int,
+    *,
+    turns: int,
+    values: bool = False,
+    ref: bool = False,
+    prox: bool = False,
+    join: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """One prompt's `n` episodes joined by `concat_padded_tensors` (as AReaL's rollout engine joins them), plus the
-    per-token fields the trainer adds before computing advantages (critic values, reference and recomputed
-    log-probs: aligned, one per position of the group's width)."""
-    out = concat_padded_tensors([episode(gen, turns) for _ in range(n)])
+    """One prompt's `n` episodes joined by `concat_padded_tensors` (this module's, or AReaL's own as `join`), as
+    AReaL's rollout engine joins them, plus the per-token fields the trainer adds before computing advantages
+    (critic values, reference and recomputed log-probs: aligned, one per position of the group's width)."""
+    out = (join or concat_padded_tensors)([episode(gen, turns) for _ in range(n)])
     shape = out["input_ids"].shape
     attn = out["attention_mask"].float()
     if values:
