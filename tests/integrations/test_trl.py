@@ -349,3 +349,40 @@ def test_shadow_diagnostics_join_trls_logged_metrics_and_leave_advantages_alone(
             for metric in ("zero_adv_frac", "length_corr", "reward_rank_corr"):
                 assert math.isfinite(row[f"diagnostics/{name}/{metric}"])
         assert not any(k.startswith("diagnostics/ppo/") or k.endswith("/noise_proxy") for k in row)
+
+
+@pytest.mark.parametrize("version", ["1.15.0", "1.9.2", "0.29.1"])
+def test_an_older_trl_is_refused_with_the_minimum_version(version: str) -> None:
+    from areal_adv.integrations.trl import MINIMUM_TRL, require_trl
+
+    with pytest.raises(ImportError) as err:
+        require_trl(version)
+    message = str(err.value)
+    assert "\n" not in message and f"trl {version} is installed" in message
+    assert f"expected trl >= {MINIMUM_TRL}" in message and f"pip install 'trl=={MINIMUM_TRL}'" in message
+    for ok in (MINIMUM_TRL, "1.16.1", "1.17.0.dev0"):
+        require_trl(ok)
+
+
+def test_importing_the_integration_beside_the_real_trl_1_15_names_the_minimum(tmp_path: Path) -> None:
+    """TRL 1.15.0 from the package index, in a venv layered over .venv: the import fails in one line."""
+    import subprocess
+
+    venv = ROOT / ".venv-trl-1.15"
+    requirements = tmp_path / "nothing.txt"
+    requirements.write_text("# nothing beyond .venv\n")
+    setup = subprocess.run(
+        [str(ROOT / "scripts" / "layered_venv.sh"), str(venv), str(requirements), "--release", "trl==1.15.0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import areal_adv.integrations.trl"], capture_output=True, text=True
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "ImportError: areal_adv.integrations.trl: trl 1.15.0 is installed, expected trl >= 1.16.0 (AReaLGRPOTrainer "
+        "hooks into GRPOTrainer internals that older releases lack or differ in); pip install 'trl==1.16.0'"
+    )
