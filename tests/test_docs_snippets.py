@@ -198,7 +198,7 @@ def on_default_run(project: Project, fragment: str, base: Path = DEFAULT_RUN, na
 # --- validating commands that are too long to run here -------------------------------------------------
 
 PLACEHOLDERS = {"...", "[key=value", "...]"}
-EXTERNAL = {"pip", "unzip"}  # tools of the set-up around a command, not ours
+EXTERNAL = {"pip", "unzip", "git"}  # tools of the set-up around a command, not ours
 
 
 def _commands(text: str) -> Iterator[list[str]]:
@@ -971,6 +971,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra": check_shell,
     "docs/integrations.md: # your AReaL training script (AReaL's launchers run it on ev": check_areal_script,
     "docs/integrations.md: actor:": check_areal_yaml,
+    "docs/integrations.md: git clone https://github.com/areal-project/AReaL /path/to/AR": check_shell,
     "docs/integrations.md: actor: [2]": check_areal_diagnostics_yaml,
     "docs/integrations.md: defaults: [preset:grpo]": check_diagnostics_pipeline_yaml,
     "docs/integrations.md: from omegaconf import OmegaConf": check_verl_diagnostics,
