@@ -70,6 +70,7 @@ PACKAGE_ORDER = (
         "areal_adv.trainer.ppo.stage_types",
         "areal_adv.trainer.ppo.stage_state",
         "areal_adv.trainer.ppo.gae",
+        "areal_adv.trainer.ppo.lambda_context",
         "areal_adv.trainer.ppo.advantage_algorithms",
     ),
     ("areal_adv.trainer.ppo.kernels",),
