@@ -127,15 +127,22 @@ def test_the_config_bridge_copies_areal_2_s_fields() -> None:
     assert ours.gae_timestep_unit == "token" and ours.gae_lambda_kwargs == {} and ours.gae_lambda == VAPO
 
 
-def test_zero_padded_turn_ids_give_what_minus_one_gives() -> None:
-    """The pipeline reads turn ids only where loss_mask is 1, whatever the padding holds."""
-    config, _ = CONFIGS["turn_gae_critic"]
-    actor = PPOActor(areal_config_to_ours(config))
-    joined, meta = ref.concat_batch(batch(3, [4, 2, 5], 3, values=True))
+@pytest.mark.parametrize("path", ["on", "off"], ids=["fused_kernels", "tensor_steps"])
+@pytest.mark.parametrize("case", ["turn_gae_critic", "ppo_critic_k3"])
+def test_zero_padded_turn_ids_give_what_minus_one_gives(case: str, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline reads turn ids only where loss_mask is 1, whatever the padding holds, on both paths."""
     from areal_adv.integrations.areal_bridge import layout
+    from areal_adv.trainer.ppo.fused import FUSED_ENV
 
+    monkeypatch.setenv(FUSED_ENV, path)
+    config, _ = CONFIGS[case]
+    actor = PPOActor(areal_config_to_ours(config))
+    joined, meta = ref.concat_batch(batch(3, [4, 2, 5], 3, values=True, ref=True))
+    padding = joined["attention_mask"] == 0
+    assert bool((joined["turn_ids"][padding] == 0).all()) and bool(padding.any())
     minus_one = {**joined, "turn_ids": torch.where(joined["loss_mask"] != 0, joined["turn_ids"], -1)}
     a = actor.compute_advantages(joined, layout(meta))
     b = actor.compute_advantages(minus_one, layout(meta))
-    assert torch.equal(a["advantages"], b["advantages"]) and torch.equal(a["returns"], b["returns"])
+    for key in ("advantages", "returns", "tot_rewards", "kl_rewards"):
+        assert torch.equal(a[key], b[key]), key
     assert a["turn_ids"] is joined["turn_ids"], "the caller's turn ids are passed through as given"
