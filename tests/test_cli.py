@@ -127,4 +127,7 @@ def test_export_help_and_a_missing_run_answer_before_torch_loads(tmp_path: Path)
     assert rc == 0 and out.startswith("usage: areal-adv export") and modules == []
     rc, _, err, _ = _cli("export", "runs/nope", str(tmp_path / "out"), cwd=tmp_path)
     assert rc == 1
-    assert err.strip() == "error: runs/nope: does not exist; expected a run directory or one of its checkpoint folders"
+    assert err.strip() == (
+        f"error: 'runs/nope' (relative to {tmp_path}): does not exist; expected a run directory or one of its "
+        "checkpoint folders"
+    )

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from areal_adv.api.cli_args import ConfigError
+from areal_adv.api.config_checks import shown_path
 from areal_adv.api.train_args import ModelConfig
 from areal_adv.trainer.lm.model import build_policy, special_ids
 from areal_adv.trainer.run.trainer_state import POLICY_DIR, load_module
@@ -41,7 +42,9 @@ class Exported:
 def find_checkpoint(run_dir: Path, step: int | None) -> Path:
     """The run's checkpoint at `step` (None: the newest); RUN_DIR may also be a checkpoint folder itself."""
     if not run_dir.exists():
-        raise CheckpointError(f"{run_dir}: does not exist; expected a run directory or one of its checkpoint folders")
+        raise CheckpointError(
+            f"{shown_path(str(run_dir))}: does not exist; expected a run directory or one of its checkpoint folders"
+        )
     if (run_dir / POLICY_DIR).is_dir() and step is None:
         read_manifest(run_dir)  # a complete checkpoint, not a torn save
         return run_dir
