@@ -1,5 +1,5 @@
 """`areal-adv` command line: `areal-adv validate CONFIG [key=value ...] [--dry-run]`, `areal-adv presets`, `areal-adv train`,
-`areal-adv export`; `areal-adv --version` prints the installed version.
+`areal-adv export`, `areal-adv diagnose`; `areal-adv --version` prints the installed version.
 
 `train [--config FILE] [key=value ...]` is `python -m areal_adv.trainer.main` (what
 scripts/train.sh runs). `export RUN_DIR OUT_DIR [--step N]` writes a run's
@@ -36,8 +36,8 @@ from areal_adv.api.extras import check_extras
 
 #: What `areal-adv --help` says above the list of commands.
 DESCRIPTION = (
-    "areal-adv: check a config (validate), list the shipped presets (presets), train a policy (train) "
-    "and write a run's policy as a model folder (export)"
+    "areal-adv: check a config (validate), list the shipped presets (presets), train a policy (train), "
+    "write a run's policy as a model folder (export) and measure estimators on a run's saved batches (diagnose)"
 )
 
 

@@ -854,7 +854,8 @@ def check_diagnostics_yaml(snippet: Snippet, project: Project) -> None:
 
 
 def check_diagnostics_commands(snippet: Snippet, project: Project) -> None:
-    """The training command (2 steps of the tiny model, a temporary output.dir), then `diagnose` on its run."""
+    """The training command (5 steps of the tiny model, a temporary output.dir), then `diagnose` on its run:
+    the summary comes first, and the steps with their own checkpoint (2 and 4) have the run's gradient metrics."""
     from areal_adv.cli import main as cli_main
     from areal_adv.trainer.main import main as train_main
 
@@ -862,12 +863,19 @@ def check_diagnostics_commands(snippet: Snippet, project: Project) -> None:
     assert run[:3] == [".venv/bin/python", "-m", "areal_adv.trainer.main"], run
     assert diagnose[:2] == [".venv/bin/areal-adv", "diagnose"], diagnose
     overrides = [w for w in run[3:] if not w.startswith("train.steps=")]
-    rc, out, err = _call(train_main, [*overrides, *TINY, "train.steps=2", f"output.dir={project.dir}"])
+    assert "train.save_every=2" in overrides
+    rc, out, err = _call(train_main, [*overrides, *TINY, "train.steps=5", f"output.dir={project.dir}"])
     assert rc == 0 and "diagnostics: rloo, maxrl, active" in out, err
     run_dir = project.dir / Path(diagnose[2]).relative_to("runs")
     rc, out, err = _call(cli_main, ["diagnose", str(run_dir), *diagnose[3:]])
     rows = [json.loads(line) for line in (run_dir / "diagnostics.jsonl").read_text().splitlines()]
     assert rc == 0 and {r["estimator"] for r in rows} == {"active", "grpo", "rloo", "maxrl"}, err
+    assert out.startswith("mean over 5 steps (0-4); grad_snr and cos_to_active over 2 of them:"), out
+    live = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    exact = [r for r in rows if "grad_snr" in r]
+    assert {r["step"] for r in exact} == {2, 4} and all(r["checkpoint_step"] == r["step"] for r in exact)
+    for r in (r for r in exact if r["estimator"] != "grpo"):  # grpo is not among the run's own shadows
+        assert r["grad_snr"] == pytest.approx(live[r["step"]][f"diagnostics/{r['estimator']}/grad_snr"], rel=1e-5)
 
 
 def check_diagnostics_pipeline_yaml(snippet: Snippet, project: Project) -> None:
