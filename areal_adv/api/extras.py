@@ -103,23 +103,22 @@ def _shown(path: Path, cwd: Path, *, command: bool = False) -> str:
 def extra_requirements(extras: Sequence[str]) -> list[str]:
     """The requirements the installed distribution declares for `extras` (`datasets>=3.0`, ...).
 
-    Read from the distribution's metadata, so they hold however it was installed (a wheel, a copy of a
-    clone); `areal-adv[EXTRA,...]` where the metadata is missing.
+    Read from the distribution's metadata with `packaging`, so they hold however it was installed (a
+    wheel, a copy of a clone); `areal-adv[EXTRA,...]` where the metadata is missing.
     """
     from importlib.metadata import PackageNotFoundError, requires
 
+    from packaging.requirements import Requirement
+
     try:
-        declared = requires("areal-adv") or []
+        declared = [Requirement(line) for line in requires("areal-adv") or []]
     except PackageNotFoundError:
         declared = []
-    wanted = set(extras)
     found = []
-    for line in declared:
-        requirement, _, marker = line.partition(";")
-        extra = marker.split("extra ==")[-1].strip().strip("'\"") if "extra ==" in marker else None
-        if extra in wanted:
-            found.append(requirement.strip().replace(" ", ""))
-    return list(dict.fromkeys(found)) or [f"areal-adv[{','.join(sorted(wanted))}]"]
+    for req in declared:
+        if req.marker is not None and any(req.marker.evaluate({"extra": extra}) for extra in extras):
+            found.append(f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}{req.specifier}")
+    return list(dict.fromkeys(found)) or [f"areal-adv[{','.join(sorted(set(extras)))}]"]
 
 
 def install_command(
@@ -135,8 +134,8 @@ def install_command(
     The clone's own `.venv`: `./scripts/setup.sh EXTRA ...` (pinned versions, kept in the set-up's stamp).
     Any other environment with this package from a clone: that environment's pip with the clone's
     `constraints.txt`, so the versions are those the tests run on. A package installed otherwise (a
-    wheel): its pip with the extras' requirements (`extra_requirements`). The defaults are this process's (`sys.prefix`, `sys.executable`, the clone
-    this module lies in, the current folder); tests pass their own.
+    wheel): its pip with the extras' requirements (`extra_requirements`). The defaults are this process's
+    (`sys.prefix`, `sys.executable`, the clone this module lies in, the current folder); tests pass their own.
     """
     names = ",".join(sorted(dict.fromkeys(extras)))
     cwd = (cwd or Path.cwd()).resolve()
