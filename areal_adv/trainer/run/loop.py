@@ -26,6 +26,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,7 @@ class RunResult:
             f"{self._reward_change(fmt)} | metrics {self.metrics_path}{plot}{saved}"
         )
 
-    def _reward_change(self, fmt: Any) -> str:
+    def _reward_change(self, fmt: Callable[[float | None], str]) -> str:
         """'reward first 5 steps x -> last 10 steps y' over disjoint windows; a one-row run has one reward."""
         if not self.last_steps:
             return f"reward {fmt(self.first_reward)} (one step)" if self.first_steps else "reward n/a (no step)"
