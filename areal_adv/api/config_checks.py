@@ -8,11 +8,23 @@ without importing each other (and without torch).
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
+
+
+def shown_path(path: Any) -> str:
+    """A path for an error message: quoted as given and, when relative, with the folder it was resolved in.
+
+    Relative config paths resolve in the current folder (the one a command runs in), which the user
+    may not have in mind when a run is started from a script or another folder.
+    """
+    if not isinstance(path, str) or os.path.isabs(path):
+        return repr(path)
+    return f"{path!r} (relative to {os.getcwd()})"
 
 
 def is_real(value: Any) -> bool:

@@ -219,6 +219,29 @@ def test_configs_trl_cannot_serve_are_refused(model_dir, tmp_path):
         ts.make_trainer(model_dir, tmp_path, str(tmp_path / "missing.yaml"))
 
 
+def test_a_model_path_that_is_not_a_checkpoint_folder_is_one_line(model_dir, tmp_path, monkeypatch):
+    from areal_adv.integrations.trl.model_path import check_model_argument
+
+    monkeypatch.chdir(tmp_path)
+    where = f"(relative to {tmp_path})"
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    cases = {
+        "path/to/model": f"'path/to/model' {where} is not a folder (nothing is there); expected a folder written by "
+        "save_pretrained (with config.json), a hub id such as 'org/name' or a model",
+        "empty": f"the folder 'empty' {where} has no config.json",
+        "model.gguf": f"'model.gguf' {where} is a file, not a folder (a GGUF file: convert it to a folder once",
+    }
+    for model, needle in cases.items():
+        with pytest.raises(ConfigError) as caught:
+            ts.make_trainer(model, tmp_path, "preset:grpo")  # refused before TRL loads anything
+        message = str(caught.value)
+        assert message.startswith("AReaLGRPOTrainer(model=...): ") and needle in message, message
+        assert "\n" not in message
+    for fine in (model_dir, Path(model_dir), "HuggingFaceTB/SmolLM2-135M-Instruct", object()):
+        check_model_argument(fine)  # a checkpoint folder, a hub id (TRL downloads it) or a loaded model
+
+
 def test_bad_plugin_path_fails_at_trainer_construction(model_dir, tmp_path):
     from areal_adv.utils.dynamic_import import PluginResolutionError
 

@@ -26,6 +26,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ import torch
 from torch.distributed import ReduceOp
 
 from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, config_to_yaml
+from areal_adv.api.extras import check_extras
 from areal_adv.api.train_args import ExperimentConfig
 from areal_adv.trainer.lm.logprobs import aligned_from_rollout
 from areal_adv.trainer.lm.model import build_critic, build_policy, frozen_copy, special_ids
@@ -77,7 +79,14 @@ from areal_adv.trainer.run.evaluation import Evaluator, SampleLog, episode_metri
 from areal_adv.trainer.run.group_filter import filter_zero_advantage_groups
 from areal_adv.trainer.run.kernel_warmup import warm_up_advantage_kernels
 from areal_adv.trainer.run.loggers import RunLoggers, open_loggers
-from areal_adv.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
+from areal_adv.trainer.run.metrics import (
+    PhaseTimer,
+    masked_stats,
+    peak_memory_metrics,
+    rate,
+    reward_windows,
+    window_mean,
+)
 from areal_adv.trainer.run.plot import plot_curves
 from areal_adv.trainer.run.preflight import check_before_launch
 from areal_adv.trainer.run.progress import Progress
@@ -114,8 +123,10 @@ class RunResult:
     steps_done: int
     interrupted: bool
     seconds: float
-    first5_reward: float | None
-    last10_reward: float | None
+    first_reward: float | None  # mean reward of the first `first_steps` steps
+    last_reward: float | None  # ... and of the last `last_steps` (disjoint windows: `reward_windows`)
+    first_steps: int = 0
+    last_steps: int = 0
     checkpoint: Path | None = None  # the newest checkpoint this run wrote (None: none)
     resumed_from: Path | None = None
     last_save_seconds: float = 0.0  # the checkpoint after the last row (earlier ones: the rows' time/save)
@@ -129,9 +140,16 @@ class RunResult:
         saved = f" | last checkpoint {self.last_save_seconds:.1f}s" if self.checkpoint is not None else ""
         return (
             f"[areal-adv] {name}: {state}, {self.steps_done}/{total_steps} steps in {self.seconds:.1f}s | "
-            f"reward first 5 steps {fmt(self.first5_reward)} -> last 10 steps {fmt(self.last10_reward)} | "
-            f"metrics {self.metrics_path}{plot}{saved}"
+            f"{self._reward_change(fmt)} | metrics {self.metrics_path}{plot}{saved}"
         )
+
+    def _reward_change(self, fmt: Callable[[float | None], str]) -> str:
+        """'reward first 5 steps x -> last 10 steps y' over disjoint windows; a one-row run has one reward."""
+        if not self.last_steps:
+            return f"reward {fmt(self.first_reward)} (one step)" if self.first_steps else "reward n/a (no step)"
+        first = "first step" if self.first_steps == 1 else f"first {self.first_steps} steps"
+        last = "last step" if self.last_steps == 1 else f"last {self.last_steps} steps"
+        return f"reward {first} {fmt(self.first_reward)} -> {last} {fmt(self.last_reward)}"
 
 
 @dataclass
@@ -167,6 +185,15 @@ def _warn_unused_process_shaping(cfg: ExperimentConfig) -> None:
         )
 
 
+def _warn_no_checkpoints(cfg: ExperimentConfig) -> None:
+    """`train.save_every=0` is a valid choice, but the run then leaves nothing to resume or export: say so first."""
+    if not cfg.train.save_every:
+        logger.warning(
+            "train.save_every=0: this run writes no checkpoint, so it cannot be resumed (train.resume) or exported "
+            "(areal-adv export), and areal-adv diagnose measures no gradients on it; set train.save_every=N to keep them"
+        )
+
+
 class Trainer:
     """Builds everything from an `ExperimentConfig` and runs `train.steps` steps.
 
@@ -175,6 +202,7 @@ class Trainer:
     """
 
     def __init__(self, cfg: ExperimentConfig, ctx: DistContext | None = None) -> None:
+        check_extras(cfg)  # every missing extra in one message, before anything is built (as `validate` does)
         self.cfg = cfg
         self.ctx = ctx if ctx is not None and ctx.is_distributed else DistContext()
         # single process: CPU as always; data parallel: the rank's device (cuda:<local_rank> under nccl)
@@ -265,6 +293,7 @@ class Trainer:
         self.sample_log = SampleLog(self.run_dir / "samples.jsonl", append=self.plan.resume_from is not None)
         if self.ctx.is_main:
             _warn_unused_process_shaping(cfg)
+            _warn_no_checkpoints(cfg)
         # numba loads (or compiles) the pipeline's kernels on their first call: here, not in step 0's timer.
         # A separate actor on synthetic batches; the random states and stage state are put back after it.
         # `run` prints how it went below the opening block
@@ -714,6 +743,7 @@ class Trainer:
             plot_path = self.run_dir / "curves.png"
             if self.ctx.is_main:
                 plot_curves(records, plot_path, title=cfg.experiment_name, smoothing=cfg.output.plot_smoothing)
+        first, last = reward_windows(len(records))
         return RunResult(
             run_dir=self.run_dir,
             metrics_path=self.run_dir / "metrics.jsonl",
@@ -721,6 +751,8 @@ class Trainer:
             steps_done=done,
             interrupted=interrupted,
             seconds=seconds,
-            first5_reward=window_mean(records, "reward_mean", first=5),
-            last10_reward=window_mean(records, "reward_mean", last=10),
+            first_reward=window_mean(records, "reward_mean", first=first) if first else None,
+            last_reward=window_mean(records, "reward_mean", last=last) if last else None,
+            first_steps=first,
+            last_steps=last,
         )

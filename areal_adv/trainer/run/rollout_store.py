@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from areal_adv.utils.batch_meta import RolloutGroup, TrajBatchMeta
+from areal_adv.utils.file_modes import normal_mode
 
 __all__ = ["ROLLOUT_DIR", "SavedRollout", "load_rollout", "rollout_path", "rollout_steps", "save_rollout"]
 
@@ -97,6 +98,7 @@ def save_rollout(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     save_file(tensors, str(tmp), metadata={"meta": _meta_json(meta), "other": json.dumps(other, default=list)})
+    normal_mode(tmp)  # safetensors writes owner-only files; the run's other files follow the umask
     tmp.replace(path)
     return path
 

@@ -61,6 +61,7 @@ from areal_adv.utils.checkpoint_folders import (
     read_manifest,
     staging_folder,
 )
+from areal_adv.utils.file_modes import normal_mode
 
 logger = logging.getLogger("areal_adv.checkpoint")
 
@@ -160,8 +161,9 @@ def restore_data(trainer: Any, state: dict[str, Any]) -> None:
 
 
 @contextmanager
-def _no_hf_progress_bars() -> Iterator[None]:
-    """transformers draws a "Writing model shards" bar per save; in a run's log that is noise."""
+def no_hf_progress_bars() -> Iterator[None]:
+    """transformers draws a bar per save ("Writing model shards") and per load ("Loading weights"); in a
+    run's log or a command's output that is noise."""
     from transformers.utils import logging as hf_logging
 
     was_on = hf_logging.is_progress_bar_enabled()
@@ -175,9 +177,13 @@ def _no_hf_progress_bars() -> Iterator[None]:
 
 
 def save_module(module: torch.nn.Module, folder: Path) -> None:
-    """`save_pretrained` for Hugging Face models; a value model saves its backbone that way plus its head."""
-    with _no_hf_progress_bars():
+    """`save_pretrained` for Hugging Face models; a value model saves its backbone that way plus its head.
+
+    The weights files get the mode of the files beside them (safetensors writes them owner-only).
+    """
+    with no_hf_progress_bars():
         _save_module(module, folder)
+    normal_mode(folder)
 
 
 def _save_module(module: torch.nn.Module, folder: Path) -> None:
