@@ -8,6 +8,8 @@ which changed across TRL releases, so an older TRL is refused at import with the
 import trl
 from packaging.version import Version
 
+from areal_adv.api.extras import install_hint
+
 #: The oldest TRL release `AReaLGRPOTrainer` runs on (the one the tests pin; older ones lack or change the
 #: internals it hooks into).
 MINIMUM_TRL = "1.16.0"
@@ -18,7 +20,7 @@ def require_trl(version: str) -> None:
     if Version(version) < Version(MINIMUM_TRL):
         raise ImportError(
             f"areal_adv.integrations.trl: trl {version} is installed, expected trl >= {MINIMUM_TRL} (AReaLGRPOTrainer "
-            f"hooks into GRPOTrainer internals that older releases lack or differ in); pip install 'trl=={MINIMUM_TRL}'"
+            f"hooks into GRPOTrainer internals that older releases lack or differ in); {install_hint('trl')}"
         )
 
 
