@@ -444,6 +444,12 @@ class PolicyEngine(_OptimEngine):
         # one process only: see areal_adv.trainer.parallel.embedding_gradient
         self.sparse_lookup_gradient = self.parallel is None and add_lookup_gradient_sparsely(model)
 
+    @property
+    def sampled_by(self) -> nn.Module:
+        """The module whose distribution the training rollouts are sampled from: the `rollout_dtype` copy, or
+        the trained module (sharded under FSDP; `rollout_model` is then its full copy, the same weights)."""
+        return self.rollout_model if self.rollout_dtype is not None else self.model
+
     def sync_rollout_model(self) -> None:
         """Copy the trained weights into `full_model` and `rollout_model`, casting to `rollout_dtype` when set.
 

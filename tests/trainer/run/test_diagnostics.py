@@ -15,6 +15,7 @@ from areal_adv.api.cli_args import ConfigError, load_config
 from areal_adv.cli import main as cli_main
 from areal_adv.trainer.ppo.training.gradient_probe import fold_rows, probe_parameters
 from areal_adv.trainer.run.diagnose import diagnose_run
+from areal_adv.trainer.run.diagnostics import StepDiagnostics
 from areal_adv.trainer.run.loop import Trainer
 from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
 from areal_adv.trainer.run.rollout_store import load_rollout, rollout_steps
@@ -25,6 +26,13 @@ METRICS = ("zero_adv_frac", "noise_proxy", "grad_snr", "cos_to_active", "length_
 
 def _trainer(out: Path, *extra: str) -> Trainer:
     return Trainer(load_config("preset:grpo_arith", [*SMALL, f"output.dir={out}", *extra]))
+
+
+def _step_diagnostics(trainer: Trainer) -> StepDiagnostics:
+    """The run's diagnostics, from the step observer that runs them."""
+    observer = trainer.observers.find("diagnostics")
+    assert observer is not None, "the run has no diagnostics observer"
+    return observer.diagnostics  # type: ignore[attr-defined]
 
 
 def _weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
@@ -64,7 +72,7 @@ def test_measure_leaves_gradients_random_state_batch_and_stage_state_alone(tmp_p
         p.grad = torch.full_like(p, float(i))
     before_batch = {k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)}
     rng = torch.get_rng_state()
-    row = trainer.diagnostics.measure(batch, meta, data)
+    row = _step_diagnostics(trainer).measure(batch, meta, data)
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(p.grad, torch.full_like(p, float(i))) for i, p in enumerate(params))
     assert all(torch.equal(batch[k], v) for k, v in before_batch.items()) and set(batch) == set(before_batch)
@@ -287,7 +295,7 @@ def test_step_ranges_and_the_weights_of_each_step() -> None:
 def test_under_lora_the_gradients_are_the_adapters(tmp_path: Path) -> None:
     lora = "model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj, o_proj]}"
     trainer = _trainer(tmp_path, "train.steps=1", lora, "diagnostics.estimators=[rloo]")
-    names = [n for n, _ in trainer.diagnostics.params]
+    names = [n for n, _ in _step_diagnostics(trainer).params]
     assert names and all("lora_" in n for n in names)
     row = trainer.run()
     first = read_metrics(row.metrics_path)[0]
@@ -302,7 +310,7 @@ def test_a_shadow_that_fails_on_a_batch_is_dropped_and_training_goes_on(
     def broken(*args: object, **kwargs: object) -> None:
         raise ValueError("no such field")
 
-    trainer.diagnostics.shadows[0].actor.compute_advantages = broken
+    _step_diagnostics(trainer).shadows[0].actor.compute_advantages = broken
     with caplog.at_level("WARNING", logger="areal_adv.trainer"):
         rows = read_metrics(trainer.run().metrics_path)
     assert len(rows) == 2 and "rloo dropped: failed on a batch (ValueError: no such field)" in caplog.text
