@@ -199,8 +199,35 @@ class Trainer:
     """
 
     def __init__(self, cfg: ExperimentConfig, ctx: DistContext | None = None) -> None:
+        """Build the run in its order: place and seeds, task, models, per-rank sampling noise, step features.
+
+        The order is the contract: torch's global RNG is seeded before the models are built (the same initial
+        weights on every rank) and again after the last one (per-rank noise), so nothing between the two may
+        draw from it; the kernel warm-up and the observers' shadow actors put back what they draw.
+        """
         check_extras(cfg)  # every missing extra in one message, before anything is built (as `validate` does)
         self.cfg = cfg
+        self._place(ctx)
+        self._seed_shared(cfg)
+        policy = self._build_task(cfg)
+        self._build_models(cfg, policy)
+        # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
+        torch.manual_seed(cfg.seed + 2 + RANK_SEED_STRIDE * self.ctx.rank)
+        self._build_step_features(cfg)
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        """The plain policy with the full trained weights: it evaluates and is saved (`PolicyEngine.policy`)."""
+        return self.engine.policy
+
+    @property
+    def sampler(self) -> torch.nn.Module:
+        """The module that samples training rollouts: `policy`, or its `rollout.weights_dtype` copy."""
+        return self.engine.sampler
+
+    def _place(self, ctx: DistContext | None) -> None:
+        """This process's rank, device, prompt share and run directory (the directory decided on rank 0)."""
+        cfg = self.cfg
         self.ctx = ctx if ctx is not None and ctx.is_distributed else DistContext()
         # single process: CPU as always; data parallel: the rank's device (cuda:<local_rank> under nccl)
         self.device = self.ctx.device if self.ctx.is_distributed else torch.device("cpu")
@@ -215,6 +242,9 @@ class Trainer:
         # before anything is built: a taken run directory fails in a second (decided on rank 0, shared)
         self.plan = shared_plan(cfg, self.ctx)
         self.run_dir = self.plan.run_dir
+
+    def _seed_shared(self, cfg: ExperimentConfig) -> None:
+        """The seeds every rank shares (initial weights, the prompt list) and this rank's sampling generator."""
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
         # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1. `generate`
@@ -222,22 +252,31 @@ class Trainer:
         self.generator = torch.Generator(device=self.device).manual_seed(
             cfg.seed + 1 + RANK_SEED_STRIDE * self.ctx.rank
         )
+
+    def _build_task(self, cfg: ExperimentConfig) -> torch.nn.Module:
+        """Task, tokenizer, prompts and evaluation rows, checked before launch; returns the initial policy.
+
+        The policy is built here because the tokenizer sizes it and the task runtime reads it.
+        """
         # task and reward plugins are imported here, on every rank; any rank's failure stops all of them
         parts = self.parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
         self.tokenizer = build_tokenizer(
             cfg.model, getattr(parts.task, "vocabulary", None), getattr(parts.task, "stop_words", ()) or ()
         )
-        self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+        policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
         # by the policy's size: one thread for a tiny model, the cores / local ranks otherwise (cpu_threads)
-        self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in self.policy.parameters()))
-        self.task = build_runtime(cfg, parts, self.tokenizer, self.policy)
+        self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in policy.parameters()))
+        self.task = build_runtime(cfg, parts, self.tokenizer, policy)
         eval_rows = make_eval_rows(cfg, parts)
         # what `areal-adv validate` checks (context, reward columns): a run that cannot fit fails before step 0
         agree(lambda: check_before_launch(cfg, parts, self.task, eval_rows), self.ctx)
         self.prompt_source = make_prompt_source(cfg, parts, self.rng)
         self.evaluator = Evaluator(cfg.eval, eval_rows, cfg.train.steps)
-        broadcast_module(self.policy, self.ctx)
-        parallel = cfg.train.parallel
+        return policy
+
+    def _build_models(self, cfg: ExperimentConfig, policy: torch.nn.Module) -> None:
+        """The reference, the policy's engine (with its sampling copy), the actor and the critic."""
+        broadcast_module(policy, self.ctx)
         # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP. The KL reward
         # reads the reference; so does a `combine` estimator distilling against ref_logp. With LoRA the reference
         # is the policy with its adapters disabled (the frozen base), not a second copy
@@ -246,46 +285,44 @@ class Trainer:
             estimator is not None and reads_reference(estimator.implementation, estimator.kwargs)
         )
         self.reference_is_base = wants_reference and cfg.model.lora is not None
-        self.reference = frozen_copy(self.policy) if wants_reference and cfg.model.lora is None else None
+        self.reference = frozen_copy(policy) if wants_reference and cfg.model.lora is None else None
         precision, self.precision_note = resolve_mixed_precision(cfg.model.mixed_precision, self.device)
         self.engine = PolicyEngine(
-            self.policy,
+            policy,
             lr=cfg.train.lr,
             weight_decay=cfg.train.weight_decay,
             grad_clip=cfg.train.grad_clip,
             ctx=self.ctx,
-            parallel=parallel,
+            parallel=cfg.train.parallel,
             mixed_precision=precision,
             rollout_dtype=getattr(torch, cfg.rollout.weights_dtype) if cfg.rollout.weights_dtype else None,
         )
-        # the plain module that evaluates and is saved (under FSDP: a full copy), and the one that samples
-        # training rollouts: the same module, or with rollout.weights_dtype a copy cast to that dtype
-        self.policy = self.engine.full_model
-        self.sampler = self.engine.rollout_model
         # the trained weights' log-probs of the sampled tokens from the update's own forward, not a pass before it,
         # unless a step observer reads them before the update (`training_logprobs`)
         self.logprobs_in_update = logprobs_in_update(cfg) and not stochastic_forward(self.policy)
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
-        self.critic = None
-        if cfg.critic.enabled:
-            model = build_critic(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
-            broadcast_module(model, self.ctx)
-            self.critic = PPOCritic(
-                cfg.critic,
-                ValueEngine(
-                    model,
-                    lr=cfg.critic.lr,
-                    weight_decay=cfg.critic.weight_decay,
-                    grad_clip=cfg.critic.grad_clip,
-                    ctx=self.ctx,
-                    parallel=parallel,
-                    mixed_precision=precision,
-                ),
-            )
-        # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
-        torch.manual_seed(cfg.seed + 2 + RANK_SEED_STRIDE * self.ctx.rank)
+        self.critic = self._build_critic(cfg, precision)
+
+    def _build_critic(self, cfg: ExperimentConfig, precision: str | None) -> PPOCritic | None:
+        if not cfg.critic.enabled:
+            return None
+        model = build_critic(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+        broadcast_module(model, self.ctx)
+        engine = ValueEngine(
+            model,
+            lr=cfg.critic.lr,
+            weight_decay=cfg.critic.weight_decay,
+            grad_clip=cfg.critic.grad_clip,
+            ctx=self.ctx,
+            parallel=cfg.train.parallel,
+            mixed_precision=precision,
+        )
+        return PPOCritic(cfg.critic, engine)
+
+    def _build_step_features(self, cfg: ExperimentConfig) -> None:
+        """The sample log, start-up warnings, the advantage kernels' warm-up and the step observers."""
         # a resumed run appends to the samples it already wrote
         self.sample_log = SampleLog(self.run_dir / "samples.jsonl", append=self.plan.resume_from is not None)
         if self.ctx.is_main:
@@ -295,7 +332,7 @@ class Trainer:
         # A separate actor on synthetic batches; the random states and stage state are put back after it.
         # `run` prints how it went below the opening block
         self.kernel_warmup = warm_up_advantage_kernels(
-            cfg, self.actor.config, task=parts.task, device=self.device, ctx=self.ctx
+            cfg, self.actor.config, task=self.parts.task, device=self.device, ctx=self.ctx
         )
         # the features that watch or change the step's batch at a phase (`step_observers`): built last, as the
         # shadow estimators' actors are resolved here like the run's
@@ -456,7 +493,7 @@ class Trainer:
         stats, mismatch = ({}, {}) if skip else self._policy_update(data)
         if self.critic is not None and stats:
             stats.update(self.critic.ppo_update(data))
-        self.engine.sync_rollout_model()  # FSDP or weights_dtype: the sampling copy takes the new weights
+        self.engine.sync_copies()  # FSDP or weights_dtype: the sampling copy takes the new weights
         self.engine.release_gradients()
         if self.critic is not None:
             self.critic.engine.release_gradients()
