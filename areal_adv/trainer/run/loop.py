@@ -287,15 +287,16 @@ class Trainer:
         self.reference_is_base = wants_reference and cfg.model.lora is not None
         self.reference = frozen_copy(policy) if wants_reference and cfg.model.lora is None else None
         precision, self.precision_note = resolve_mixed_precision(cfg.model.mixed_precision, self.device)
+        # both engines: the same ranks, engine and precision; each its own optimiser settings
+        placement = {"ctx": self.ctx, "parallel": cfg.train.parallel, "mixed_precision": precision}
+        train = cfg.train
         self.engine = PolicyEngine(
             policy,
-            lr=cfg.train.lr,
-            weight_decay=cfg.train.weight_decay,
-            grad_clip=cfg.train.grad_clip,
-            ctx=self.ctx,
-            parallel=cfg.train.parallel,
-            mixed_precision=precision,
+            lr=train.lr,
+            weight_decay=train.weight_decay,
+            grad_clip=train.grad_clip,
             rollout_dtype=getattr(torch, cfg.rollout.weights_dtype) if cfg.rollout.weights_dtype else None,
+            **placement,
         )
         # the trained weights' log-probs of the sampled tokens from the update's own forward, not a pass before it,
         # unless a step observer reads them before the update (`training_logprobs`)
@@ -303,23 +304,18 @@ class Trainer:
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
-        self.critic = self._build_critic(cfg, precision)
+        self.critic = self._build_critic(cfg, placement)
 
-    def _build_critic(self, cfg: ExperimentConfig, precision: str | None) -> PPOCritic | None:
+    def _build_critic(self, cfg: ExperimentConfig, placement: dict[str, Any]) -> PPOCritic | None:
         if not cfg.critic.enabled:
             return None
         model = build_critic(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
         broadcast_module(model, self.ctx)
+        critic = cfg.critic
         engine = ValueEngine(
-            model,
-            lr=cfg.critic.lr,
-            weight_decay=cfg.critic.weight_decay,
-            grad_clip=cfg.critic.grad_clip,
-            ctx=self.ctx,
-            parallel=cfg.train.parallel,
-            mixed_precision=precision,
+            model, lr=critic.lr, weight_decay=critic.weight_decay, grad_clip=critic.grad_clip, **placement
         )
-        return PPOCritic(cfg.critic, engine)
+        return PPOCritic(critic, engine)
 
     def _build_step_features(self, cfg: ExperimentConfig) -> None:
         """The sample log, start-up warnings, the advantage kernels' warm-up and the step observers."""
