@@ -32,11 +32,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from areal_adv.api.cli_args import ConfigError, load_config
+from areal_adv.api.extras import check_extras
 
 #: What `areal-adv --help` says above the list of commands.
 DESCRIPTION = (
     "areal-adv: check a config (validate), list the shipped presets (presets), train a policy (train), "
-    "write a run's policy as a model folder (export), measure estimators on a run's batches (diagnose) and "
+    "write a run's policy as a model folder (export), measure estimators on a run's saved batches (diagnose) and "
     "race estimators on paired seeds (race)"
 )
 
@@ -70,8 +71,9 @@ def _resolve(config: Any) -> tuple[Any, Any, Any, Any]:
 
 
 def validate(config_path: str, overrides: Sequence[str], *, dry_run: bool = False) -> int:
-    try:  # first, and before torch is imported: a bad key or value answers in about a second
+    try:  # first, and before torch is imported: a bad key or value or a missing extra answers in about a second
         config = load_config(config_path, overrides)
+        check_extras(config)
     except ConfigError as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 1

@@ -42,7 +42,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
-LOOP = re.compile(r"(\d+)/(\d+) steps in ([0-9.]+)s \| reward first 5 steps (\S+) -> last 10 steps (\S+)")
+#: the run's closing line: "N/N steps in X s | reward first 5 steps a -> last 10 steps b" (shorter runs
+#: name "first step" / "last 2 steps"; a one-step run prints "reward a (one step)", read as a -> a)
+LOOP = re.compile(
+    r"(\d+)/(\d+) steps in ([0-9.]+)s \| reward "
+    r"(?:first (?:\d+ steps|step) (\S+) -> last (?:\d+ steps|step) (\S+)|(\S+) \(one step\))"
+)
 #: torch first, then the entry module: libgomp has read its environment before the module could set it.
 _TORCH_FIRST = (
     "import sys, runpy, torch; sys.argv = ['areal_adv.trainer.main', *sys.argv[1:]]; "
@@ -102,7 +107,8 @@ def run_once(variant: str, args: Sequence[str], out: Path, tag: str) -> tuple[fl
     match = LOOP.search(proc.stdout)
     if proc.returncode != 0 or match is None:
         raise SystemExit(f"{variant}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return loop_seconds(out, tag, float(match.group(3))), f"{match.group(4)} -> {match.group(5)}"
+    first, last = (match.group(4), match.group(5)) if match.group(6) is None else (match.group(6),) * 2
+    return loop_seconds(out, tag, float(match.group(3))), f"{first} -> {last}"
 
 
 def loop_seconds(out: Path, tag: str, printed: float) -> float:

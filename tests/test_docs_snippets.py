@@ -198,7 +198,7 @@ def on_default_run(project: Project, fragment: str, base: Path = DEFAULT_RUN, na
 # --- validating commands that are too long to run here -------------------------------------------------
 
 PLACEHOLDERS = {"...", "[key=value", "...]"}
-EXTERNAL = {"pip", "unzip"}  # tools of the set-up around a command, not ours
+EXTERNAL = {"pip", "unzip", "git"}  # tools of the set-up around a command, not ours
 
 
 def _commands(text: str) -> Iterator[list[str]]:
@@ -558,6 +558,47 @@ def check_trl_snippet(snippet: Snippet, project: Project) -> None:
     assert (project.dir / "out").is_dir()  # GRPOConfig(output_dir="out"), in the user's folder
 
 
+#: The README's TRL block trains this folder (examples/real_model/install.sh writes it); the check swaps in a tiny one.
+README_TRL_MODEL = '"runs/models/SmolLM2-135M-Instruct"'
+
+
+def check_readme_trl_snippet(snippet: Snippet, project: Project) -> None:
+    """The README's TRL block as written: without the model folder it stops at once with one line naming the folder
+    it looked in; with a tiny local checkpoint as MODEL it runs its 10 steps on a CPU and prints each reward
+    function's mean per step. Its install line is the trl extra with the constraints, and its reward functions
+    score what they say."""
+    from areal_adv.api.cli_args import ConfigError
+    from areal_adv.integrations.trl import AReaLGRPOTrainer
+
+    unbound = _unbound_names(snippet.text)
+    assert not unbound, f"{snippet.path}:{snippet.line}: names used but not imported or defined: {sorted(unbound)}"
+    assert 'pip install -c constraints.txt -e ".[trl]"' in snippet.text and "trl" in _extras()
+    assert snippet.text.count(README_TRL_MODEL) == 1
+    with pytest.raises(ConfigError) as caught:  # the user's folder has no runs/models/ yet
+        exec(compile(snippet.text, f"{snippet.path}:{snippet.line}", "exec"), {"__name__": "__main__"})
+    assert str(caught.value) == (
+        f"AReaLGRPOTrainer(model=...): 'runs/models/SmolLM2-135M-Instruct' (relative to {project.dir}) is not a "
+        "folder (nothing is there); expected a folder written by save_pretrained (with config.json), a hub id such "
+        "as 'org/name' or a model"
+    )
+    code = snippet.text.replace(README_TRL_MODEL, repr(str(_checkpoint(project))))
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, f"{snippet.path}:{snippet.line}", "exec"), namespace)  # the block, as written
+    trainer = namespace["trainer"]
+    assert isinstance(trainer, AReaLGRPOTrainer) and trainer.state.global_step == 10
+    assert (project.dir / "out").is_dir()  # GRPOConfig(output_dir="out"), in the user's folder
+    printed = dict(line.split(" ", 1) for line in out.getvalue().strip().splitlines()[-2:])
+    for name in ("right", "ended"):
+        means = ast.literal_eval(printed[name])
+        assert len(means) == 10 and all(0.0 <= m <= 1.0 for m in means), (name, means)
+    right, ended = namespace["right"], namespace["ended"]
+    chat = [[{"role": "assistant", "content": text}] for text in ("7", "3 + 4 = 7.", "8", "seven", "7 or 17")]
+    assert right(chat, answer=["7"] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert ended(completion_ids=[[5] * 15, [5] * 16]) == [1.0, 0.0]
+
+
 def check_readme_verl_cpu(snippet: Snippet, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU command runs as written, from the clone's root: verl's own compute_advantage, ours equal to its grpo."""
     import runpy
@@ -854,7 +895,8 @@ def check_diagnostics_yaml(snippet: Snippet, project: Project) -> None:
 
 
 def check_diagnostics_commands(snippet: Snippet, project: Project) -> None:
-    """The training command (2 steps of the tiny model, a temporary output.dir), then `diagnose` on its run."""
+    """The training command (5 steps of the tiny model, a temporary output.dir), then `diagnose` on its run:
+    the summary comes first, and the steps with their own checkpoint (2 and 4) have the run's gradient metrics."""
     from areal_adv.cli import main as cli_main
     from areal_adv.trainer.main import main as train_main
 
@@ -862,12 +904,19 @@ def check_diagnostics_commands(snippet: Snippet, project: Project) -> None:
     assert run[:3] == [".venv/bin/python", "-m", "areal_adv.trainer.main"], run
     assert diagnose[:2] == [".venv/bin/areal-adv", "diagnose"], diagnose
     overrides = [w for w in run[3:] if not w.startswith("train.steps=")]
-    rc, out, err = _call(train_main, [*overrides, *TINY, "train.steps=2", f"output.dir={project.dir}"])
+    assert "train.save_every=2" in overrides
+    rc, out, err = _call(train_main, [*overrides, *TINY, "train.steps=5", f"output.dir={project.dir}"])
     assert rc == 0 and "diagnostics: rloo, maxrl, active" in out, err
     run_dir = project.dir / Path(diagnose[2]).relative_to("runs")
     rc, out, err = _call(cli_main, ["diagnose", str(run_dir), *diagnose[3:]])
     rows = [json.loads(line) for line in (run_dir / "diagnostics.jsonl").read_text().splitlines()]
     assert rc == 0 and {r["estimator"] for r in rows} == {"active", "grpo", "rloo", "maxrl"}, err
+    assert out.startswith("mean over 5 steps (0-4); grad_snr and cos_to_active over 2 of them:"), out
+    live = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    exact = [r for r in rows if "grad_snr" in r]
+    assert {r["step"] for r in exact} == {2, 4} and all(r["checkpoint_step"] == r["step"] for r in exact)
+    for r in (r for r in exact if r["estimator"] != "grpo"):  # grpo is not among the run's own shadows
+        assert r["grad_snr"] == pytest.approx(live[r["step"]][f"diagnostics/{r['estimator']}/grad_snr"], rel=1e-5)
 
 
 def check_race_commands(snippet: Snippet, project: Project) -> None:
@@ -954,7 +1003,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "README.md: import torch": check_readme_in_code,
     "README.md: # verl 0.9.x on a CPU, as written (no GPU, no Ray): verl's o": check_readme_verl_cpu,
     "README.md: # cluster form: append your working verl settings after thes": check_shell,
-    "README.md: # TRL 1.16: a GRPOTrainer whose advantages come from the pip": check_trl_snippet,
+    "README.md: # TRL 1.16: a GRPOTrainer whose advantages come from the pip": check_readme_trl_snippet,
     "README.md: pip install torch==2.13.0 --index-url https://download.pytor": check_readme_install,
     "docs/algorithms.md: python -m areal_adv.trainer.main --config preset:rloo": check_shell,
     "docs/algorithms.md: .venv/bin/python -m pytest tests/trainer/ppo/test_presets_eq": check_shell,
@@ -989,6 +1038,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "docs/integrations.md: .venv/bin/python examples/integrations/trl_grpo.py # tiny ra": check_shell,
     "docs/integrations.md: # your AReaL training script (AReaL's launchers run it on ev": check_areal_script,
     "docs/integrations.md: actor:": check_areal_yaml,
+    "docs/integrations.md: git clone https://github.com/areal-project/AReaL /path/to/AR": check_shell,
     "docs/integrations.md: actor: [2]": check_areal_diagnostics_yaml,
     "docs/integrations.md: defaults: [preset:grpo]": check_diagnostics_pipeline_yaml,
     "docs/integrations.md: from omegaconf import OmegaConf": check_verl_diagnostics,

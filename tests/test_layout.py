@@ -49,7 +49,7 @@ def _imported(module: str, path: Path) -> set[str]:
 
 #: The packages of `areal_adv`, top first. A module belongs to the longest entry that prefixes its name; it may
 #: import its own package and any package listed below its own, never one above. Names on one line form one
-#: package (`areal_adv.api` and `areal_adv.utils` are the foundation: they import each other, and nothing above). An entry
+#: package (`areal_adv.utils` is the foundation, `areal_adv.api` the config layer on it). An entry
 #: may name single modules: ppo's stage API stays at the seed's paths, one level up from the packages that use it.
 PACKAGE_ORDER = (
     ("areal_adv.cli",),
@@ -71,12 +71,14 @@ PACKAGE_ORDER = (
         "areal_adv.trainer.ppo.stage_types",
         "areal_adv.trainer.ppo.stage_state",
         "areal_adv.trainer.ppo.gae",
+        "areal_adv.trainer.ppo.lambda_context",
         "areal_adv.trainer.ppo.advantage_algorithms",
     ),
     ("areal_adv.trainer.ppo.kernels",),
     ("areal_adv.trainer.parallel",),
     ("areal_adv.trainer.lm",),
-    ("areal_adv.api", "areal_adv.utils"),
+    ("areal_adv.api",),
+    ("areal_adv.utils",),
 )
 
 

@@ -95,6 +95,15 @@ def resolve(path: str) -> object:
 NEEDS_AREAL = ("areal_adv.integrations.areal", "areal.api.cli_args.load_expr_config")
 
 
+#: A row of the table in docs/integrations.md, "Which `areal.*` name is whose": AReaL's module, then our twin.
+_OWNED_ROW = re.compile(r"^\| `(areal(?:\.\w+)+)`[^|]*\| `(areal_adv(?:\.\w+)+)`", re.MULTILINE)
+
+
+def areal_owned_modules() -> dict[str, str]:
+    """The `areal.*` modules documented as AReaL's beside AReaL, each with its `areal_adv` twin."""
+    return dict(_OWNED_ROW.findall((ROOT / "docs" / "integrations.md").read_text()))
+
+
 def needs_areal(path: str) -> bool:
     return any(path == name or path.startswith(name + ".") for name in NEEDS_AREAL)
 

@@ -18,7 +18,8 @@ so `task.name=guess` on top of the arithmetic run does not inherit its kwargs.
 
 This module knows no schema: which nodes follow the naming rule is passed in as
 `NamedNode`s (`areal_adv.api.cli_args.load_config` lists the stages and the task),
-so it imports nothing from areal_adv but the schema-free `config_errors` and `presets` and adds no import circle. Its errors are
+so it imports nothing from areal_adv but the schema-free `config_errors`, `presets` and `config_checks.shown_path`
+and adds no import circle. Its errors are
 `CompositionError`s; `load_config` re-raises them as `ConfigError`.
 """
 
@@ -29,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from areal_adv.api.config_checks import shown_path
 from areal_adv.api.config_errors import LoadError, describe_merge_error, override_for, parse_override
 from areal_adv.api.presets import PRESET_DIR, PresetError, is_preset_ref, resolve_source
 
@@ -121,7 +123,7 @@ def file_layers(path: str | os.PathLike, _stack: tuple[str, ...] = ()) -> list[L
         raise CompositionError(f"config {path!r}: {exc}") from None
     real = os.path.realpath(path)
     if not os.path.isfile(path):
-        raise CompositionError(f"config file {path!r} does not exist")
+        raise CompositionError(f"config file {shown_path(path)} does not exist")
     data = _read_yaml(path)
     entries = _default_entries(data, path)
     layers: list[Layer] = []

@@ -1,6 +1,7 @@
 """`ConfigError` and the small value checks every config section uses.
 
-The leaf of the config layer: it imports nothing from `areal_adv`, so the actor
+The leaf of the config layer: it imports only `areal_adv.utils.numbers` (what a
+number is, shared with the utilities below the config layer), so the actor
 config, the experiment sections and the task specs can all depend on it
 without importing each other (and without torch).
 """
@@ -8,39 +9,25 @@ without importing each other (and without torch).
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
+
+from areal_adv.utils.numbers import is_number, is_real  # noqa: F401 - re-exported: the config layer's checks
 
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
 
 
-def is_real(value: Any) -> bool:
-    """An `int` or `float` that is not a bool (`True` is an int to Python, never a number to a config)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def shown_path(path: Any) -> str:
+    """A path for an error message: quoted as given and, when relative, with the folder it was resolved in.
 
-
-def is_number(
-    value: Any,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    allow_inf: bool = False,
-) -> bool:
-    """A real number (`True`/`False` are not), never NaN, finite unless `allow_inf`, within the bounds.
-
-    The one place that says what a numeric option may hold: config sections and stage functions
-    call it and keep their own messages (which name the field and the range).
+    Relative config paths resolve in the current folder (the one a command runs in), which the user
+    may not have in mind when a run is started from a script or another folder.
     """
-    if not is_real(value) or math.isnan(value):
-        return False
-    if math.isinf(value) and not allow_inf:
-        return False
-    if low is not None and (value < low or (low_open and value == low)):
-        return False
-    return high is None or (value < high if high_open else value <= high)
+    if not isinstance(path, str) or os.path.isabs(path):
+        return repr(path)
+    return f"{path!r} (relative to {os.getcwd()})"
 
 
 def is_integer(value: Any, *, low: int | None = None, high: int | None = None) -> bool:

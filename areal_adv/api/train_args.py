@@ -27,8 +27,10 @@ from areal_adv.api.config_checks import (
     is_import_path,
     is_integer,
     is_number,
+    shown_path,
 )
 from areal_adv.api.task_specs import BUILTIN_TASKS, task_has_process_scorer, validate_task
+from areal_adv.utils.suggest import did_you_mean
 
 _ARCHS = ("llama", "qwen2")
 _ATTN = ("eager", "sdpa")
@@ -233,7 +235,8 @@ class ModelConfig:
         """`gguf_file: /dir/model.gguf` alone means `path: /dir`, `gguf_file: model.gguf`."""
         if not isinstance(self.gguf_file, str) or not os.path.isfile(self.gguf_file):
             raise ConfigError(
-                f"model.gguf_file: got {self.gguf_file!r}, expected a GGUF file (or a file name inside model.path)"
+                f"model.gguf_file: got {shown_path(self.gguf_file)}, expected a GGUF file (or a file name inside "
+                "model.path)"
             )
         self.path, self.gguf_file = os.path.split(os.path.abspath(self.gguf_file))
 
@@ -259,12 +262,14 @@ class ModelConfig:
             )
         if not os.path.isdir(self.path):
             raise ConfigError(
-                f"model.path: {self.path!r} is not a local directory; use null for a tiny randomly "
+                f"model.path: {shown_path(self.path)} is not a local directory; use null for a tiny randomly "
                 "initialised model (hub ids are not downloaded)"
             )
         if self.gguf_file is not None:
             if not isinstance(self.gguf_file, str) or not os.path.isfile(os.path.join(self.path, self.gguf_file)):
-                raise ConfigError(f"model.gguf_file: {self.gguf_file!r} is not a file inside model.path={self.path!r}")
+                raise ConfigError(
+                    f"model.gguf_file: {self.gguf_file!r} is not a file inside model.path={shown_path(self.path)}"
+                )
             return  # a GGUF file carries architecture, weights and tokenizer
         if not os.path.isfile(os.path.join(self.path, "config.json")):
             raise ConfigError(
@@ -462,7 +467,7 @@ class DataConfig:
             if path is None:
                 continue
             if not isinstance(path, str) or not os.path.exists(path):
-                raise ConfigError(f"data.{name}: {path!r} does not exist (expected a local file or folder)")
+                raise ConfigError(f"data.{name}: {shown_path(path)} does not exist (expected a local file or folder)")
             if os.path.isfile(path) and not path.lower().endswith(_DATA_SUFFIXES):
                 raise ConfigError(
                     f"data.{name}: {path!r} has an unknown format; expected one of "
@@ -857,11 +862,14 @@ class DiagnosticsConfig:
         for i, name in enumerate(self.estimators):
             if is_config_file(name):
                 if not os.path.isfile(name):
-                    raise ConfigError(f"diagnostics.estimators[{i}]: {name!r} is not a file, expected a config YAML")
+                    raise ConfigError(
+                        f"diagnostics.estimators[{i}]: {shown_path(name)} is not a file, expected a config YAML"
+                    )
             elif not isinstance(name, str) or (name not in presets and name not in estimators):
                 raise ConfigError(
                     f"diagnostics.estimators[{i}]: got {name!r}, expected a preset ({', '.join(presets)}), "
                     f"an estimator ({', '.join(estimators)}) or a config file (*.yaml)"
+                    f"{did_you_mean(str(name), [*presets, *estimators])}"
                 )
         labels = [shadow_label(name) for name in self.estimators]
         if len(set(labels)) != len(labels) or ACTIVE_ESTIMATOR in labels:
@@ -971,14 +979,7 @@ class OutputConfig:
             _check_choice(f"output.loggers[{i}]", name, _LOGGERS)
         if len(set(loggers)) != len(loggers):
             raise ConfigError(f"output.loggers: got {loggers}, expected each logger at most once")
-        if "wandb" in loggers:
-            import importlib.util
-
-            if importlib.util.find_spec("wandb") is None:
-                raise ConfigError(
-                    "output.loggers: 'wandb' needs the wandb package, which is not installed; "
-                    "pip install 'areal-adv[wandb]' (or drop wandb from output.loggers)"
-                )
+        # an installed wandb is checked with the other extras (areal_adv.api.extras), in one message
         self.loggers = loggers
 
 

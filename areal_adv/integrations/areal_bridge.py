@@ -14,7 +14,6 @@ those the given config has.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,9 +43,6 @@ AREAL2_FIELDS: tuple[str, ...] = ("gae_lambda_kwargs", "gae_timestep_unit")
 #: Our advantage fields that no AReaL release has; `AdvPPOActorConfig` declares them.
 OURS_ONLY: tuple[str, ...] = ("advantage", "token_rewards_as_adv")
 
-#: AReaL warns about this when its own config is built; ours would say it a second time.
-_REPEATED_WARNING = ".*singleton group centering erases the task reward.*"
-
 
 def shared_fields(areal_config: Any) -> tuple[str, ...]:
     """The shared fields that this AReaL actor config (class or instance) has, in our order."""
@@ -55,10 +51,17 @@ def shared_fields(areal_config: Any) -> tuple[str, ...]:
 
 
 def _norm(value: Any) -> NormConfig | None:
-    """AReaL's `NormConfig` (same six fields) as ours; None stays None."""
+    """AReaL's `NormConfig` (same six fields) as ours; None stays None.
+
+    `group_size` becomes None ("not chosen"): the hook always hands the pipeline the groups
+    AReaL's `concat_batch` recorded, so the fixed size is never used (AReaL 2 does not use it
+    either), and its default 1 would only raise the warning meant for a batch without groups.
+    A prompt that really has one rollout is still warned about when its batch is computed.
+    """
     if value is None:
         return None
-    return NormConfig(**{f.name: getattr(value, f.name) for f in dataclasses.fields(NormConfig)})
+    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(NormConfig) if f.name != "group_size"}
+    return NormConfig(**fields, group_size=None)
 
 
 def areal_config_to_ours(config: Any) -> PPOActorConfig:
@@ -78,9 +81,7 @@ def areal_config_to_ours(config: Any) -> PPOActorConfig:
         values["gae_lambda_kwargs"] = dict(values["gae_lambda_kwargs"])  # OmegaConf's DictConfig -> dict
     extra = ("gae_timestep_unit", *OURS_ONLY)  # on AReaL 1.0.4 `gae_timestep_unit` comes from our subclass
     values.update({name: getattr(config, name) for name in extra if name not in values and hasattr(config, name)})
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_REPEATED_WARNING)
-        return PPOActorConfig(**values)
+    return PPOActorConfig(**values)
 
 
 def layout(meta: Any) -> TrajBatchMeta:

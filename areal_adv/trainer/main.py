@@ -40,6 +40,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from areal_adv.api.cli_args import ConfigError, config_to_yaml, load_config  # noqa: E402
+from areal_adv.api.extras import check_extras  # noqa: E402
 
 #: The default run (GRPO on single-turn arithmetic), a preset shipped with the package: found from any folder.
 DEFAULT_CONFIG = "preset:grpo_arith"
@@ -216,6 +217,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m areal_adv.
     if args.print_config:
         print(config_to_yaml(cfg), end="")
         return 0
+    try:  # every missing extra in one line, before torch or a model loads
+        check_extras(cfg)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 1
     refusal = _run_dir_refusal(cfg)
     if refusal is not None:  # answered in a fraction of a second, not after the model is built
         print(f"config error: {refusal}", file=sys.stderr)

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from areal_adv.api.config_checks import is_number
 from areal_adv.utils.indices import as_int, index_from_counts, int_tuple
+from areal_adv.utils.numbers import is_number
 
 __all__ = ["RolloutGroup", "TrajBatchMeta"]
 

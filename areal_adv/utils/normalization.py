@@ -11,18 +11,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
-from areal_adv.api.cli_args import NormConfig
 from areal_adv.utils import norm_kernels
 from areal_adv.utils.call_agreement import before_collective, one_exchange
 from areal_adv.utils.collectives import collectives_active
 from areal_adv.utils.indices import index_from_counts, int_tuple
 
-__all__ = ["Normalization"]
+__all__ = ["NORM_SETTINGS", "NormSettings", "Normalization"]
+
+#: What `Normalization` reads of its config (`areal_adv.api.cli_args.NormConfig` has them all).
+NORM_SETTINGS = ("mean_level", "std_level", "mean_leave1out", "std_unbiased", "eps", "fallback_group_size")
+
+
+class NormSettings(Protocol):
+    """The settings of a normalisation: `NormConfig`'s, read here without importing the config layer above."""
+
+    mean_level: str | None
+    std_level: str | None
+    mean_leave1out: bool
+    std_unbiased: bool
+    eps: float
+
+    @property
+    def fallback_group_size(self) -> int: ...
 
 
 def _dist_active() -> bool:
@@ -52,9 +67,10 @@ class Normalization:
     leave-one-out baseline (normalising to 0) and std 1 when the std is unbiased.
     """
 
-    def __init__(self, config: NormConfig):
-        if not isinstance(config, NormConfig):
-            raise ValueError(f"Normalization: got {type(config).__name__}, expected a NormConfig")
+    def __init__(self, config: NormSettings):
+        missing = [name for name in NORM_SETTINGS if not hasattr(config, name)]
+        if missing:
+            raise ValueError(f"Normalization: got {type(config).__name__}, expected a NormConfig (it lacks {missing})")
         self.config = config
         self.mean_level = config.mean_level
         self.std_level = config.std_level

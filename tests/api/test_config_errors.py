@@ -168,3 +168,32 @@ def test_a_bad_reward_entry_in_a_file_names_the_entry_and_the_file(tmp_path):
     message = str(err.value)
     assert message.startswith("reward[1].kwargs (in "), message
     assert str(path) in message and "got [1] (list), expected a mapping" in message
+
+
+def test_a_relative_path_that_does_not_exist_names_the_folder_it_was_resolved_in(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    where = f"(relative to {tmp_path})"
+    cases = [
+        ("nope.yaml", [], f"config file 'nope.yaml' {where} does not exist"),
+        (None, ["model.path=models/mine"], f"model.path: 'models/mine' {where} is not a local directory"),
+        (None, ["data.eval=data/test.jsonl"], f"data.eval: 'data/test.jsonl' {where} does not exist"),
+        (
+            None,
+            ["diagnostics.estimators=[algo/mine.yaml]"],
+            f"diagnostics.estimators[0]: 'algo/mine.yaml' {where} is not a file",
+        ),
+    ]
+    for config, overrides, needle in cases:
+        with pytest.raises(ConfigError) as caught:
+            load_config(config, overrides)
+        assert needle in str(caught.value), (needle, str(caught.value))
+    with pytest.raises(ConfigError) as caught:  # an absolute path is shown as it is
+        load_config(None, [f"model.path={tmp_path / 'models/mine'}"])
+    assert f"model.path: '{tmp_path / 'models/mine'}' is not a local directory" in str(caught.value)
+
+
+def test_an_unknown_shadow_estimator_gets_a_suggestion() -> None:
+    with pytest.raises(ConfigError, match=r"diagnostics\.estimators\[0\]: got 'rlooo', .*; did you mean 'rloo'\?$"):
+        load_config("preset:grpo_arith", ["diagnostics.estimators=[rlooo]"])

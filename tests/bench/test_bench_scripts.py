@@ -251,3 +251,22 @@ def test_rollout_copy_bench_writes_a_row_with_its_profiles(tmp_path: Path) -> No
     assert set(row["profiles"]) == {"float32", "bf16 copy"}
     assert all(any(op["op"] == "aten::mm" for op in p["ops"]) for p in row["profiles"].values())
     assert set(row["mismatch"]) >= {"rollout_mismatch/kl", "rollout_mismatch/imp_weight_max"}
+
+
+def test_the_threads_bench_reads_every_form_of_the_run_s_closing_line() -> None:
+    import importlib.util
+
+    from areal_adv.trainer.run.loop import RunResult
+
+    spec = importlib.util.spec_from_file_location("bench_threads", ROOT / "bench" / "bench_threads.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for first, last, reward in ((5, 10, ("0.250", "0.500")), (1, 2, ("0.250", "0.500")), (1, 0, ("0.250", "0.250"))):
+        line = RunResult(Path("r"), Path("r/metrics.jsonl"), None, 3, False, 1.5, 0.25, 0.5, first, last).summary(
+            "x", 3
+        )
+        match = module.LOOP.search(line)
+        assert match is not None, line
+        got = (match.group(4), match.group(5)) if match.group(6) is None else (match.group(6),) * 2
+        assert (match.group(1), match.group(3), got) == ("3", "1.5", reward), line

@@ -1,8 +1,9 @@
-"""Checks of areal-adv inside AReaL 1.0.4, run by tests/integrations/test_areal.py with `.venv-areal/bin/python`.
+"""Checks of areal-adv inside the real AReaL, run by tests/integrations/test_areal.py in an AReaL venv.
 
 `python areal_checks.py NAME [ARGS]` runs one check and prints one JSON object as its last line.
-That venv holds the real AReaL (scripts/setup_areal.sh) and areal-adv installed beside it with
-`pip install -e .`, as an AReaL user would.
+`.venv-areal` holds AReaL 1.0.4 from the package index; `.venv-areal-source` the AReaL source tree
+named by `AREAL_SOURCE` (AReaL 2 and later, scripts/setup_areal.sh); both have areal-adv installed
+beside it with `pip install -e .`, as an AReaL user would.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import sys
 from base64 import urlsafe_b64encode
 from importlib import metadata
@@ -162,9 +164,9 @@ def check_equal(name: str) -> dict[str, Any]:
 
 
 def check_variable_groups() -> dict[str, Any]:
-    """Groups of 3, 5, 2 and 6 samples with group normalisation: ours normalises each prompt's group,
-    AReaL's fixed `group_size` cuts runs of 4 rows across prompts. The right answer is AReaL's own
-    computation on each group alone, with that group's size."""
+    """Groups of 3, 5, 2 and 6 samples with group normalisation: ours normalises each prompt's group;
+    AReaL 1.0.4's fixed `group_size` cuts runs of 4 rows across prompts, AReaL 2 uses the real group
+    sizes. The right answer is AReaL's own computation on each group alone, with that group's size."""
     sizes = [3, 5, 2, 6]
     data = make_batch(7, sizes, values=False)
     config = areal_actor_config("grpo", group_size=4, adv_norm=None)
@@ -216,7 +218,8 @@ def check_config_loader(yaml_path: str) -> dict[str, Any]:
         "actor_class": type(cfg.actor).__name__,
         "outcome": [outcome.implementation, dict(outcome.kwargs)] if outcome else None,
         "kl_ctl": ours.kl_ctl,
-        "reward_norm": [ours.reward_norm.mean_level, ours.reward_norm.group_size] if ours.reward_norm else None,
+        "reward_norm": [ours.reward_norm.mean_level, ours.reward_norm.std_level] if ours.reward_norm else None,
+        "areal_group_size": cfg.actor.reward_norm.group_size if cfg.actor.reward_norm else None,
         "diagnostics": list(cfg.actor.diagnostics.estimators),
     }
 
@@ -268,6 +271,61 @@ def check_resolve(*paths: str) -> list[str]:
     return failed
 
 
+def _public_paths() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("public_paths", HERE.parent / "test_public_paths.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _home_module(path: str) -> str:
+    """`__name__` of the longest prefix of `path` that is a loaded module (ours: `areal_adv.…`, alias or not)."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is not None:
+            return str(module.__name__)
+    return ""
+
+
+def check_resolve_beside(*paths: str) -> dict[str, Any]:
+    """Every documented `areal.*` path beside this AReaL: ours, or in a module the docs list as AReaL's
+    ("Which `areal.*` name is whose") whose `areal_adv` twin resolves. Nothing else may happen: a path
+    that resolves to AReaL's object without being documented as AReaL's would change type silently."""
+    import importlib
+
+    public_paths = _public_paths()
+    table = public_paths.areal_owned_modules()
+    report: dict[str, Any] = {"ours": 0, "areal_documented": [], "undocumented": [], "twins_missing": []}
+    for path in paths:
+        owner = next((m for m in table if path == m or path.startswith(m + ".")), None)
+        if owner is not None:
+            areal_module = importlib.import_module(owner)
+            if not getattr(areal_module, "__name__", "").startswith("areal_adv"):
+                report["areal_documented"].append(path)
+                if public_paths.needs_areal(path):
+                    continue  # documented as AReaL's own name (no twin to have)
+                try:
+                    public_paths.resolve(table[owner] + path[len(owner) :])
+                except (ImportError, AttributeError):
+                    report["twins_missing"].append(path)
+                continue
+        try:
+            public_paths.resolve(path)
+        except (ImportError, AttributeError):
+            report["undocumented"].append(path)
+            continue
+        module = _home_module(path)
+        if module.startswith("areal_adv"):
+            report["ours"] += 1
+        else:
+            report["undocumented"].append(f"{path} (in {module})")
+    return report
+
+
 def check_diagnostics() -> dict[str, Any]:
     """`actor.diagnostics.estimators`: the shadows' diagnostics reach AReaL's stats tracker, advantages unchanged."""
     import math
@@ -299,16 +357,19 @@ def check_diagnostics() -> dict[str, Any]:
 
 def check_all(yaml_path: str, *paths: str) -> dict[str, Any]:
     """Every single-process check in one interpreter (AReaL's import alone takes seconds); `paths`: the
-    documented names that need AReaL."""
-    return {
-        "unresolved": check_resolve(*paths),
-        "install": check_install(),
+    documented names that need AReaL. Beside an AReaL source tree, its install and AReaL 2's checks."""
+    common = {
         **{f"equal_{name}": check_equal(name) for name in ("default", "grpo", "ppo")},
         "variable_groups": check_variable_groups(),
         "plugin": check_plugin(),
         "config_loader": check_config_loader(yaml_path),
         "diagnostics": check_diagnostics(),
     }
+    if not os.environ.get("AREAL_SOURCE"):
+        return {"unresolved": check_resolve(*paths), "install": check_install(), **common}
+    from areal2_checks import check_areal2
+
+    return {**check_areal2(*paths), **common}
 
 
 def main(argv: list[str]) -> None:

@@ -219,6 +219,29 @@ def test_configs_trl_cannot_serve_are_refused(model_dir, tmp_path):
         ts.make_trainer(model_dir, tmp_path, str(tmp_path / "missing.yaml"))
 
 
+def test_a_model_path_that_is_not_a_checkpoint_folder_is_one_line(model_dir, tmp_path, monkeypatch):
+    from areal_adv.integrations.trl.model_path import check_model_argument
+
+    monkeypatch.chdir(tmp_path)
+    where = f"(relative to {tmp_path})"
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    cases = {
+        "path/to/model": f"'path/to/model' {where} is not a folder (nothing is there); expected a folder written by "
+        "save_pretrained (with config.json), a hub id such as 'org/name' or a model",
+        "empty": f"the folder 'empty' {where} has no config.json",
+        "model.gguf": f"'model.gguf' {where} is a file, not a folder (a GGUF file: convert it to a folder once",
+    }
+    for model, needle in cases.items():
+        with pytest.raises(ConfigError) as caught:
+            ts.make_trainer(model, tmp_path, "preset:grpo")  # refused before TRL loads anything
+        message = str(caught.value)
+        assert message.startswith("AReaLGRPOTrainer(model=...): ") and needle in message, message
+        assert "\n" not in message
+    for fine in (model_dir, Path(model_dir), "HuggingFaceTB/SmolLM2-135M-Instruct", object()):
+        check_model_argument(fine)  # a checkpoint folder, a hub id (TRL downloads it) or a loaded model
+
+
 def test_bad_plugin_path_fails_at_trainer_construction(model_dir, tmp_path):
     from areal_adv.utils.dynamic_import import PluginResolutionError
 
@@ -349,3 +372,42 @@ def test_shadow_diagnostics_join_trls_logged_metrics_and_leave_advantages_alone(
             for metric in ("zero_adv_frac", "length_corr", "reward_rank_corr"):
                 assert math.isfinite(row[f"diagnostics/{name}/{metric}"])
         assert not any(k.startswith("diagnostics/ppo/") or k.endswith("/noise_proxy") for k in row)
+
+
+@pytest.mark.parametrize("version", ["1.15.0", "1.9.2", "0.29.1"])
+def test_an_older_trl_is_refused_with_the_minimum_version(version: str) -> None:
+    from areal_adv.integrations.trl import MINIMUM_TRL, require_trl
+
+    with pytest.raises(ImportError) as err:
+        require_trl(version)
+    message = str(err.value)
+    assert "\n" not in message and f"trl {version} is installed" in message
+    assert f"expected trl >= {MINIMUM_TRL}" in message and "; install the trl extra: " in message
+    for ok in (MINIMUM_TRL, "1.16.1", "1.17.0.dev0"):
+        require_trl(ok)
+
+
+def test_importing_the_integration_beside_the_real_trl_1_15_names_the_minimum(tmp_path: Path) -> None:
+    """TRL 1.15.0 from the package index, in a venv layered over .venv: the import fails in one line."""
+    import subprocess
+
+    venv = ROOT / ".venv-trl-1.15"
+    requirements = tmp_path / "nothing.txt"
+    requirements.write_text("# nothing beyond .venv\n")
+    setup = subprocess.run(
+        [str(ROOT / "scripts" / "layered_venv.sh"), str(venv), str(requirements), "--release", "trl==1.15.0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import areal_adv.integrations.trl"], capture_output=True, text=True
+    )
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ImportError: areal_adv.integrations.trl: trl 1.15.0 is installed, expected trl >= 1.16.0 (AReaLGRPOTrainer "
+        "hooks into GRPOTrainer internals that older releases lack or differ in); install the trl extra: "
+    )
+    assert last.endswith("-m pip install -c constraints.txt -e '.[trl]'"), last  # that venv's pip, the pins

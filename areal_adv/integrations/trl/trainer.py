@@ -31,6 +31,7 @@ from areal_adv.integrations.trl.advantages import (
     process_rows,
     weighted_rewards,
 )
+from areal_adv.integrations.trl.model_path import check_model_argument
 from areal_adv.integrations.trl.token_stats import completion_token_stats
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.trainer.ppo.checks.aux_fields import SUM_PI_SQUARED, declared_fields
@@ -78,6 +79,7 @@ class AReaLGRPOTrainer(GRPOTrainer):
         token_reward_func: TokenRewardFunc | None = None,
         **kwargs: Any,
     ):
+        check_model_argument(args[0] if args else kwargs.get("model"))  # before TRL loads anything
         spec = load_pipeline(areal_config, areal_overrides, where=_WHERE)
         _check_spec(spec)
         if token_reward_func is not None and not callable(token_reward_func):

@@ -17,6 +17,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForCausalLM, LlamaConfig, PretrainedConfig, PreTrainedModel, Qwen2Config
 
 from areal_adv.api.config_checks import ConfigError
+from areal_adv.api.extras import install_hint
 from areal_adv.api.train_args import LoraConfig, ModelConfig
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -64,7 +65,7 @@ def _load(auto_cls: Any, cfg: ModelConfig) -> PreTrainedModel:
         )
     except (OSError, ValueError, ImportError, KeyError) as exc:
         where = f"model.gguf_file={cfg.gguf_file!r}" if cfg.gguf_file else f"model.path={cfg.path!r}"
-        hint = " (GGUF needs the gguf extra: ./scripts/setup.sh gguf)" if cfg.gguf_file else ""
+        hint = f" (GGUF files need the gguf package: {install_hint('gguf')})" if cfg.gguf_file else ""
         raise ConfigError(f"{where}: cannot load the checkpoint ({type(exc).__name__}: {exc}){hint}") from exc
 
 
@@ -105,9 +106,7 @@ def with_lora(model: PreTrainedModel, lora: LoraConfig) -> nn.Module:
         from peft import LoraConfig as PeftLoraConfig
         from peft import get_peft_model
     except ImportError as exc:
-        raise ConfigError(
-            f"model.lora: needs the peft package ({exc}); install the lora extra: pip install 'areal-adv[lora]'"
-        ) from exc
+        raise ConfigError(f"model.lora: needs the peft package ({exc}); {install_hint('lora')}") from exc
     config = PeftLoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,

@@ -88,7 +88,21 @@ def load_checkpoint_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
         raise ConfigError(f"{where}: cannot load the checkpoint's tokenizer ({type(exc).__name__}: {exc})") from exc
     if tok.pad_token_id is None and tok.eos_token_id is None:
         raise ConfigError(f"model.path={cfg.path!r}: the tokenizer has neither a pad nor an eos token")
+    _no_bpe_cleanup(tok)
     return tok
+
+
+def _no_bpe_cleanup(tok: PreTrainedTokenizerBase) -> None:
+    """`clean_up_tokenization_spaces: false` for a byte-pair tokenizer, whatever its saved config says.
+
+    The clean-up (dropping the space before punctuation) is WordPiece's; on BPE text it deletes spaces
+    the model wrote. Many checkpoints still save `true` (SmolLM2 does): transformers 5 then ignores it
+    and warns at the first decode of every run, older releases apply it. False is what both then decode
+    with; a WordPiece tokenizer keeps its own setting.
+    """
+    model = getattr(getattr(tok, "backend_tokenizer", None), "model", None)
+    if type(model).__name__ == "BPE" and getattr(tok, "clean_up_tokenization_spaces", False):
+        tok.clean_up_tokenization_spaces = False
 
 
 def build_tokenizer(

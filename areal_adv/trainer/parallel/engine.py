@@ -16,8 +16,8 @@ Data parallelism (`train.parallel`, only when the engine gets a live `DistContex
   and AdamW state are sharded in place, so `engine.model` *is* the sharded module
   and every forward through it is a collective (the trainer calls each forward
   equally often on every rank). Sampling needs independent, unequal forwards per
-  rank, so `PolicyEngine.rollout_model` is a full plain copy of the policy,
-  refreshed from the shards by `sync_rollout_model()` (one all-gather).
+  rank, so `PolicyEngine.sampler` is a full plain copy of the policy,
+  refreshed from the shards by `sync_copies()` (one all-gather).
 
 Loss scaling: the losses passed in are each rank's *share* of the global loss
 (`areal_adv.trainer.ppo.training.update` scales them by local / global active tokens, so the
@@ -419,18 +419,18 @@ def cast_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
 
 
 class PolicyEngine(_OptimEngine):
-    """The causal LM policy with its optimiser, and the plain module that samples (`rollout_model`).
+    """The causal LM policy with its optimiser, and the plain module that samples (`sampler`).
 
-    `full_model` is the plain module with the full trained weights: the trained
+    `policy` is the plain module with the full trained weights: the trained
     module itself, or under FSDP a full copy refreshed from the shards after every
-    update. `rollout_model` samples: `full_model`, or with `rollout_dtype`
+    update. `sampler` samples: `policy`, or with `rollout_dtype`
     (`rollout.weights_dtype`) a copy of it with its parameters in that dtype
     (`cast_copy`), refreshed after every update with one cast per parameter. The
     trained module, checkpoints, the log-prob passes and evaluation keep the
     model's dtype.
     """
 
-    _keeps_skeleton = False  # `full_model` is the full plain copy already
+    _keeps_skeleton = False  # `policy` is the full plain copy already
 
     def __init__(self, model: nn.Module, *, rollout_dtype: torch.dtype | None = None, **kwargs: Any) -> None:
         ctx = kwargs.get("ctx")
@@ -439,34 +439,40 @@ class PolicyEngine(_OptimEngine):
         sampler = replica if rollout_dtype is None else cast_copy(replica, rollout_dtype)
         super().__init__(model, **kwargs)
         self.rollout_dtype = rollout_dtype
-        self.full_model = replica
-        self.rollout_model = sampler
+        self.policy = replica
+        self.sampler = sampler
         # one process only: see areal_adv.trainer.parallel.embedding_gradient
         self.sparse_lookup_gradient = self.parallel is None and add_lookup_gradient_sparsely(model)
 
-    def sync_rollout_model(self) -> None:
-        """Copy the trained weights into `full_model` and `rollout_model`, casting to `rollout_dtype` when set.
+    @property
+    def sampled_by(self) -> nn.Module:
+        """The module whose distribution the training rollouts are sampled from: the `rollout_dtype` copy, or
+        the trained module (sharded under FSDP; `sampler` is then its full copy, the same weights)."""
+        return self.sampler if self.rollout_dtype is not None else self.model
 
-        FSDP: an all-gather on every rank into `full_model`. With `rollout_dtype`
-        then one `copy_` (the cast) per parameter from `full_model`. Without
+    def sync_copies(self) -> None:
+        """Copy the trained weights into `policy` and `sampler`, casting to `rollout_dtype` when set.
+
+        FSDP: an all-gather on every rank into `policy`. With `rollout_dtype`
+        then one `copy_` (the cast) per parameter from `policy`. Without
         either, a no-op (the rollout model is the trained module).
         """
         with torch.no_grad():
-            if self.full_model is not self.model:
-                self.full_model.load_state_dict(full_state_dict(self.model))
-            if self.rollout_model is not self.full_model:
-                for target, source in zip(self.rollout_model.parameters(), self.full_model.parameters(), strict=True):
+            if self.policy is not self.model:
+                self.policy.load_state_dict(full_state_dict(self.model))
+            if self.sampler is not self.policy:
+                for target, source in zip(self.sampler.parameters(), self.policy.parameters(), strict=True):
                     target.copy_(source)
 
     def checkpoint_model(self) -> nn.Module:
-        """The plain policy in the trained dtype: `full_model`, refreshed after every update (no collective)."""
-        return self.full_model
+        """The plain policy in the trained dtype: `policy`, refreshed after every update (no collective)."""
+        return self.policy
 
     def load_checkpoint_model(self, plain: nn.Module) -> None:
         """Load `plain` into the trained module; a cast sampling copy is refreshed from it."""
         super().load_checkpoint_model(plain)
         if self.rollout_dtype is not None:
-            self.sync_rollout_model()
+            self.sync_copies()
 
     def forward_logprobs(
         self,

@@ -65,7 +65,7 @@ def load_engine_state(engine: Any, state: dict[str, Any]) -> None:
     )
     for group, keys in zip(engine.optimizer.param_groups, own):
         group.update(keys)
-    sync = getattr(engine, "sync_rollout_model", None)
+    sync = getattr(engine, "sync_copies", None)
     if callable(sync):
         sync()
 

@@ -49,7 +49,6 @@ from areal_adv.trainer.ppo.checks.contracts import (
     check_tensor,
 )
 from areal_adv.trainer.ppo.fused import run_fused_steps, use_fused
-from areal_adv.trainer.ppo.gae import canonical_turn_ids
 from areal_adv.trainer.ppo.output_guard import GuardContext, guard_outputs
 from areal_adv.trainer.ppo.outputs import unalias
 from areal_adv.trainer.ppo.placement import (
@@ -122,7 +121,6 @@ def run_advantage_pipeline(
     n_rows, n_pos = check_batch_structure(
         data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss
     )
-    given, data = data, _with_canonical_turn_ids(data)
     if meta is None:
         meta = _synthesise_meta(config, n_rows)
     else:
@@ -141,21 +139,9 @@ def run_advantage_pipeline(
         has_token_rewards=data.get("token_rewards") is not None,
     )
     guard_outputs(fields, context)
-    out = dict(given)
-    out.update(unalias(fields, given))
+    out = dict(data)
+    out.update(unalias(fields, data))
     return out
-
-
-def _with_canonical_turn_ids(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The batch the stages compute from: `turn_ids` -1 wherever `loss_mask` is 0 (`canonical_turn_ids`).
-
-    A shallow copy when the batch has turn ids; the caller's dict and tensors stay as they
-    are, and the output passes the caller's `turn_ids` through.
-    """
-    turn_ids = data.get("turn_ids")
-    if turn_ids is None:
-        return data
-    return {**data, "turn_ids": canonical_turn_ids(turn_ids, data["loss_mask"])}
 
 
 def _synthesise_meta(config: PPOActorConfig, n_rows: int) -> TrajBatchMeta:

@@ -62,11 +62,17 @@ def fused_blockers(data: Mapping[str, Any], config: PPOActorConfig, resolved: Re
         if data.get(k) is not None and data[k].dtype != torch.float32
     ]
     blockers += [
-        f"{k} is {data[k].dtype}, not torch.int64"
+        f"{k} is {data[k].dtype}, not an integer or bool dtype"
         for k in _INT_KEYS
-        if data.get(k) is not None and data[k].dtype != torch.int64
+        if data.get(k) is not None and (data[k].is_floating_point() or data[k].is_complex())
     ]
     return blockers
+
+
+def _as_int64(x: torch.Tensor | None) -> torch.Tensor | None:
+    """The kernels are compiled for int64 masks and ids; AReaL's workflows write bool attention masks and int32
+    loss masks and turn ids, converted here in one pass each (the tensor steps would cost far more)."""
+    return x if x is None or x.dtype == torch.int64 else x.to(torch.int64)
 
 
 def use_fused(data: Mapping[str, Any], config: PPOActorConfig, resolved: ResolvedAdvantage) -> bool:
@@ -103,13 +109,13 @@ def run_fused_steps(
         source=resolved.gae_lambda_source,
     )
     inputs = FusedInputs(
-        data["attention_mask"],
-        data["loss_mask"],
+        _as_int64(data["attention_mask"]),
+        _as_int64(data["loss_mask"]),
         data["logprobs"],
         data.get("ref_logp"),
         data.get("values"),
         data.get("prox_logp"),
-        data.get("turn_ids"),
+        _as_int64(data.get("turn_ids")),
         score.to(torch.float32),
         _truncation(data),
     )

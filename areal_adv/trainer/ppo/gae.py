@@ -89,8 +89,9 @@ def turn_gae_tensors(
     Generalized Advantage Estimation (Schulman et al. 2015, arXiv:1506.02438) with
     a generated turn as the time step, as AReaL's turn-level GAE; the recurrence is
     the one `token_gae` runs (verl `compute_gae_advantage_return`) over turn sums.
-    `turn_ids` is aligned: non-decreasing ids on generated tokens (gaps
-    allowed); positions where `loss_mask` is 0 are not read. A turn's reward is the sum of the rewards on its
+    `turn_ids` is aligned: -1 off generated tokens, non-decreasing ids on
+    them (gaps allowed); `canonical_turn_ids` gives that form from ids that
+    hold anything off generated tokens (as AReaL's padding does). A turn's reward is the sum of the rewards on its
     generated tokens (rewards on prompt/environment positions belong to no
     turn, as in AReaL's turn GAE and like masked steps of token GAE); its value is
     the value at its first token; the value after the last turn is
@@ -112,7 +113,6 @@ def turn_gae_tensors(
         raise ValueError(f"{_ALIGNED_FIELD}: on device {turn_ids.device}, expected {m.device} like the rewards")
     if n_rows == 0 or n_pos == 0:
         return torch.zeros_like(r), v.clone()
-    turn_ids = canonical_turn_ids(turn_ids, m)
     coef = discount * lam_t
     backend = select_backend(r.device)
     fused = FUSED_TURN_KERNELS.get(backend)
@@ -162,7 +162,7 @@ def canonical_turn_ids(turn_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch
     turn ids only where the loss mask is 1, and so does this package, through
     this one normal form.
     """
-    return torch.where(loss_mask != 0, turn_ids, torch.full_like(turn_ids, -1))
+    return torch.where(loss_mask != 0, turn_ids, -1)
 
 
 def check_turn_ids_type(turn_ids: Any, loss_mask: torch.Tensor) -> None:
@@ -201,11 +201,24 @@ def _aligned_turn_layout(turn_ids: torch.Tensor, mask: torch.Tensor) -> _TurnLay
     generated = turn_ids >= 0
     body = slice(0, max(turn_ids.shape[1] - 1, 0))
     _check_generated_have_turns(turn_ids[:, body], mask[:, body] != 0, field, mask_name="loss_mask (aligned)")
+    _check_no_turn_off_mask(turn_ids[:, body], mask[:, body] != 0)
     _check_non_decreasing(turn_ids, field)
     starts = _turn_starts(turn_ids)
     turn_index = torch.cumsum(starts, dim=1) - 1
     n_turns = starts.sum(dim=1)
     return _TurnLayout(generated, turn_index, starts, n_turns)
+
+
+def _check_no_turn_off_mask(turn_ids: torch.Tensor, generated: torch.Tensor) -> None:
+    """Aligned ids for the kernels: -1 off generated tokens (the pipeline aligns them so)."""
+    bad = ~generated & (turn_ids != -1)
+    if bool(bad.any()):
+        row, pos = _first(bad)
+        raise ValueError(
+            f"{_ALIGNED_FIELD}: row {row}, position {pos} is not a generated token (loss_mask (aligned) == 0) but "
+            f"has turn id {int(turn_ids[row, pos])}; expected -1 there (canonical_turn_ids(turn_ids, loss_mask) "
+            "gives that form)"
+        )
 
 
 def _to_turn_steps(

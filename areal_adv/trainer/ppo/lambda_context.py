@@ -25,7 +25,7 @@ __all__ = ["CONTEXT_KEYS", "GAELambdaContext"]
 CONTEXT_KEYS = ("effective_token_lengths", "turn_counts", "timestep_lengths")
 
 
-class GAELambdaContext(dict):  # type: ignore[type-arg]
+class GAELambdaContext(dict[str, torch.Tensor]):
     """Per-row lengths for a GAE-lambda function: `{effective_token_lengths, turn_counts, timestep_lengths}`.
 
     - `effective_token_lengths` [B] long: generated tokens per row (the loss-mask sum).
@@ -81,15 +81,15 @@ class GAELambdaContext(dict):  # type: ignore[type-arg]
 
     @property
     def effective_token_lengths(self) -> torch.Tensor:
-        return self["effective_token_lengths"]  # type: ignore[no-any-return]
+        return self["effective_token_lengths"]
 
     @property
     def turn_counts(self) -> torch.Tensor:
-        return self["turn_counts"]  # type: ignore[no-any-return]
+        return self["turn_counts"]
 
     @property
     def timestep_lengths(self) -> torch.Tensor:
-        return self["timestep_lengths"]  # type: ignore[no-any-return]
+        return self["timestep_lengths"]
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in self.items())
@@ -104,13 +104,13 @@ class GAELambdaContext(dict):  # type: ignore[type-arg]
         )
 
     __setitem__ = __delitem__ = __ior__ = _read_only
-    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _read_only
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._read_only()
 
-    __eq__ = object.__eq__  # type: ignore[assignment]
-    __ne__ = object.__ne__  # type: ignore[assignment]
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
     __hash__ = object.__hash__  # type: ignore[assignment]
 
 

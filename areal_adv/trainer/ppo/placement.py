@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from areal_adv.api.cli_args import PPOActorConfig
 from areal_adv.trainer.ppo.checks.batch_checks import BatchError
+from areal_adv.trainer.ppo.gae import canonical_turn_ids
 from areal_adv.trainer.ppo.stage_types import TemporalResult
 from areal_adv.utils.collectives import collectives_active
 from areal_adv.utils.data import KLEstimator
@@ -43,7 +44,7 @@ class AlignedBatch:
     loss_mask: torch.Tensor  # [B, T] float32
     old_logp: torch.Tensor  # [B, T] behaviour (or recomputed proximal) log-probs, masked
     prox_logp: torch.Tensor | None  # what the output's `prox_logp` holds
-    turn_ids: torch.Tensor | None  # [B, T] long, last column -1
+    turn_ids: torch.Tensor | None  # [B, T] long, -1 wherever loss_mask is 0 (the last column too)
     seqlens: torch.Tensor  # [B] long, attention-mask lengths
     truncated: torch.Tensor  # [B] bool
     values: torch.Tensor  # [B, T] critic values, or an expanded zero view
@@ -101,9 +102,8 @@ def align_batch(data: Mapping[str, Any], config: PPOActorConfig) -> AlignedBatch
     if "mopd_teacher_logp_sum" in data:
         behaviour = (roll_left(data["logprobs"]) * loss_mask).detach()  # before anything overwrites logprobs
     turn_ids = data.get("turn_ids")
-    if turn_ids is not None:
-        turn_ids = roll_left(turn_ids.long())
-        turn_ids[:, -1] = -1
+    if turn_ids is not None:  # aligned, -1 wherever the aligned mask is 0 (its last column included)
+        turn_ids = canonical_turn_ids(roll_left(turn_ids.long()), loss_mask)
     if config.recompute_logprob and not config.use_decoupled_loss:
         old_logp = data["prox_logp"] * loss_mask
     else:

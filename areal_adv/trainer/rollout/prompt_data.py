@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from areal_adv.api.config_checks import ConfigError
+from areal_adv.api.extras import install_hint
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -26,8 +27,7 @@ def _import_datasets() -> Any:
         import datasets
     except ImportError as exc:
         raise ConfigError(
-            "data.train / data.eval: prompt datasets need the `data` extra (Hugging Face "
-            "datasets): ./scripts/setup.sh data"
+            f"data.train / data.eval: prompt datasets need Hugging Face datasets; {install_hint('data')}"
         ) from exc
     datasets.disable_progress_bars()
     return datasets

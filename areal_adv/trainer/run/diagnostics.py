@@ -35,9 +35,17 @@ from areal_adv.trainer.ppo.diagnostic_metrics import cosine, sequence_metrics
 from areal_adv.trainer.ppo.shadow_estimators import BatchOffer, Shadow, build_shadows, shadow_advantages
 from areal_adv.trainer.ppo.training.gradient_probe import FoldMoments, fold_gradients, fold_rows, probe_parameters
 from areal_adv.trainer.rollout.stage_fields import behaviour_token_stats, stage_batch_fields
+from areal_adv.trainer.run.step_observers import Observation, Phase, StepObserver, StepServices, StepView, step_observer
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
-__all__ = ["StepDiagnostics", "diagnostic_rows", "measure_batch", "preserved_rng", "scalar_rewards"]
+__all__ = [
+    "ShadowDiagnostics",
+    "StepDiagnostics",
+    "diagnostic_rows",
+    "measure_batch",
+    "preserved_rng",
+    "scalar_rewards",
+]
 
 logger = logging.getLogger("areal_adv.trainer")
 
@@ -167,9 +175,11 @@ class StepDiagnostics:
         if not wanted:
             return have
         size = self.cfg.actor.ppo_micro_batch_size or 16
-        with self.engine.autocast():  # as the trainer's own pass: the distribution the log-probs were sampled from
+        # as the trainer's own pass: the distribution the log-probs were sampled from (the cast copy under
+        # rollout.weights_dtype), in the rollout's autocast
+        with self.engine.autocast():
             made = behaviour_token_stats(
-                self.engine.model,
+                self.engine.sampled_by,
                 batch["input_ids"],
                 batch["attention_mask"],
                 self.cfg.sampling_temperature,
@@ -212,3 +222,33 @@ class StepDiagnostics:
                 outputs, batch, meta, sum_pi_squared=computed.get("sum_pi_squared"), gradients=gradients
             )
         return diagnostic_rows(measured)
+
+
+@step_observer(enabled=lambda cfg: cfg.diagnostics.enabled)
+class ShadowDiagnostics(StepObserver):
+    """`diagnostics.estimators`: the shadows measured on each due step's batch, after the advantages.
+
+    Reads the trained weights' log-probs before the update (the gradient probe takes the PPO
+    ratio against them), so with diagnostics on they come from a pass of their own.
+    """
+
+    name = "diagnostics"
+    phase = Phase.ADVANTAGES
+    reads = frozenset({"prox_logp", "logprobs", "loss_mask", "rewards", "advantages", "sum_pi_squared"})
+    timed_as = "diagnostics"
+
+    def __init__(self, cfg: ExperimentConfig, services: StepServices) -> None:
+        self.config = cfg.diagnostics
+        with preserved_rng(services.device):  # the shadows' actors are resolved without drawing from the run's RNG
+            self.diagnostics = StepDiagnostics(
+                cfg, services.actor, services.engine, world_size=services.ctx.world_size, device=services.device
+            )
+
+    def due(self, step: int) -> bool:
+        return self.config.due(step)
+
+    def observe(self, view: StepView) -> Observation:
+        return Observation(self.diagnostics.measure(view.batch, view.meta, view.data))
+
+    def opening_lines(self) -> str:
+        return self.diagnostics.opening_lines()

@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 
 from areal_adv.api.cli_args import ConfigError
+from areal_adv.api.config_checks import shown_path
 from areal_adv.api.train_args import ModelConfig
 from areal_adv.trainer.lm.model import build_policy, special_ids
-from areal_adv.trainer.run.trainer_state import POLICY_DIR, load_module
+from areal_adv.trainer.run.trainer_state import POLICY_DIR, load_module, no_hf_progress_bars
 from areal_adv.utils.checkpoint_folders import (
     CheckpointError,
     checkpoint_root,
@@ -27,6 +28,7 @@ from areal_adv.utils.checkpoint_folders import (
     read_manifest,
     step_folder,
 )
+from areal_adv.utils.file_modes import normal_mode
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,9 @@ class Exported:
 def find_checkpoint(run_dir: Path, step: int | None) -> Path:
     """The run's checkpoint at `step` (None: the newest); RUN_DIR may also be a checkpoint folder itself."""
     if not run_dir.exists():
-        raise CheckpointError(f"{run_dir}: does not exist; expected a run directory or one of its checkpoint folders")
+        raise CheckpointError(
+            f"{shown_path(str(run_dir))}: does not exist; expected a run directory or one of its checkpoint folders"
+        )
     if (run_dir / POLICY_DIR).is_dir() and step is None:
         read_manifest(run_dir)  # a complete checkpoint, not a torn save
         return run_dir
@@ -103,6 +107,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
             raise
         raise CheckpointError(f"{checkpoint}: cannot rebuild its policy ({type(exc).__name__}: {exc})") from exc
     model.eval()
-    model.save_pretrained(out)
+    with no_hf_progress_bars():
+        model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    normal_mode(out)  # safetensors writes the weights owner-only; the folder's other files follow the umask
     return Exported(out, checkpoint, merged)

@@ -27,9 +27,11 @@ from typing import Any
 
 import torch
 
+from areal_adv.api.train_args import ExperimentConfig
 from areal_adv.trainer.parallel.distributed import DistContext, all_reduce_tensor
+from areal_adv.trainer.run.step_observers import Observation, Phase, StepObserver, StepServices, StepView, step_observer
 
-__all__ = ["FilterResult", "filter_zero_advantage_groups", "zero_advantage_groups"]
+__all__ = ["FilterResult", "ZeroAdvantageFilter", "filter_zero_advantage_groups", "zero_advantage_groups"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +75,28 @@ def filter_zero_advantage_groups(
     kept = _rows(data, first)
     kept["loss_mask"] = torch.zeros_like(kept["loss_mask"])
     return FilterResult(kept, filtered, groups, skip_update=False)
+
+
+@step_observer(enabled=lambda cfg: cfg.rollout.filter_zero_advantage)
+class ZeroAdvantageFilter(StepObserver):
+    """`rollout.filter_zero_advantage`: the update trains on the groups with a non-zero advantage only.
+
+    It changes what the update trains on, so the update's forward would not see every sampled
+    token: the trained weights' log-probs (and `rollout_mismatch/*`) come from a pass of their own.
+    """
+
+    name = "zero-advantage filter"
+    phase = Phase.ADVANTAGES
+    reads = frozenset({"advantages", "loss_mask"})
+    changes_batch = True
+
+    def __init__(self, cfg: ExperimentConfig, services: StepServices) -> None:
+        self.ctx = services.ctx
+
+    def observe(self, view: StepView) -> Observation:
+        filtered = filter_zero_advantage_groups(view.data, view.meta.traj_group_sizes, self.ctx)
+        metrics = {  # over all ranks (the same numbers on every rank)
+            "filtered_groups": filtered.filtered,
+            "filtered_group_frac": filtered.filtered / filtered.groups,
+        }
+        return Observation(metrics, data=filtered.data, skip_update=filtered.skip_update)

@@ -26,6 +26,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,15 +35,14 @@ import torch
 from torch.distributed import ReduceOp
 
 from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, config_to_yaml
+from areal_adv.api.extras import check_extras
 from areal_adv.api.train_args import ExperimentConfig
 from areal_adv.trainer.lm.logprobs import aligned_from_rollout
 from areal_adv.trainer.lm.model import build_critic, build_policy, frozen_copy, special_ids
 from areal_adv.trainer.lm.tokenizer import build_tokenizer
-from areal_adv.trainer.parallel.checksum import module_checksum
 from areal_adv.trainer.parallel.cpu_threads import apply_num_threads
 from areal_adv.trainer.parallel.distributed import (
     DistContext,
-    all_gather_objects,
     all_reduce_tensor,
     assign_prompts_to_ranks,
     barrier,
@@ -72,18 +72,23 @@ from areal_adv.trainer.rollout.stage_fields import (
     reward_components,
     stage_batch_fields,
 )
-from areal_adv.trainer.run.diagnostics import StepDiagnostics, preserved_rng
 from areal_adv.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
-from areal_adv.trainer.run.group_filter import filter_zero_advantage_groups
 from areal_adv.trainer.run.kernel_warmup import warm_up_advantage_kernels
 from areal_adv.trainer.run.loggers import RunLoggers, open_loggers
-from areal_adv.trainer.run.metrics import PhaseTimer, masked_stats, peak_memory_metrics, rate, window_mean
+from areal_adv.trainer.run.metrics import (
+    PhaseTimer,
+    masked_stats,
+    peak_memory_metrics,
+    rate,
+    reward_windows,
+    window_mean,
+)
 from areal_adv.trainer.run.plot import plot_curves
 from areal_adv.trainer.run.preflight import check_before_launch
 from areal_adv.trainer.run.progress import Progress
-from areal_adv.trainer.run.rollout_store import rollout_path, save_rollout
 from areal_adv.trainer.run.run_dir import RunDirectoryError, prepare_run_dir, shared_plan
 from areal_adv.trainer.run.run_summary import start_block
+from areal_adv.trainer.run.step_observers import Phase, StepObservers, StepServices, StepView
 from areal_adv.trainer.run.task_setup import (
     agree,
     build_runtime,
@@ -114,8 +119,10 @@ class RunResult:
     steps_done: int
     interrupted: bool
     seconds: float
-    first5_reward: float | None
-    last10_reward: float | None
+    first_reward: float | None  # mean reward of the first `first_steps` steps
+    last_reward: float | None  # ... and of the last `last_steps` (disjoint windows: `reward_windows`)
+    first_steps: int = 0
+    last_steps: int = 0
     checkpoint: Path | None = None  # the newest checkpoint this run wrote (None: none)
     resumed_from: Path | None = None
     last_save_seconds: float = 0.0  # the checkpoint after the last row (earlier ones: the rows' time/save)
@@ -129,9 +136,16 @@ class RunResult:
         saved = f" | last checkpoint {self.last_save_seconds:.1f}s" if self.checkpoint is not None else ""
         return (
             f"[areal-adv] {name}: {state}, {self.steps_done}/{total_steps} steps in {self.seconds:.1f}s | "
-            f"reward first 5 steps {fmt(self.first5_reward)} -> last 10 steps {fmt(self.last10_reward)} | "
-            f"metrics {self.metrics_path}{plot}{saved}"
+            f"{self._reward_change(fmt)} | metrics {self.metrics_path}{plot}{saved}"
         )
+
+    def _reward_change(self, fmt: Callable[[float | None], str]) -> str:
+        """'reward first 5 steps x -> last 10 steps y' over disjoint windows; a one-row run has one reward."""
+        if not self.last_steps:
+            return f"reward {fmt(self.first_reward)} (one step)" if self.first_steps else "reward n/a (no step)"
+        first = "first step" if self.first_steps == 1 else f"first {self.first_steps} steps"
+        last = "last step" if self.last_steps == 1 else f"last {self.last_steps} steps"
+        return f"reward {first} {fmt(self.first_reward)} -> {last} {fmt(self.last_reward)}"
 
 
 @dataclass
@@ -140,8 +154,9 @@ class StepOutput:
 
     metrics: dict[str, Any]
     batch: dict[str, Any]
-    data: dict[str, Any]
+    data: dict[str, Any]  # what the update trained on
     records: list[EpisodeRecord]
+    meta: TrajBatchMeta
 
 
 def shipped_actor_config(config: PPOActorConfig) -> PPOActorConfig:
@@ -167,6 +182,15 @@ def _warn_unused_process_shaping(cfg: ExperimentConfig) -> None:
         )
 
 
+def _warn_no_checkpoints(cfg: ExperimentConfig) -> None:
+    """`train.save_every=0` is a valid choice, but the run then leaves nothing to resume or export: say so first."""
+    if not cfg.train.save_every:
+        logger.warning(
+            "train.save_every=0: this run writes no checkpoint, so it cannot be resumed (train.resume) or exported "
+            "(areal-adv export), and areal-adv diagnose measures no gradients on it; set train.save_every=N to keep them"
+        )
+
+
 class Trainer:
     """Builds everything from an `ExperimentConfig` and runs `train.steps` steps.
 
@@ -175,7 +199,35 @@ class Trainer:
     """
 
     def __init__(self, cfg: ExperimentConfig, ctx: DistContext | None = None) -> None:
+        """Build the run in its order: place and seeds, task, models, per-rank sampling noise, step features.
+
+        The order is the contract: torch's global RNG is seeded before the models are built (the same initial
+        weights on every rank) and again after the last one (per-rank noise), so nothing between the two may
+        draw from it; the kernel warm-up and the observers' shadow actors put back what they draw.
+        """
+        check_extras(cfg)  # every missing extra in one message, before anything is built (as `validate` does)
         self.cfg = cfg
+        self._place(ctx)
+        self._seed_shared(cfg)
+        policy = self._build_task(cfg)
+        self._build_models(cfg, policy)
+        # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
+        torch.manual_seed(cfg.seed + 2 + RANK_SEED_STRIDE * self.ctx.rank)
+        self._build_step_features(cfg)
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        """The plain policy with the full trained weights: it evaluates and is saved (`PolicyEngine.policy`)."""
+        return self.engine.policy
+
+    @property
+    def sampler(self) -> torch.nn.Module:
+        """The module that samples training rollouts: `policy`, or its `rollout.weights_dtype` copy."""
+        return self.engine.sampler
+
+    def _place(self, ctx: DistContext | None) -> None:
+        """This process's rank, device, prompt share and run directory (the directory decided on rank 0)."""
+        cfg = self.cfg
         self.ctx = ctx if ctx is not None and ctx.is_distributed else DistContext()
         # single process: CPU as always; data parallel: the rank's device (cuda:<local_rank> under nccl)
         self.device = self.ctx.device if self.ctx.is_distributed else torch.device("cpu")
@@ -190,6 +242,9 @@ class Trainer:
         # before anything is built: a taken run directory fails in a second (decided on rank 0, shared)
         self.plan = shared_plan(cfg, self.ctx)
         self.run_dir = self.plan.run_dir
+
+    def _seed_shared(self, cfg: ExperimentConfig) -> None:
+        """The seeds every rank shares (initial weights, the prompt list) and this rank's sampling generator."""
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank (and broadcast below)
         self.rng = random.Random(cfg.seed)  # the same global prompt list on every rank
         # independent sampling noise per rank; rank 0 (and a single process) keeps seed + 1. `generate`
@@ -197,22 +252,31 @@ class Trainer:
         self.generator = torch.Generator(device=self.device).manual_seed(
             cfg.seed + 1 + RANK_SEED_STRIDE * self.ctx.rank
         )
+
+    def _build_task(self, cfg: ExperimentConfig) -> torch.nn.Module:
+        """Task, tokenizer, prompts and evaluation rows, checked before launch; returns the initial policy.
+
+        The policy is built here because the tokenizer sizes it and the task runtime reads it.
+        """
         # task and reward plugins are imported here, on every rank; any rank's failure stops all of them
         parts = self.parts = agree(lambda: resolve_task_parts(cfg), self.ctx)
         self.tokenizer = build_tokenizer(
             cfg.model, getattr(parts.task, "vocabulary", None), getattr(parts.task, "stop_words", ()) or ()
         )
-        self.policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+        policy = build_policy(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
         # by the policy's size: one thread for a tiny model, the cores / local ranks otherwise (cpu_threads)
-        self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in self.policy.parameters()))
-        self.task = build_runtime(cfg, parts, self.tokenizer, self.policy)
+        self.num_threads = apply_num_threads(cfg.train.num_threads, sum(p.numel() for p in policy.parameters()))
+        self.task = build_runtime(cfg, parts, self.tokenizer, policy)
         eval_rows = make_eval_rows(cfg, parts)
         # what `areal-adv validate` checks (context, reward columns): a run that cannot fit fails before step 0
         agree(lambda: check_before_launch(cfg, parts, self.task, eval_rows), self.ctx)
         self.prompt_source = make_prompt_source(cfg, parts, self.rng)
         self.evaluator = Evaluator(cfg.eval, eval_rows, cfg.train.steps)
-        broadcast_module(self.policy, self.ctx)
-        parallel = cfg.train.parallel
+        return policy
+
+    def _build_models(self, cfg: ExperimentConfig, policy: torch.nn.Module) -> None:
+        """The reference, the policy's engine (with its sampling copy), the actor and the critic."""
+        broadcast_module(policy, self.ctx)
         # copied from the broadcast weights; a plain frozen module on every rank, also under FSDP. The KL reward
         # reads the reference; so does a `combine` estimator distilling against ref_logp. With LoRA the reference
         # is the policy with its adapters disabled (the frozen base), not a second copy
@@ -221,63 +285,64 @@ class Trainer:
             estimator is not None and reads_reference(estimator.implementation, estimator.kwargs)
         )
         self.reference_is_base = wants_reference and cfg.model.lora is not None
-        self.reference = frozen_copy(self.policy) if wants_reference and cfg.model.lora is None else None
+        self.reference = frozen_copy(policy) if wants_reference and cfg.model.lora is None else None
         precision, self.precision_note = resolve_mixed_precision(cfg.model.mixed_precision, self.device)
+        # both engines: the same ranks, engine and precision; each its own optimiser settings
+        placement = {"ctx": self.ctx, "parallel": cfg.train.parallel, "mixed_precision": precision}
+        train = cfg.train
         self.engine = PolicyEngine(
-            self.policy,
-            lr=cfg.train.lr,
-            weight_decay=cfg.train.weight_decay,
-            grad_clip=cfg.train.grad_clip,
-            ctx=self.ctx,
-            parallel=parallel,
-            mixed_precision=precision,
+            policy,
+            lr=train.lr,
+            weight_decay=train.weight_decay,
+            grad_clip=train.grad_clip,
             rollout_dtype=getattr(torch, cfg.rollout.weights_dtype) if cfg.rollout.weights_dtype else None,
+            **placement,
         )
-        # the plain module that evaluates and is saved (under FSDP: a full copy), and the one that samples
-        # training rollouts: the same module, or with rollout.weights_dtype a copy cast to that dtype
-        self.policy = self.engine.full_model
-        self.sampler = self.engine.rollout_model
-        self.mismatch: dict[str, float] = {}  # rollout.weights_dtype: the last step's rollout_mismatch/* metrics
-        # the trained weights' log-probs of the sampled tokens from the update's own forward, not a pass before it
+        # the trained weights' log-probs of the sampled tokens from the update's own forward, not a pass before it,
+        # unless a step observer reads them before the update (`training_logprobs`)
         self.logprobs_in_update = logprobs_in_update(cfg) and not stochastic_forward(self.policy)
         # built from the serialised config, as a remote worker would; resolves the plugins in this
         # process and, in a process group, raises WorkerInitError on every rank if any rank fails
         self.actor = PPOActor(shipped_actor_config(cfg.actor), self.engine)
-        self.critic = None
-        if cfg.critic.enabled:
-            model = build_critic(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
-            broadcast_module(model, self.ctx)
-            self.critic = PPOCritic(
-                cfg.critic,
-                ValueEngine(
-                    model,
-                    lr=cfg.critic.lr,
-                    weight_decay=cfg.critic.weight_decay,
-                    grad_clip=cfg.critic.grad_clip,
-                    ctx=self.ctx,
-                    parallel=parallel,
-                    mixed_precision=precision,
-                ),
-            )
-        # per-rank global torch RNG, seeded once every model is built (nothing above it is sampled from it)
-        torch.manual_seed(cfg.seed + 2 + RANK_SEED_STRIDE * self.ctx.rank)
+        self.critic = self._build_critic(cfg, placement)
+
+    def _build_critic(self, cfg: ExperimentConfig, placement: dict[str, Any]) -> PPOCritic | None:
+        if not cfg.critic.enabled:
+            return None
+        model = build_critic(cfg.model, len(self.tokenizer), special_ids(self.tokenizer)).to(self.device)
+        broadcast_module(model, self.ctx)
+        critic = cfg.critic
+        engine = ValueEngine(
+            model, lr=critic.lr, weight_decay=critic.weight_decay, grad_clip=critic.grad_clip, **placement
+        )
+        return PPOCritic(critic, engine)
+
+    def _build_step_features(self, cfg: ExperimentConfig) -> None:
+        """The sample log, start-up warnings, the advantage kernels' warm-up and the step observers."""
         # a resumed run appends to the samples it already wrote
         self.sample_log = SampleLog(self.run_dir / "samples.jsonl", append=self.plan.resume_from is not None)
         if self.ctx.is_main:
             _warn_unused_process_shaping(cfg)
+            _warn_no_checkpoints(cfg)
         # numba loads (or compiles) the pipeline's kernels on their first call: here, not in step 0's timer.
         # A separate actor on synthetic batches; the random states and stage state are put back after it.
         # `run` prints how it went below the opening block
         self.kernel_warmup = warm_up_advantage_kernels(
-            cfg, self.actor.config, task=parts.task, device=self.device, ctx=self.ctx
+            cfg, self.actor.config, task=self.parts.task, device=self.device, ctx=self.ctx
         )
-        # shadow estimators (`diagnostics`): their own actors, resolved here like the run's
-        self.diagnostics = None
-        if cfg.diagnostics.enabled:
-            with preserved_rng(self.device):
-                self.diagnostics = StepDiagnostics(
-                    cfg, self.actor, self.engine, world_size=self.ctx.world_size, device=self.device
-                )
+        # the features that watch or change the step's batch at a phase (`step_observers`): built last, as the
+        # shadow estimators' actors are resolved here like the run's
+        services = StepServices(cfg, self.ctx, self.device, self.run_dir, self.actor, self.engine, self._models)
+        self.observers = StepObservers.for_run(cfg, services)
+
+    def _models(self) -> dict[str, torch.nn.Module | None]:
+        """The run's modules by role; `sampler` only where it is a module of its own (`rollout.weights_dtype`)."""
+        return {
+            "policy": self.policy,
+            "reference": self.reference,
+            "critic": None if self.critic is None else self.critic.engine.model,
+            "sampler": self.sampler if self.sampler is not self.policy else None,
+        }
 
     # -- one step ---------------------------------------------------------------------------
 
@@ -338,9 +403,14 @@ class Trainer:
             dicts = groups_to_device(dicts, self.device)
         return dicts, [rec for g in groups for rec in g]
 
-    @staged("reference log-probs and values")
     def prepare(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """Add the aligned model outputs the advantage pipeline reads."""
+        """Add the aligned model outputs the advantage pipeline reads (`_prepare`, without the mismatch metrics)."""
+        return self._prepare(batch)[0]
+
+    @staged("reference log-probs and values")
+    def _prepare(self, batch: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+        """The batch with the aligned model outputs the advantage pipeline reads, and `rollout_mismatch/*` when
+        the trained weights' log-probs come from a pass here (with `rollout.weights_dtype`; else `{}`)."""
         ids, mask, temp = batch["input_ids"], batch["attention_mask"], self.cfg.sampling_temperature
         wanted = aligned_from_rollout(batch["loss_mask"])  # the only positions the pipeline and the loss read
         size = self.cfg.actor.ppo_micro_batch_size
@@ -354,6 +424,7 @@ class Trainer:
             batch["prox_logp"] = chunked_rows(
                 lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w), chunks, ids, mask, wanted
             )
+        mismatch: dict[str, float] = {}
         if separate and self.engine.rollout_dtype is not None:  # the sampling copy against the trained weights
             training = batch.get("prox_logp")
             if training is None:
@@ -361,23 +432,24 @@ class Trainer:
                     lambda i, m, w: self.engine.compute_logprobs(i, m, temp, wanted=w), chunks, ids, mask, wanted
                 )
             cap = self.cfg.actor.behav_imp_weight_cap
-            local = mismatch_sums(aligned_from_rollout(batch["logprobs"]), training, wanted, cap)
-            self.mismatch = self._rollout_mismatch(local)
+            mismatch = self._rollout_mismatch(
+                mismatch_sums(aligned_from_rollout(batch["logprobs"]), training, wanted, cap)
+            )
         # the behaviour policy's entropy and Σπ², before the update, in one pass; only the fields a stage reads.
         # Under the rollout's autocast and from the module that sampled: Σπ² must describe the distribution the
         # sampled log-probs came from (the optimal token baseline refuses a Σπ² below π_t²; bf16 logits against
         # float32 ones differ far more)
         with self.engine.autocast():
             stats = behaviour_token_stats(
-                self._sampled_by, ids, mask, temp, stage_batch_fields(self.actor.resolved), rows_per_chunk=size or 16
+                self.engine.sampled_by,
+                ids,
+                mask,
+                temp,
+                stage_batch_fields(self.actor.resolved),
+                rows_per_chunk=size or 16,
             )
         batch.update(stats)
-        return batch
-
-    @property
-    def _sampled_by(self) -> torch.nn.Module:
-        """The module whose distribution the rollout sampled: the cast copy, or the trained (or sharded) module."""
-        return self.sampler if self.engine.rollout_dtype is not None else self.engine.model
+        return batch, mismatch
 
     def _rollout_mismatch(self, local: MismatchSums) -> dict[str, float]:
         """`rollout_mismatch/*` of the sampled tokens over all ranks (sums added, the largest weight's max)."""
@@ -402,15 +474,26 @@ class Trainer:
     def compute_advantages(self, batch: dict[str, Any], meta: TrajBatchMeta | None) -> dict[str, Any]:
         return self.actor.compute_advantages(batch, meta, shaping=self.cfg.rollout.prm.advantage_shaping)
 
-    def _policy_update(self, data: dict[str, Any]) -> dict[str, float]:
-        """The actor's update; with `logprobs_in_update` its forward also gives the proximal log-probs and mismatch."""
+    def _policy_update(self, data: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+        """The actor's update statistics; with `logprobs_in_update` its forward also gives the proximal log-probs
+        and, with `rollout.weights_dtype`, the `rollout_mismatch/*` metrics (else `{}`)."""
         if not self.logprobs_in_update:
-            return self.actor.ppo_update(data)
+            return self.actor.ppo_update(data), {}
         observer = MismatchObserver(self.cfg.actor.behav_imp_weight_cap) if self.engine.rollout_dtype else None
         stats = self.actor.ppo_update(data, proximal_from_forward=self.cfg.actor.use_decoupled_loss, observe=observer)
-        if observer is not None:
-            self.mismatch = self._rollout_mismatch(observer.sums)
-        return stats
+        return stats, {} if observer is None else self._rollout_mismatch(observer.sums)
+
+    def _update(self, data: dict[str, Any], skip: bool) -> tuple[dict[str, float], dict[str, float]]:
+        """Policy and critic updates (none when an observer left nothing to train on), then the sampling copy's
+        refresh; (update statistics, `rollout_mismatch/*` from the update's forward)."""
+        stats, mismatch = ({}, {}) if skip else self._policy_update(data)
+        if self.critic is not None and stats:
+            stats.update(self.critic.ppo_update(data))
+        self.engine.sync_copies()  # FSDP or weights_dtype: the sampling copy takes the new weights
+        self.engine.release_gradients()
+        if self.critic is not None:
+            self.critic.engine.release_gradients()
+        return stats, mismatch
 
     @staged("evaluation")
     def evaluate(self, updates: int) -> dict[str, float]:
@@ -449,36 +532,24 @@ class Trainer:
             dicts, records = self.rollout()
             batch, meta = concat_batch(dicts)
         with timer.phase("reference"):
-            batch = self.prepare(batch)
+            batch, mismatch = self._prepare(batch)
         with timer.phase("advantages"):
             data = self.compute_advantages(batch, meta)
-        diagnosed = self._diagnose(step, timer, batch, meta, data)
-        filtered = None
-        if self.cfg.rollout.filter_zero_advantage:  # the update sees only groups with a non-zero advantage
-            filtered = filter_zero_advantage_groups(data, meta.traj_group_sizes, self.ctx)
-            data = filtered.data
+        observed = self.observers.at(Phase.ADVANTAGES, StepView(step, batch, meta, data), timer)
+        data = observed.data  # what the update trains on: the pipeline's output, or an observer's (the filter's)
         with timer.phase("update"):
-            stats = {} if filtered is not None and filtered.skip_update else self._policy_update(data)
-            if self.critic is not None and stats:
-                stats.update(self.critic.ppo_update(data))
-            self.engine.sync_rollout_model()  # FSDP or weights_dtype: the sampling copy takes the new weights
-            self.engine.release_gradients()
-            if self.critic is not None:
-                self.critic.engine.release_gradients()
-        # the step's own work: diagnostics (time/diagnostics) are not part of the run's throughput
-        seconds = time.perf_counter() - start - timer.seconds.get("diagnostics", 0.0)
+            stats, update_mismatch = self._update(data, observed.skip_update)
+        # the step's own work: observers' own time (time/diagnostics) is not part of the run's throughput
+        seconds = time.perf_counter() - start - sum(timer.seconds.get(name, 0.0) for name in self.observers.timed_as)
         row = self._metrics(step, records, data, stats, seconds)
-        row.update(diagnosed)
-        if filtered is not None:  # over all ranks (the same number on every rank)
-            row["filtered_groups"] = filtered.filtered
-            row["filtered_group_frac"] = filtered.filtered / filtered.groups
+        row.update(observed.metrics)
         counts = {
             "generated": float(sum(r.generated_tokens for r in records)),
             "trained": float(data["attention_mask"].sum()),
         }
         if self.ctx.is_distributed:
             row, counts = self._reduce_metrics(row, records, data, counts)
-        row.update(self.mismatch)  # over all ranks already
+        row.update(mismatch or update_mismatch)  # over all ranks already
         if self.evaluator.due(step, after_update=True):
             with timer.phase("eval"):
                 evaluation = self.evaluate(step + 1)
@@ -491,41 +562,7 @@ class Trainer:
             self.sample_log.write(
                 sample_rows(records, self.cfg.eval.samples_per_step, self.cfg.rollout.n_samples, step, "train")
             )
-        return StepOutput(row, batch, data, records)
-
-    @staged("diagnostics")
-    def _diagnose(
-        self, step: int, timer: PhaseTimer, batch: dict[str, Any], meta: TrajBatchMeta, data: dict[str, Any]
-    ) -> dict[str, float]:
-        """Shadow estimators' `diagnostics/*` keys and the saved rollout (`output.save_rollouts`), timed together.
-
-        Runs after the run's advantages and before its update, and changes
-        nothing either reads (see `areal_adv.trainer.run.diagnostics`).
-        """
-        save = self.cfg.output.save_rollouts
-        if self.diagnostics is None and not save:
-            return {}
-        timer.seconds.setdefault("diagnostics", 0.0)
-        due = self.diagnostics is not None and self.cfg.diagnostics.due(step)
-        if not due and not save:
-            return {}
-        with timer.phase("diagnostics"):
-            row = self.diagnostics.measure(batch, meta, data) if due and self.diagnostics is not None else {}
-            if save:
-                with preserved_rng(self.device):
-                    spp = batch.get("sum_pi_squared")
-                    if spp is None:  # of the distribution sampled from, as in `prepare`
-                        with self.engine.autocast():
-                            spp = behaviour_token_stats(
-                                self._sampled_by,
-                                batch["input_ids"],
-                                batch["attention_mask"],
-                                self.cfg.sampling_temperature,
-                                ("sum_pi_squared",),
-                            )["sum_pi_squared"]
-                    path = rollout_path(self.run_dir, step, self.ctx.rank)
-                    save_rollout(path, batch, meta, advantages=data["advantages"], sum_pi_squared=spp)
-        return row
+        return StepOutput(row, batch, data, records, meta)
 
     @staged("metrics")
     def _reduce_metrics(
@@ -591,22 +628,6 @@ class Trainer:
 
     # -- the run ----------------------------------------------------------------------------
 
-    @staged(lambda self, fh, step: f"step {step} > parameter checksums")
-    def _write_checksums(self, fh: Any, step: int) -> None:
-        """`train.debug_param_checksum`: every rank's model checksums, one JSON line per step (rank 0 writes)."""
-        models = {
-            "policy": self.policy,
-            "reference": self.reference,
-            "critic": None if self.critic is None else self.critic.engine.model,
-            "sampler": self.sampler if self.sampler is not self.policy else None,  # rollout.weights_dtype's copy
-        }
-        mine = {name: module_checksum(m) for name, m in models.items() if m is not None}
-        ranks = all_gather_objects(mine, self.ctx)
-        if fh is not None:
-            row = {"step": step, **{name: [r[name] for r in ranks] for name in mine}}
-            fh.write(json.dumps(row) + "\n")
-            fh.flush()
-
     def run(self) -> RunResult:
         """Train up to `train.steps`, resuming first when planned; Ctrl-C stops early but keeps the outputs.
 
@@ -631,14 +652,11 @@ class Trainer:
                 flush=True,
             )
             print(self.kernel_warmup.message(), flush=True)
-            if self.diagnostics is not None:
-                print(self.diagnostics.opening_lines(), flush=True)
+            for lines in self.observers.opening_lines():
+                print(lines, flush=True)
             prepare_run_dir(self.plan, start)
             (self.run_dir / "config.yaml").write_text(config_to_yaml(cfg), encoding="utf-8")
         loggers = open_loggers(cfg, self.run_dir, records=records, start_step=start, is_main=main)
-        checksums = None
-        if cfg.train.debug_param_checksum and main:
-            checksums = (self.run_dir / "param_checksums.jsonl").open("a", encoding="utf-8")
         progress = Progress(
             name=cfg.experiment_name,
             total=cfg.train.steps,
@@ -651,15 +669,15 @@ class Trainer:
         mark, save_seconds = begin, 0.0
         try:
             for step in range(start, cfg.train.steps):
-                row = self.step(step).metrics
+                out = self.step(step)
+                row = out.metrics
                 now = time.perf_counter()
                 # a checkpoint is written after its row is logged: its time goes into the next row
                 row["time/save"], save_seconds = save_seconds, 0.0
                 row["time/step"], mark = now - mark, now
                 row["elapsed"] = elapsed_before + now - begin
                 row = loggers.log(row)
-                if cfg.train.debug_param_checksum:
-                    self._write_checksums(checksums, step)
+                self._after_logging(step, out, row)
                 done = step + 1
                 progress.update(done, row)
                 if cfg.train.save_every and (done % cfg.train.save_every == 0 or done == cfg.train.steps):
@@ -671,14 +689,18 @@ class Trainer:
         finally:
             progress.close()
             loggers.close()
-            if checksums is not None:
-                checksums.close()
+            self.observers.close()
         result = self._finish(loggers.records, done, interrupted, time.perf_counter() - begin)
         result.checkpoint, result.resumed_from = saved, self.plan.resume_from
         result.last_save_seconds = save_seconds
         if not interrupted:
             barrier(self.ctx)  # ranks leave together, after rank 0 has written everything
         return result
+
+    @staged(lambda self, step, out, row: f"step {step}")
+    def _after_logging(self, step: int, out: StepOutput, row: dict[str, Any]) -> None:
+        """The `LOGGED` observers, once the step's row is written (the parameter checksums)."""
+        self.observers.at(Phase.LOGGED, StepView(step, out.batch, out.meta, out.data, row), PhaseTimer())
 
     @staged("resuming from a checkpoint")
     def _restore(self) -> tuple[int, list[dict[str, Any]]]:
@@ -714,6 +736,7 @@ class Trainer:
             plot_path = self.run_dir / "curves.png"
             if self.ctx.is_main:
                 plot_curves(records, plot_path, title=cfg.experiment_name, smoothing=cfg.output.plot_smoothing)
+        first, last = reward_windows(len(records))
         return RunResult(
             run_dir=self.run_dir,
             metrics_path=self.run_dir / "metrics.jsonl",
@@ -721,6 +744,8 @@ class Trainer:
             steps_done=done,
             interrupted=interrupted,
             seconds=seconds,
-            first5_reward=window_mean(records, "reward_mean", first=5),
-            last10_reward=window_mean(records, "reward_mean", last=10),
+            first_reward=window_mean(records, "reward_mean", first=first) if first else None,
+            last_reward=window_mean(records, "reward_mean", last=last) if last else None,
+            first_steps=first,
+            last_steps=last,
         )

@@ -96,6 +96,18 @@ def window_mean(
     return sum(values) / len(values) if values else None
 
 
+def reward_windows(rows: int) -> tuple[int, int]:
+    """(first, last): the sizes of the run summary's two reward windows over `rows` rows, never overlapping.
+
+    5 and 10 from 15 rows on; a shorter run splits its rows a third / two thirds (3 rows: the first one
+    against the last two), so the summary never compares a window with itself; 1 row: (1, 0), 0: (0, 0).
+    """
+    if rows < 2:
+        return rows, 0
+    first = min(5, max(1, rows // 3))
+    return first, min(10, rows - first)
+
+
 #: The phases of a step reported as `time/<phase>` (seconds; 0 when the phase did not run).
 PHASES = ("rollout", "reference", "advantages", "update", "eval", "save")
 #: Metric prefixes and keys that depend on the machine and its load, not on the run's arithmetic.

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -61,8 +61,59 @@ from areal_adv.utils.checkpoint_folders import (
     read_manifest,
     staging_folder,
 )
+from areal_adv.utils.file_modes import normal_mode
 
 logger = logging.getLogger("areal_adv.checkpoint")
+
+if TYPE_CHECKING:
+    from areal_adv.api.train_args import ExperimentConfig
+    from areal_adv.trainer.parallel.distributed import DistContext
+    from areal_adv.trainer.parallel.engine import PolicyEngine
+    from areal_adv.trainer.ppo.actor import PPOActor
+    from areal_adv.trainer.ppo.training.critic import PPOCritic
+    from areal_adv.trainer.rollout.tasks.runtime import TaskRuntime
+
+
+class RandomStreams(Protocol):
+    """The trainer's own random streams a checkpoint restores (beside the global ones)."""
+
+    @property
+    def generator(self) -> torch.Generator: ...  # this rank's sampling noise
+
+    @property
+    def rng(self) -> random.Random: ...  # the prompt list, the same on every rank
+
+
+class CheckpointedTrainer(RandomStreams, Protocol):
+    """Every part of a trainer that a checkpoint saves, checks or restores, by name and type.
+
+    `Trainer` satisfies it (mypy checks the assignment at the end of this module), so renaming one of these
+    attributes is a type error here instead of a resume that fails at run time.
+    """
+
+    @property
+    def cfg(self) -> ExperimentConfig: ...
+    @property
+    def ctx(self) -> DistContext: ...
+    @property
+    def run_dir(self) -> Path: ...
+    @property
+    def engine(self) -> PolicyEngine: ...  # the policy's weights and AdamW state
+    @property
+    def policy(self) -> torch.nn.Module: ...  # the plain full module saved as `policy/`
+    @property
+    def critic(self) -> PPOCritic | None: ...
+    @property
+    def reference(self) -> torch.nn.Module | None: ...  # checked by checksum, never saved
+    @property
+    def actor(self) -> PPOActor: ...  # the stages' state
+    @property
+    def prompt_source(self) -> Any: ...  # `state_dict()` / `load_state_dict()`: the data position
+    @property
+    def tokenizer(self) -> Any: ...  # saved beside the policy
+    @property
+    def task(self) -> TaskRuntime: ...
+
 
 STATE_FILE = "trainer_state.pt"
 METRICS_FILE = "metrics.jsonl"
@@ -89,7 +140,7 @@ _reference_sums: weakref.WeakKeyDictionary[torch.nn.Module, str] = weakref.WeakK
 # -- RNG and data position ----------------------------------------------------------------
 
 
-def capture_rng(trainer: Any) -> dict[str, Any]:
+def capture_rng(trainer: RandomStreams) -> dict[str, Any]:
     """Every RNG state of this process that a step can consume (plain values and tensors)."""
     np_state = np.random.get_state(legacy=False)
     state: dict[str, Any] = {
@@ -110,7 +161,7 @@ def capture_rng(trainer: Any) -> dict[str, Any]:
     return state
 
 
-def restore_rng(trainer: Any, state: dict[str, Any]) -> None:
+def restore_rng(trainer: RandomStreams, state: dict[str, Any]) -> None:
     random.setstate(_as_random_state(state["python"]))
     numpy = state["numpy"]
     np.random.set_state(
@@ -139,13 +190,13 @@ def _as_random_state(value: Any) -> tuple:
     return (version, tuple(internal), gauss)
 
 
-def data_state(trainer: Any) -> dict[str, Any]:
+def data_state(trainer: CheckpointedTrainer) -> dict[str, Any]:
     """The prompt position: the prompt source's own state when the trainer has one."""
     source = getattr(trainer, "prompt_source", None)
     return {"prompt_source": source.state_dict()} if source is not None else {}
 
 
-def restore_data(trainer: Any, state: dict[str, Any]) -> None:
+def restore_data(trainer: CheckpointedTrainer, state: dict[str, Any]) -> None:
     source = getattr(trainer, "prompt_source", None)
     if source is not None:
         if "prompt_source" not in state:
@@ -160,8 +211,9 @@ def restore_data(trainer: Any, state: dict[str, Any]) -> None:
 
 
 @contextmanager
-def _no_hf_progress_bars() -> Iterator[None]:
-    """transformers draws a "Writing model shards" bar per save; in a run's log that is noise."""
+def no_hf_progress_bars() -> Iterator[None]:
+    """transformers draws a bar per save ("Writing model shards") and per load ("Loading weights"); in a
+    run's log or a command's output that is noise."""
     from transformers.utils import logging as hf_logging
 
     was_on = hf_logging.is_progress_bar_enabled()
@@ -175,12 +227,17 @@ def _no_hf_progress_bars() -> Iterator[None]:
 
 
 def save_module(module: torch.nn.Module, folder: Path) -> None:
-    """`save_pretrained` for Hugging Face models; a value model saves its backbone that way plus its head."""
-    with _no_hf_progress_bars():
+    """`save_pretrained` for Hugging Face models; a value model saves its backbone that way plus its head.
+
+    The weights files get the mode of the files beside them (safetensors writes them owner-only).
+    """
+    with no_hf_progress_bars():
         _save_module(module, folder)
+    normal_mode(folder)
 
 
-def _save_module(module: torch.nn.Module, folder: Path) -> None:
+def _save_module(module: Any, folder: Path) -> None:
+    """`module`: a transformers model (`save_pretrained`) or a value model (`backbone` + `value_head`)."""
     from safetensors.torch import save_file
 
     if hasattr(module, "save_pretrained"):
@@ -238,7 +295,7 @@ def _load_adapters(module: torch.nn.Module, folder: Path) -> None:
             "written by a run without LoRA (resume it without model.lora)"
         )
     state = load_file(str(path))
-    result = set_peft_model_state_dict(module, state)
+    result: Any = set_peft_model_state_dict(module, state)  # peft's named tuple of missing/unexpected keys
     if result.unexpected_keys:
         raise CheckpointError(
             f"{folder}: adapter weights {sorted(result.unexpected_keys)[:5]} do not exist in the "
@@ -252,8 +309,10 @@ def _load_adapters(module: torch.nn.Module, folder: Path) -> None:
         )
 
 
-def load_module(module: torch.nn.Module, folder: Path) -> None:
-    """Load what `save_module` wrote into the existing module, in place (the optimiser keeps its params)."""
+def load_module(module: Any, folder: Path) -> None:
+    """Load what `save_module` wrote into the existing module, in place (the optimiser keeps its params).
+
+    `module`: a transformers or peft model, or a value model (`backbone` + `value_head`)."""
     from safetensors.torch import load_file
 
     from areal_adv.trainer.lm.model import is_lora
@@ -272,15 +331,15 @@ def load_module(module: torch.nn.Module, folder: Path) -> None:
         module.value_head.load_state_dict(load_file(str(folder / VALUE_HEAD_FILE)))
 
 
-def _engines(trainer: Any) -> dict[str, Any]:
+def _engines(trainer: CheckpointedTrainer) -> dict[str, Any]:
     """The engines whose weights and AdamW states go into `state/`, by name."""
-    engines = {"policy": trainer.engine}
+    engines: dict[str, Any] = {"policy": trainer.engine}
     if trainer.critic is not None:
         engines["critic"] = trainer.critic.engine
     return engines
 
 
-def _staging(trainer: Any, step: int) -> Path:
+def _staging(trainer: CheckpointedTrainer, step: int) -> Path:
     """Rank 0's new temporary checkpoint folder, the same path on every rank (a collective)."""
     tmp = staging_folder(checkpoint_root(trainer.run_dir), step) if trainer.ctx.is_main else None
     return Path(all_gather_objects(None if tmp is None else str(tmp), trainer.ctx)[0])
@@ -306,12 +365,12 @@ class Restored:
     folder: Path
 
 
-def _tokenizer(trainer: Any) -> Any:
+def _tokenizer(trainer: CheckpointedTrainer) -> Any:
     own = getattr(trainer, "tokenizer", None)
     return own if own is not None else trainer.task.tokenizer
 
 
-def _check_stage_states_agree(trainer: Any) -> None:
+def _check_stage_states_agree(trainer: CheckpointedTrainer) -> None:
     """Rank 0's stage state is what the checkpoint holds for every rank, so the ranks must agree on it."""
     fingerprints = all_gather_objects(trainer.actor.state_fingerprints(), trainer.ctx)
     differing = sorted({name for fp in fingerprints for name in fp if fp.get(name) != fingerprints[0].get(name)})
@@ -323,7 +382,7 @@ def _check_stage_states_agree(trainer: Any) -> None:
         )
 
 
-def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any]]) -> Path | None:
+def save_trainer_checkpoint(trainer: CheckpointedTrainer, step: int, records: list[dict[str, Any]]) -> Path | None:
     """Write `<run_dir>/checkpoints/step_<step>/` after `step` completed steps.
 
     A collective: every rank contributes its RNG states and writes its shard of
@@ -345,7 +404,9 @@ def save_trainer_checkpoint(trainer: Any, step: int, records: list[dict[str, Any
         raise
 
 
-def _write_rank0_files(trainer: Any, folder: Path, step: int, rngs: list[Any], records: list[dict[str, Any]]) -> None:
+def _write_rank0_files(
+    trainer: CheckpointedTrainer, folder: Path, step: int, rngs: list[Any], records: list[dict[str, Any]]
+) -> None:
     """The policy as a model folder (from the full copy rank 0 samples with), the trainer state, rows, config."""
     state = {
         "step": step,
@@ -363,7 +424,7 @@ def _write_rank0_files(trainer: Any, folder: Path, step: int, rngs: list[Any], r
     (folder / "config.yaml").write_text(config_to_yaml(trainer.cfg), encoding="utf-8")
 
 
-def _manifest_fields(trainer: Any) -> dict[str, Any]:
+def _manifest_fields(trainer: CheckpointedTrainer) -> dict[str, Any]:
     from areal_adv.trainer.lm.model import is_lora
 
     cfg = trainer.cfg
@@ -406,7 +467,7 @@ def _warn_config_changes(cfg: Any, folder: Path) -> list[str]:
     return changed
 
 
-def _check_lora(trainer: Any, folder: Path, manifest: dict[str, Any]) -> None:
+def _check_lora(trainer: CheckpointedTrainer, folder: Path, manifest: dict[str, Any]) -> None:
     """A LoRA checkpoint holds the adapters only, a full one every weight: the run must be of the same kind."""
     from areal_adv.trainer.lm.model import is_lora
 
@@ -423,7 +484,7 @@ def _check_lora(trainer: Any, folder: Path, manifest: dict[str, Any]) -> None:
     )
 
 
-def _load_models(trainer: Any, folder: Path, manifest: dict[str, Any]) -> None:
+def _load_models(trainer: CheckpointedTrainer, folder: Path, manifest: dict[str, Any]) -> None:
     """Every rank reads the pieces of `state/` it holds (any world size, either engine) into its engines."""
     has_critic = bool(manifest.get("critic"))
     if has_critic != (trainer.critic is not None):
@@ -448,7 +509,7 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def load_trainer_checkpoint(trainer: Any, folder: str | Path) -> Restored:
+def load_trainer_checkpoint(trainer: CheckpointedTrainer, folder: str | Path) -> Restored:
     """Restore a freshly built trainer to the state saved in `folder`; every rank calls it."""
     folder = Path(folder)
     manifest = read_manifest(folder)
@@ -488,3 +549,9 @@ def load_trainer_checkpoint(trainer: Any, folder: str | Path) -> Restored:
             state["step"] - 1,
         )
     return Restored(state["step"], records, folder)
+
+
+if TYPE_CHECKING:  # the trainer satisfies the interface checkpoints use
+    from areal_adv.trainer.run.loop import Trainer
+
+    _trainer_is_checkpointable: type[CheckpointedTrainer] = Trainer

@@ -17,10 +17,12 @@ update or outside it:
 
 * `actor.recompute_logprob` without the decoupled loss: they replace the
   behaviour log-probs inside the advantages, which are computed first;
-* `diagnostics` (shadow estimators' gradients take the ratio against them);
-* `output.save_rollouts` (the saved batch carries them for later replays);
-* `rollout.filter_zero_advantage` (the update sees only the kept groups, the
-  mismatch must describe every sampled token);
+* a step observer that declares it reads them (`prox_logp`) at its phase, or
+  that changes what the update trains on (`step_observers`): `diagnostics`
+  (shadow estimators' gradients take the ratio against them),
+  `output.save_rollouts` (the saved batch carries them for later replays),
+  `rollout.filter_zero_advantage` (the update sees only the kept groups, the
+  mismatch must describe every sampled token), and any observer added later;
 * a model whose training forward is random (dropout): the pass before the
   update runs in eval mode, the update's forward would add dropout's noise.
 """
@@ -32,6 +34,7 @@ from torch import nn
 
 from areal_adv.api.train_args import ExperimentConfig
 from areal_adv.trainer.ppo.training.rollout_mismatch import MismatchSums, mismatch_sums
+from areal_adv.trainer.run.step_observers import enabled_observers, logprobs_read_before_update
 
 
 def needs_training_logprobs(cfg: ExperimentConfig) -> bool:
@@ -48,9 +51,7 @@ def logprobs_in_update(cfg: ExperimentConfig) -> bool:
         needs_training_logprobs(cfg)
         and only_loss_or_metrics
         and actor.ppo_n_minibatches == 1
-        and not cfg.diagnostics.enabled
-        and not cfg.output.save_rollouts
-        and not cfg.rollout.filter_zero_advantage
+        and not logprobs_read_before_update(enabled_observers(cfg))
     )
 
 

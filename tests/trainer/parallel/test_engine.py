@@ -41,12 +41,12 @@ def loss_of(eng: PolicyEngine) -> torch.Tensor:
 
 def test_one_process_engine_trains_the_plain_module_without_any_wrapper() -> None:
     eng = engine(parallel="fsdp")  # ignored without a process group
-    assert eng.parallel is None and eng.train_module is eng.model and eng.rollout_model is eng.model
+    assert eng.parallel is None and eng.train_module is eng.model and eng.sampler is eng.model
     assert eng.backward_scale == 1.0
     before = flat(eng)
     norm = eng.optimizer_step(loss_of(eng))
     assert norm > 0 and not torch.equal(before, flat(eng))
-    eng.sync_rollout_model()  # a no-op: the rollout model is the trained module
+    eng.sync_copies()  # a no-op: the rollout model is the trained module
 
 
 def test_unknown_parallel_mode_names_the_choices() -> None:

@@ -440,7 +440,7 @@ def _turn_id_of_width(batch, row):
         (fused_cpu.ROW_LOSS_MASK_NOT_BINARY, lambda b: _poke(b, "loss_mask", 0, 3, 2)),
         (fused_cpu.ROW_LOSS_MASK_ON_PADDING, lambda b: _poke(b, "loss_mask", 0, -1, 1)),
         (fused_cpu.ROW_NOT_FINITE, lambda b: _poke(b, "logprobs", 0, 0, float("nan"))),
-        (fused_cpu.ROW_TURN_IDS_INVALID, lambda b: _poke(b, "turn_ids", 0, 0, 0)),
+        (fused_cpu.ROW_TURN_IDS_INVALID, lambda b: _poke(b, "turn_ids", 0, int(b["loss_mask"][0].nonzero()[0]), -1)),
         (fused_cpu.ROW_TURN_IDS_INVALID, lambda b: _turn_id_of_width(b, 0)),
     ],
 )
@@ -530,8 +530,12 @@ def test_kernel_flag_without_a_batch_error_is_never_silent(monkeypatch):
         (lambda b: None, None),
         (lambda b: b.__setitem__("token_rewards", torch.zeros_like(b["logprobs"])), "process rewards"),
         (lambda b: b.__setitem__("logprobs", b["logprobs"].double()), "logprobs is torch.float64"),
-        (lambda b: b.__setitem__("loss_mask", b["loss_mask"].bool()), "loss_mask is torch.bool"),
-        (lambda b: b.__setitem__("turn_ids", b["turn_ids"].int()), "turn_ids is torch.int32"),
+        (lambda b: b.__setitem__("loss_mask", b["loss_mask"].float()), "loss_mask is torch.float32, not an integer"),
+        (lambda b: b.__setitem__("turn_ids", b["turn_ids"].double()), "turn_ids is torch.float64, not an integer"),
+        # AReaL's workflows: bool attention masks, int32 loss masks and turn ids (converted for the kernels)
+        (lambda b: b.__setitem__("attention_mask", b["attention_mask"].bool()), None),
+        (lambda b: b.__setitem__("loss_mask", b["loss_mask"].int()), None),
+        (lambda b: b.__setitem__("turn_ids", b["turn_ids"].int()), None),
     ],
 )
 def test_blockers_name_the_reason(change, needle):
@@ -543,6 +547,24 @@ def test_blockers_name_the_reason(change, needle):
         assert blockers == []
     else:
         assert any(needle in b for b in blockers), blockers
+
+
+@pytest.mark.parametrize("unit", ["token", "turn"])
+def test_areal_s_mask_and_id_dtypes_give_the_int64_result_bit_for_bit(unit, monkeypatch):
+    monkeypatch.setenv(fused.FUSED_ENV, "on")
+    batch, meta = make_batch(11, drop=("token_rewards",))
+    actor = PPOActor(PPOActorConfig(gae_timestep_unit=unit, kl_ctl=0.05, adv_norm=NormConfig()))
+    areal_dtypes = {
+        **batch,
+        "attention_mask": batch["attention_mask"].bool(),
+        "loss_mask": batch["loss_mask"].int(),
+        "turn_ids": batch["turn_ids"].int(),
+    }
+    want = actor.compute_advantages(batch, meta)
+    got = actor.compute_advantages(areal_dtypes, meta)
+    for key in ("advantages", "returns", "kl_rewards", "tot_rewards", "loss_mask", "logprobs"):
+        assert torch.equal(got[key], want[key]), key
+    assert got["attention_mask"] is areal_dtypes["attention_mask"]  # the caller's fields, as given
 
 
 @pytest.mark.parametrize(

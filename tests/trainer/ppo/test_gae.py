@@ -614,15 +614,17 @@ def test_turn_gae_rejects_inconsistent_aligned_turn_ids(backend):
     with use_backend(backend):
         with pytest.raises(ValueError, match=r"turn_ids \(aligned\): row 0, position 3 is a generated token"):
             turn_gae_tensors(x, x, mask, _with(ids, 0, 3, -1), **kw)
+        with pytest.raises(ValueError, match=r"turn_ids \(aligned\): row 0, position 2 is not a generated"):
+            turn_gae_tensors(x, x, mask, _with(ids, 0, 2, 0), **kw)
         with pytest.raises(ValueError, match=r"turn_ids \(aligned\): row 0 decreases from turn id 1"):
             turn_gae_tensors(x, x, mask, _with(ids, 0, 4, 0), **kw)
         with pytest.raises(ValueError, match=r"turn_ids \(aligned\): got dtype torch.float32"):
             turn_gae_tensors(x, x, mask, ids.float(), **kw)
         # The last column is never a step: a wrapped-around mask bit there is fine.
         turn_gae_tensors(x, x, torch.cat([mask[:, :-1], torch.ones(1, 1)], 1), ids, **kw)
-        # Off generated tokens ids are not read: AReaL's zero padding gives what -1 gives.
+        # AReaL's zero padding, in the kernels' form: canonical_turn_ids gives what -1 gives.
         r, v = torch.randn(1, 6), torch.randn(1, 6)
-        padded = torch.where(mask == 0, torch.zeros_like(ids), ids)
+        padded = canonical_turn_ids(torch.where(mask == 0, torch.zeros_like(ids), ids), mask)
         for got, want in zip(turn_gae_tensors(r, v, mask, padded, **kw), turn_gae_tensors(r, v, mask, ids, **kw)):
             assert torch.equal(got, want)
 

@@ -55,9 +55,15 @@ def test_dataset_dict_split_is_selected_and_checked(files: dict[str, Path]) -> N
         load_prompt_dataset(str(files["dict"]), split="validation", field="data.eval")
 
 
-def test_bad_paths_and_formats_are_config_errors(tmp_path: Path) -> None:
+def test_bad_paths_and_formats_are_config_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match=r"data\.train: '.*missing\.jsonl' does not exist"):
         load_config(None, [f"data.train={tmp_path / 'missing.jsonl'}"])
+    monkeypatch.chdir(tmp_path)  # a relative path names the folder it was looked for in
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, ["data.train=data/missing.jsonl"])
+    assert str(caught.value) == (
+        f"data.train: 'data/missing.jsonl' (relative to {tmp_path}) does not exist (expected a local file or folder)"
+    )
     (tmp_path / "p.txt").write_text("x")
     with pytest.raises(ConfigError, match=r"data\.train: .* unknown format"):
         load_config(None, [f"data.train={tmp_path / 'p.txt'}"])

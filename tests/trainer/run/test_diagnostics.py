@@ -15,6 +15,7 @@ from areal_adv.api.cli_args import ConfigError, load_config
 from areal_adv.cli import main as cli_main
 from areal_adv.trainer.ppo.training.gradient_probe import fold_rows, probe_parameters
 from areal_adv.trainer.run.diagnose import diagnose_run
+from areal_adv.trainer.run.diagnostics import StepDiagnostics
 from areal_adv.trainer.run.loop import Trainer
 from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
 from areal_adv.trainer.run.rollout_store import load_rollout, rollout_steps
@@ -25,6 +26,13 @@ METRICS = ("zero_adv_frac", "noise_proxy", "grad_snr", "cos_to_active", "length_
 
 def _trainer(out: Path, *extra: str) -> Trainer:
     return Trainer(load_config("preset:grpo_arith", [*SMALL, f"output.dir={out}", *extra]))
+
+
+def _step_diagnostics(trainer: Trainer) -> StepDiagnostics:
+    """The run's diagnostics, from the step observer that runs them."""
+    observer = trainer.observers.find("diagnostics")
+    assert observer is not None, "the run has no diagnostics observer"
+    return observer.diagnostics  # type: ignore[attr-defined]
 
 
 def _weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
@@ -64,7 +72,7 @@ def test_measure_leaves_gradients_random_state_batch_and_stage_state_alone(tmp_p
         p.grad = torch.full_like(p, float(i))
     before_batch = {k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)}
     rng = torch.get_rng_state()
-    row = trainer.diagnostics.measure(batch, meta, data)
+    row = _step_diagnostics(trainer).measure(batch, meta, data)
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(p.grad, torch.full_like(p, float(i))) for i, p in enumerate(params))
     assert all(torch.equal(batch[k], v) for k, v in before_batch.items()) and set(batch) == set(before_batch)
@@ -174,48 +182,120 @@ def test_folds_deal_groups_round_robin_and_params_pick_their_tensors(tmp_path: P
     assert len(probe_parameters(model, "all")) == len(list(model.parameters()))
 
 
-def test_saved_rollouts_and_diagnose_agree_with_the_run_at_an_exact_checkpoint(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "diagnostics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    """3 steps with saved rollouts and checkpoints at steps 2 and 3 (step 2's holds the weights that sampled it)."""
+    out = tmp_path_factory.mktemp("saved")
     result = _trainer(
-        tmp_path, "train.steps=3", "train.save_every=2", "output.save_rollouts=true", "diagnostics.estimators=[rloo]"
+        out, "train.steps=3", "train.save_every=2", "output.save_rollouts=true", "diagnostics.estimators=[rloo]"
     ).run()
-    run_dir = result.run_dir
+    return result.run_dir, read_metrics(result.metrics_path)
+
+
+def test_saved_rollouts_and_diagnose_agree_with_the_run_at_the_weights_that_sampled_each_batch(
+    saved_run: tuple[Path, list[dict]], capfd: pytest.CaptureFixture[str]
+) -> None:
+    run_dir, online = saved_run
     assert sorted(rollout_steps(run_dir)) == [0, 1, 2]
     saved = load_rollout(rollout_steps(run_dir)[2])
     assert {"input_ids", "loss_mask", "logprobs", "rewards", "sum_pi_squared", "prompt_keys"} <= set(saved.batch)
     assert saved.meta.traj_group_sizes == (4, 4, 4, 4)
     assert cli_main(["diagnose", str(run_dir), "--estimators", "grpo", "rloo", "maxrl"]) == 0
-    rows = [json.loads(line) for line in (run_dir / "diagnostics.jsonl").read_text().splitlines()]
+    rows = _rows(run_dir)
     assert {(r["step"], r["estimator"]) for r in rows} == {
         (s, e) for s in (0, 1, 2) for e in ("active", "grpo", "rloo", "maxrl")
     }
-    assert {r["checkpoint_step"] for r in rows if r["step"] == 2} == {2}  # the weights that sampled step 2
-    online = read_metrics(result.metrics_path)[2]
-    for r in (r for r in rows if r["step"] == 2 and r["estimator"] in ("rloo", "active")):
+    for r in rows:  # by default only step 2 has gradient metrics: checkpoints/step_2 sampled it
+        assert r["checkpoint_step"] == (2 if r["step"] == 2 else None) and r["stale_weights"] is False
+        assert ("grad_snr" in r) == ("cos_to_active" in r) == (r["step"] == 2)
+    for r in (r for r in rows if r["estimator"] in ("rloo", "active")):
         for metric in METRICS:
-            assert r[metric] == pytest.approx(online[f"diagnostics/{r['estimator']}/{metric}"], rel=1e-5, abs=1e-9)
-    assert (run_dir / "diagnostics.png").is_file()
-    out = capsys.readouterr().out
-    assert "step  estimator" in out and "steps [0, 1]: grad_snr and cos_to_active at the nearest checkpoint" in out
+            if metric in r:
+                live = online[r["step"]][f"diagnostics/{r['estimator']}/{metric}"]
+                assert r[metric] == pytest.approx(live, rel=1e-5, abs=1e-9), (r["step"], metric)
+    out, err = capfd.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "mean over 3 steps (0-2); grad_snr and cos_to_active over 1 of them:"  # the summary first
+    assert lines[1].split() == ["estimator", *METRICS] and [ln.split()[0] for ln in lines[2:6]] == [
+        "active", "grpo", "rloo", "maxrl"
+    ]  # fmt: skip
+    assert lines[6] == (
+        "grad_snr, cos_to_active: empty at 2 of 3 steps (0-1), whose sampling weights no checkpoint holds "
+        "(checkpoints at steps 2-3; checkpoints/step_N holds step N's); --weights nearest measures them at the "
+        "nearest checkpoint's weights, marked stale"
+    )
+    assert "step  estimator" not in out  # the per-step rows only with --per-step
     assert "no recommendation:" in out and "Can a diagnostic choose the estimator?" in out  # the evidence, named
+    for noise in ("Loading weights", "it/s]", "%|"):  # transformers' progress bars stay out of the output
+        assert noise not in out + err, noise
+    assert (run_dir / "diagnostics.png").is_file()
+
+
+def test_nearest_weights_fill_the_gradient_cells_and_are_marked_stale(
+    saved_run: tuple[Path, list[dict]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from areal_adv.trainer.run.diagnose import build_figure, panel_points
+
+    run_dir, _ = saved_run
+    assert cli_main(["diagnose", str(run_dir), "--estimators", "rloo", "--weights", "nearest", "--per-step"]) == 0
+    rows = _rows(run_dir)
+    assert {(r["step"], r["checkpoint_step"], r["stale_weights"]) for r in rows} == {
+        (0, 2, True), (1, 2, True), (2, 2, False)
+    }  # fmt: skip
+    assert all(math.isfinite(r["grad_snr"]) for r in rows)
+    out = capsys.readouterr().out
+    assert (
+        out.splitlines()[0] == "mean over 3 steps (0-2); grad_snr and cos_to_active over 3 of them, 2 at stale weights:"
+    )
+    assert "at 2 of 3 steps (0-1) from the nearest checkpoint's weights, not those that sampled the batch" in out
+    table = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (["0"], ["1"], ["2"])]
+    assert {(t[0], t[2]) for t in table} == {("0", "2*"), ("1", "2*"), ("2", "2")}  # the stale checkpoint, starred
+    fresh, stale = panel_points(rows, "rloo", "grad_snr")
+    assert [s for s, _ in fresh] == [2] and [s for s, _ in stale] == [0, 1]
+    fresh, stale = panel_points(rows, "rloo", "zero_adv_frac")  # a metric of the batch alone is never stale
+    assert [s for s, _ in fresh] == [0, 1, 2] and stale == []
+    figure = build_figure(rows)
+    title = figure._suptitle.get_text()
+    assert title == (
+        "grad_snr, cos_to_active: at the weights that sampled the batch (steps 2); "
+        "hollow: at a nearest checkpoint's weights, not the sampling ones (steps 0-1)"
+    )
+    hollow = [ln for ax in figure.axes for ln in ax.lines if ln.get_markerfacecolor() == "none"]
+    assert len(hollow) == 4  # the stale points of active and rloo in grad_snr and cos_to_active
 
 
 def test_diagnose_without_checkpoints_measures_no_gradients_and_says_so(tmp_path: Path) -> None:
     run_dir = _trainer(tmp_path, "train.steps=1", "train.save_every=0", "output.save_rollouts=true").run().run_dir
-    said: list[str] = []
-    rows = diagnose_run(run_dir, ["rloo"], say=said.append)
-    assert any("no checkpoints" in line for line in said)
-    assert {r["estimator"] for r in rows} == {"active", "rloo"}
-    assert all("grad_snr" not in r and r["checkpoint_step"] is None for r in rows)
+    for weights, needle in (("sampled", "empty at 1 of 1 steps (0)"), ("nearest", "not measured, the run has no")):
+        said: list[str] = []
+        rows = diagnose_run(run_dir, ["rloo"], weights=weights, say=said.append)
+        assert any(needle in line for line in said), said
+        assert {r["estimator"] for r in rows} == {"active", "rloo"}
+        assert all("grad_snr" not in r and r["checkpoint_step"] is None for r in rows)
     with pytest.raises(ValueError, match="--steps"):
         diagnose_run(run_dir, ["rloo"], [5])
+
+
+def test_step_ranges_and_the_weights_of_each_step() -> None:
+    from areal_adv.trainer.run.diagnose import step_ranges, weights_for
+
+    assert step_ranges([7, 0, 1, 2, 5, 8]) == "0-2, 5, 7-8" and step_ranges(list(range(30))) == "0-29"
+    checkpoints = [(10, Path("c10")), (30, Path("c30"))]
+    assert weights_for(10, checkpoints, "sampled") == (10, Path("c10"))
+    assert weights_for(0, checkpoints, "sampled") is None
+    assert weights_for(0, checkpoints, "nearest") == (10, Path("c10"))
+    assert weights_for(20, checkpoints, "nearest") == (10, Path("c10"))  # a tie: the earlier one
+    assert weights_for(29, checkpoints, "nearest") == (30, Path("c30"))
 
 
 def test_under_lora_the_gradients_are_the_adapters(tmp_path: Path) -> None:
     lora = "model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj, o_proj]}"
     trainer = _trainer(tmp_path, "train.steps=1", lora, "diagnostics.estimators=[rloo]")
-    names = [n for n, _ in trainer.diagnostics.params]
+    names = [n for n, _ in _step_diagnostics(trainer).params]
     assert names and all("lora_" in n for n in names)
     row = trainer.run()
     first = read_metrics(row.metrics_path)[0]
@@ -230,7 +310,7 @@ def test_a_shadow_that_fails_on_a_batch_is_dropped_and_training_goes_on(
     def broken(*args: object, **kwargs: object) -> None:
         raise ValueError("no such field")
 
-    trainer.diagnostics.shadows[0].actor.compute_advantages = broken
+    _step_diagnostics(trainer).shadows[0].actor.compute_advantages = broken
     with caplog.at_level("WARNING", logger="areal_adv.trainer"):
         rows = read_metrics(trainer.run().metrics_path)
     assert len(rows) == 2 and "rloo dropped: failed on a batch (ValueError: no such field)" in caplog.text
@@ -253,7 +333,9 @@ def test_a_config_file_names_a_shadow_by_its_stem(tmp_path: Path) -> None:
     rows = read_metrics(_trainer(tmp_path, "train.steps=1", f"diagnostics.estimators=[rloo,{algo}]").run().metrics_path)
     for metric in METRICS:
         assert rows[0][f"diagnostics/my_rloo/{metric}"] == rows[0][f"diagnostics/rloo/{metric}"]
-    with pytest.raises(ConfigError, match=r"diagnostics.estimators\[0\]: 'nowhere.yaml' is not a file"):
+    with pytest.raises(
+        ConfigError, match=r"diagnostics.estimators\[0\]: 'nowhere.yaml' \(relative to .+\) is not a file"
+    ):
         load_config("preset:grpo_arith", ["diagnostics.estimators=[nowhere.yaml]"])
     (tmp_path / "x").mkdir()
     twin = tmp_path / "x" / algo.name

@@ -97,7 +97,7 @@ def test_an_error_of_ours_keeps_its_traceback_on_the_terminal(tmp_path, capsys, 
     def broken(self, batch):
         raise RuntimeError("an internal bug")
 
-    monkeypatch.setattr(Trainer, "prepare", broken)
+    monkeypatch.setattr(Trainer, "_prepare", broken)
     code, err, run_dir = _train(tmp_path, capsys)
     assert code == 1
     assert "Traceback (most recent call last)" in err and "in broken" in err

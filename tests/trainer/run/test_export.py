@@ -108,3 +108,16 @@ def test_export_errors_name_the_folder(runs: dict[str, Path], tmp_path: Path, ca
     (tmp_path / "full" / "x").write_text("")
     assert main(["export", str(runs["full"]), str(tmp_path / "full")]) == 1
     assert "exists and is not empty" in capsys.readouterr().err
+
+
+def test_every_file_of_a_run_and_an_export_has_the_umask_mode(runs: dict[str, Path], tmp_path: Path) -> None:
+    import stat
+
+    from areal_adv.utils.file_modes import default_file_mode
+
+    out = tmp_path / "model"
+    assert main(["export", str(runs["full"]), str(out)]) == 0
+    files = [p for folder in (runs["full"], runs["lora"], out) for p in folder.rglob("*") if p.is_file()]
+    assert any(p.name == "model.safetensors" for p in files) and any(p.suffix == ".json" for p in files)
+    modes = {str(p): oct(stat.S_IMODE(p.stat().st_mode)) for p in files}
+    assert set(modes.values()) == {oct(default_file_mode())}, modes

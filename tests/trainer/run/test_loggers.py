@@ -50,7 +50,7 @@ def test_loggers_choose_the_sinks_and_only_rank_0_opens_any(tmp_path: Path) -> N
     cfg = load_config(DEFAULT, [*TINY, "train.steps=2", f"output.dir={tmp_path}", "output.loggers=[tensorboard]"])
     result = Trainer(cfg).run()
     assert not (result.run_dir / "metrics.jsonl").exists() and (result.run_dir / "tensorboard").is_dir()
-    assert result.first5_reward is not None  # rows still kept in memory for the summary
+    assert result.first_reward is not None  # rows still kept in memory for the summary
     off_rank = open_loggers(cfg, tmp_path / "elsewhere", records=[], start_step=0, is_main=False)
     assert off_rank.sinks == [] and not (tmp_path / "elsewhere").exists()
     off_rank.log({"step": 0, "reward_mean": 1.0})

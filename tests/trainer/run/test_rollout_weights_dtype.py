@@ -53,20 +53,20 @@ def _is_fresh_cast(copy: torch.nn.Module, trained: torch.nn.Module) -> bool:
 def test_the_engine_copy_is_a_cast_refreshed_after_each_update() -> None:
     torch.manual_seed(0)
     eng = PolicyEngine(build_policy(MODEL, 24, SPECIAL), lr=1e-2, rollout_dtype=torch.bfloat16)
-    assert eng.rollout_model is not eng.model and eng.full_model is eng.model
-    assert _is_fresh_cast(eng.rollout_model, eng.model)
+    assert eng.sampler is not eng.model and eng.policy is eng.model
+    assert _is_fresh_cast(eng.sampler, eng.model)
     assert all(p.dtype == torch.float32 for p in eng.model.parameters())
-    assert not any(p.requires_grad for p in eng.rollout_model.parameters())
+    assert not any(p.requires_grad for p in eng.sampler.parameters())
     # buffers (rotary frequencies) keep their dtype: only the weights are rounded
-    assert [b.dtype for b in eng.rollout_model.buffers()] == [b.dtype for b in eng.model.buffers()]
-    before = [p.clone() for p in eng.rollout_model.parameters()]
+    assert [b.dtype for b in eng.sampler.buffers()] == [b.dtype for b in eng.model.buffers()]
+    before = [p.clone() for p in eng.sampler.parameters()]
     for _ in range(2):
         logp, _ = eng.forward_logprobs(IDS, MASK, 1.0)
         eng.optimizer_step(-(logp * MASK).sum() / MASK.sum())
-        assert not _is_fresh_cast(eng.rollout_model, eng.model)  # stale until the refresh
-        eng.sync_rollout_model()
-        assert _is_fresh_cast(eng.rollout_model, eng.model)
-    assert any(not torch.equal(a, b) for a, b in zip(before, eng.rollout_model.parameters()))
+        assert not _is_fresh_cast(eng.sampler, eng.model)  # stale until the refresh
+        eng.sync_copies()
+        assert _is_fresh_cast(eng.sampler, eng.model)
+    assert any(not torch.equal(a, b) for a, b in zip(before, eng.sampler.parameters()))
     assert eng.checkpoint_model() is eng.model  # checkpoints hold the float32 weights
 
 
@@ -143,7 +143,7 @@ def test_decoupled_weights_equal_areal_formula() -> None:
 
 def test_a_step_logs_the_mismatch_of_its_batch_and_refreshes_the_copy(tmp_path: Path) -> None:
     trainer = _trainer(tmp_path, "train.steps=2", *BF16, *DECOUPLED)
-    assert trainer.sampler is trainer.engine.rollout_model and trainer.policy is trainer.engine.model
+    assert trainer.sampler is trainer.engine.sampler and trainer.policy is trainer.engine.model
     for step in range(2):
         out = trainer.step(step)
         batch, row = out.batch, out.metrics
@@ -170,7 +170,7 @@ def test_without_the_correction_the_mismatch_is_measured_from_a_separate_pass(tm
 def test_off_by_default_the_trained_module_samples(tmp_path: Path) -> None:
     trainer = _trainer(tmp_path, "train.steps=1")
     assert trainer.engine.rollout_dtype is None
-    assert trainer.sampler is trainer.policy is trainer.engine.model is trainer.engine.rollout_model
+    assert trainer.sampler is trainer.policy is trainer.engine.model is trainer.engine.sampler
     assert not any(k.startswith("rollout_mismatch/") for k in trainer.step(0).metrics)
 
 

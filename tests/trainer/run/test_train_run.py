@@ -143,3 +143,31 @@ def test_greedy_baseline_adds_one_reward_baseline_per_row(tmp_path: Path) -> Non
         base = group["reward_baselines"]
         assert base.shape == group["rewards"].shape and base.dtype == torch.float32
         assert len(set(base.tolist())) == 1 and base[0].item() in (0.0, 1.0)
+
+
+def test_the_summary_compares_disjoint_reward_windows() -> None:
+    from areal_adv.trainer.run.loop import RunResult
+    from areal_adv.trainer.run.metrics import reward_windows
+
+    assert [reward_windows(n) for n in (0, 1, 2, 3, 6, 14, 15, 500)] == [
+        (0, 0), (1, 0), (1, 1), (1, 2), (2, 4), (4, 10), (5, 10), (5, 10)
+    ]  # fmt: skip
+
+    def line(first: int, last: int) -> str:
+        result = RunResult(Path("r"), Path("r/metrics.jsonl"), None, 3, False, 1.0, 0.25, 0.5, first, last)
+        return result.summary("x", 3)
+
+    assert "| reward first step 0.250 -> last 2 steps 0.500 |" in line(1, 2)
+    assert "| reward first 5 steps 0.250 -> last 10 steps 0.500 |" in line(5, 10)  # what bench_threads.py reads
+    assert "| reward 0.250 (one step) |" in line(1, 0)
+
+
+def test_a_run_without_checkpoints_says_so_before_it_trains(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="areal_adv.trainer"):
+        result = _trainer(tmp_path, "train.steps=3", "train.save_every=0").run()
+    assert "train.save_every=0: this run writes no checkpoint, so it cannot be resumed" in caplog.text
+    assert "| reward first step " in result.summary("x", 3) and result.checkpoint is None
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="areal_adv.trainer"):
+        _trainer(tmp_path / "saved", "train.steps=1", "train.save_every=1")
+    assert "save_every" not in caplog.text

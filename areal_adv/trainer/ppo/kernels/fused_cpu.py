@@ -288,6 +288,7 @@ def _turn_scan(lmask, ids, pos, starts):
     Returns (ids valid, n_turns, turn holding the score position or -1). Valid
     also means every id < T (`batch_checks` names the field for the message).
     Aligned position t holds raw token t+1, so raw token 0 starts no aligned turn.
+    Ids off generated tokens are read as -1 (AReaL's padding holds 0 there).
     """
     n_pos = lmask.shape[0]
     bad = False
@@ -296,9 +297,9 @@ def _turn_scan(lmask, ids, pos, starts):
     n_turns = 0
     score_turn = -1
     for src in range(n_pos):
-        tid = ids[src]
         generated = lmask[src] != 0
-        bad |= (generated & (tid < 0)) | ((not generated) & (tid != -1)) | ((tid >= 0) & (tid < earlier_max))
+        tid = ids[src] if generated else -1
+        bad |= (generated & (tid < 0)) | ((tid >= 0) & (tid < earlier_max))
         bad |= tid >= n_pos  # AReaL's rule: a row of T positions holds fewer than T turns
         earlier_max = max(earlier_max, tid)
         if src >= 1:
@@ -407,29 +408,30 @@ def _turn_values(val, starts, n_turns, score_turn, score, boot, g, c):
     return turn_adv, turn_v
 
 
-def _broadcast_segment(a_k, ret_k, next_ids, val, adv_out, ret_out):
-    """One turn's segment (slices; `next_ids` holds the raw ids one position on)."""
+def _broadcast_segment(a_k, ret_k, next_mask, val, adv_out, ret_out):
+    """One turn's segment (slices; `next_mask` holds the raw loss mask one position on)."""
     zero = np.float32(0.0)
     for i in range(val.shape[0]):
-        generated = next_ids[i] >= 0
+        generated = next_mask[i] != 0
         adv_out[i] = (a_k if generated else zero) + adv_out[i]
         ret_out[i] = ret_k if generated else val[i]
 
 
-def _broadcast_turns(ids, val, starts, n_turns, turn_adv, turn_v, adv_out, ret_out):
+def _broadcast_turns(lmask, val, starts, n_turns, turn_adv, turn_v, adv_out, ret_out):
     """A_k (plus the KL already in adv_out) and A_k + V_k on turn k's generated tokens; 0 + KL and V elsewhere.
 
     Segment k runs from turn k's start to the next start (the first also covers
-    what precedes turn 0); the last aligned position is never generated.
+    what precedes turn 0); the last aligned position is never generated. A token
+    is generated where the raw mask is (`_turn_scan` checked it has a turn id).
     """
-    n = ids.shape[0]
+    n = lmask.shape[0]
     zero = np.float32(0.0)
     hi = min(starts[0], n - 1)
-    _broadcast_segment(zero, zero, ids[1 : hi + 1], val[:hi], adv_out[:hi], ret_out[:hi])
+    _broadcast_segment(zero, zero, lmask[1 : hi + 1], val[:hi], adv_out[:hi], ret_out[:hi])
     for k in range(n_turns):
         lo, hi = starts[k], min(starts[k + 1], n - 1)
         a_k = turn_adv[k]
-        _broadcast_segment(a_k, a_k + turn_v[k], ids[lo + 1 : hi + 1], val[lo:hi], adv_out[lo:hi], ret_out[lo:hi])
+        _broadcast_segment(a_k, a_k + turn_v[k], lmask[lo + 1 : hi + 1], val[lo:hi], adv_out[lo:hi], ret_out[lo:hi])
     adv_out[n - 1] = zero + adv_out[n - 1]
     ret_out[n - 1] = val[n - 1]
 
@@ -492,7 +494,7 @@ def _turn_row(row, out, flags, kind, neg_kl_ctl, g, c, score, trunc_given):
         errors |= ROW_TURN_IDS_INVALID
     starts[n_turns] = n_pos  # sentinel: no further turn start
     turn_adv, turn_v = _turn_values(row[4], starts, n_turns, score_turn, score, boot, g, c)
-    _broadcast_turns(row[6], row[4], starts, n_turns, turn_adv, turn_v, out[4], out[5])
+    _broadcast_turns(row[1], row[4], starts, n_turns, turn_adv, turn_v, out[4], out[5])
     return errors, truncated, _moments(out, flags[4]), _values_bits(row, flags)
 
 

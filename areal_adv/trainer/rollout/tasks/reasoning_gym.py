@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from areal_adv.api.extras import install_hint
 from areal_adv.api.task_specs import ReasoningGymSpec
 from areal_adv.trainer.lm.codec import Text
 from areal_adv.trainer.rollout.tasks.base import Task
@@ -23,8 +24,7 @@ def _import_reasoning_gym() -> Any:
         import reasoning_gym
     except ImportError as exc:
         raise ImportError(
-            "task.implementation=reasoning_gym needs the reasoning-gym package: "
-            "./scripts/setup.sh reasoning (or pip install 'areal-adv[reasoning]')"
+            f"task.implementation=reasoning_gym needs the reasoning-gym package; {install_hint('reasoning')}"
         ) from exc
     return reasoning_gym
 
