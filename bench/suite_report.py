@@ -33,7 +33,24 @@ def by_estimator(rows: list[dict[str, Any]], task: str) -> dict[str, dict[int, d
 
 def fmt(e: Estimate, signed: bool = False) -> str:
     sign = "+" if signed else ""
+    if e.n < 2:  # one seed: a value, no interval
+        return f"{e.mean:{sign}.3f} (1 seed)"
     return f"{e.mean:{sign}.3f} [{e.low:{sign}.3f}, {e.high:{sign}.3f}]"
+
+
+def over_seeds(values: list[float]) -> Estimate:
+    """`t_mean` of `values`; a single value (one seed, as a pilot has) has no interval: NaN bounds, n 1."""
+    if len(values) == 1:
+        return Estimate(values[0], float("nan"), float("nan"), 1)
+    return t_mean(values)
+
+
+def paired_over_seeds(values: dict[int, float], baseline: dict[int, float]) -> Estimate:
+    """`paired_difference`, or the one seed's difference without an interval (no verdict reads it: MIN_SEEDS)."""
+    common = sorted(set(values) & set(baseline))
+    if len(common) == 1:
+        return over_seeds([values[common[0]] - baseline[common[0]]])
+    return paired_difference(values, baseline)
 
 
 def task_stats(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[str, Estimate | None]]:
@@ -45,10 +62,10 @@ def task_stats(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[str
         area = {s: r["auc"] for s, r in seeds.items()}
         paired = name != BASELINE and bool(set(seeds) & set(base))
         out[name] = {
-            "final": t_mean(list(final.values())),
-            "auc": t_mean(list(area.values())),
-            "d_final": paired_difference(final, {s: r["final_success"] for s, r in base.items()}) if paired else None,
-            "d_auc": paired_difference(area, {s: r["auc"] for s, r in base.items()}) if paired else None,
+            "final": over_seeds(list(final.values())),
+            "auc": over_seeds(list(area.values())),
+            "d_final": paired_over_seeds(final, {s: r["final_success"] for s, r in base.items()}) if paired else None,
+            "d_auc": paired_over_seeds(area, {s: r["auc"] for s, r in base.items()}) if paired else None,
         }
     return out
 

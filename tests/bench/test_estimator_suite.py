@@ -20,7 +20,7 @@ SCRIPT = ROOT / "bench" / "estimator_suite.py"
 sys.path.insert(0, str(ROOT / "bench"))
 
 from suite_definitions import TASKS, algorithm, run_config  # noqa: E402
-from suite_report import DOC_BEGIN, DOC_END, choice, docs_block, verdict  # noqa: E402
+from suite_report import DOC_BEGIN, DOC_END, choice, docs_block, table, verdict  # noqa: E402
 from suite_stats import auc, bootstrap_mean, paired_difference, t_mean  # noqa: E402
 
 
@@ -116,6 +116,9 @@ def test_verdicts_follow_the_paired_differences():
     )
     two = {name: {s: r for s, r in seeds.items() if s <= 2} for name, seeds in better.items()}
     assert verdict(two) == ("too few paired seeds for a verdict (2, need 3)", None) and choice(two) == "grpo"
+    one = {name: {1: seeds[1]} for name, seeds in better.items()}  # a pilot's one seed: values, no interval
+    assert verdict(one) == ("too few paired seeds for a verdict (1, need 3)", None) and choice(one) == "grpo"
+    assert "| rloo | 1 | 0.710 (1 seed) |" in table("sparse", one) and "| +0.210 (1 seed) |" in table("sparse", one)
     faster = {"grpo": better["grpo"], "rloo": {s: {**_row("sparse", "rloo", s, 0.5), "auc": 0.4} for s in range(1, 11)}}
     assert verdict(faster)[1] is None and verdict(faster, "auc")[1] == "rloo" and choice(faster) == "rloo"
 
