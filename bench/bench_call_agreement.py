@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import bench_rows  # noqa: E402
+
 CONFIGS = {
     "batch reward_norm + batch adv_norm, kl 0.1": lambda NC: dict(kl_ctl=0.1, reward_norm=NC(), adv_norm=NC()),
     "PPOActorConfig()": lambda NC: dict(),
@@ -115,7 +117,7 @@ def _rank_main(args: argparse.Namespace) -> None:
     if dist.get_rank() == 0:
         print(
             f"torch {torch.__version__}, 2 gloo ranks on 127.0.0.1, 1 thread each, {args.rounds} rounds; "
-            f"load: {os.getloadavg()[0]:.2f}\n{header}\n" + "| --- " * 12 + "|",
+            f"load: {bench_rows.load1():.2f}\n{header}\n" + "| --- " * 12 + "|",
             flush=True,
         )
     for name, make in CONFIGS.items():
@@ -129,7 +131,7 @@ def _rank_main(args: argparse.Namespace) -> None:
                     flush=True,
                 )
     if dist.get_rank() == 0:
-        print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"load after: {bench_rows.load1():.2f}", flush=True)
     dist.destroy_process_group()
 
 

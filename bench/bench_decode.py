@@ -62,7 +62,8 @@ def contexts(
     return [p for p in prompts for _ in range(n_samples)]
 
 
-def timed(model: Any, rows: list[list[int]], autocast: bool) -> float:
+def sample(model: Any, rows: list[list[int]], autocast: bool) -> tuple[float, list[Any]]:
+    """One timed `sample_continuations` call of NEW_TOKENS tokens a row (bf16 autocast or not): seconds, continuations."""
     import torch
 
     from areal_adv.trainer.lm.sampling import sample_continuations
@@ -79,8 +80,13 @@ def timed(model: Any, rows: list[list[int]], autocast: bool) -> float:
             pad_id=0,
             generator=torch.Generator().manual_seed(1),
         )
+    return time.perf_counter() - began, out
+
+
+def timed(model: Any, rows: list[list[int]], autocast: bool) -> float:
+    seconds, out = sample(model, rows, autocast)
     assert all(len(c.token_ids) == NEW_TOKENS for c in out)
-    return time.perf_counter() - began
+    return seconds
 
 
 def measure(model: Any, rows: list[list[int]], reps: int) -> dict[str, list[float]]:
@@ -209,12 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", help="the converted SmolLM2-135M-Instruct folder")
     parser.add_argument("--reps", type=int, default=3, help="timed rounds (each configuration once per round)")
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument(
-        "--results", type=Path, default=None, help=f"append one JSON row (JSONL); report: {bench_rows.shown(RESULTS)}"
-    )
-    parser.add_argument("--report", action="store_true", help="print the tables of the rows in --results")
-    parser.add_argument("--write-docs", action="store_true", help="with --report: write them into --doc")
-    parser.add_argument("--doc", type=Path, default=bench_rows.PERFORMANCE_DOC)
+    bench_rows.report_arguments(parser, RESULTS)
     args = parser.parse_args(argv)
     if args.report:
         args.results = args.results or RESULTS

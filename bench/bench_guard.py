@@ -46,7 +46,7 @@ from areal_adv.api.cli_args import (  # noqa: E402
 )
 from areal_adv.trainer.ppo import advantage as advantage_module  # noqa: E402
 from areal_adv.trainer.ppo.actor import PPOActor  # noqa: E402
-from areal_adv.trainer.ppo.checks.batch_checks import _finite_magnitude, all_finite, check_batch  # noqa: E402
+from areal_adv.trainer.ppo.checks.batch_checks import all_finite, check_batch, finite_magnitude  # noqa: E402
 from areal_adv.trainer.ppo.fused import use_fused  # noqa: E402
 from areal_adv.trainer.ppo.kernels import fused_cpu  # noqa: E402
 from areal_adv.trainer.ppo.output_guard import GUARDED_FIELDS, GuardContext, guard_outputs  # noqa: E402
@@ -71,7 +71,7 @@ def measure(cfg: PPOActorConfig, n_rows: int, n_pos: int, rounds: int) -> dict[s
     actor = PPOActor(cfg)
     actor.compute_advantages(batch)  # warm-up: compiled kernels
     stats = check_batch(batch, recompute_prox=False)
-    meta = advantage_module._synthesise_meta(cfg, n_rows)
+    meta = advantage_module.synthesise_meta(cfg, n_rows)
     ctx = GuardContext(
         config=cfg, resolved=actor.resolved, options=AdvantageShaping(), stats=stats, meta=meta, has_token_rewards=False
     )
@@ -133,7 +133,7 @@ def measure(cfg: PPOActorConfig, n_rows: int, n_pos: int, rounds: int) -> dict[s
             return
         actor.compute_advantages(batch)  # the batch is cold again, as in a real call
         values = batch["values"]
-        magnitude = timed(lambda: _finite_magnitude("values", values))
+        magnitude = timed(lambda: finite_magnitude("values", values))
         actor.compute_advantages(batch)
         holder["extra"] = magnitude - timed(lambda: all_finite(values))
 

@@ -21,7 +21,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from bench_threads import pressure  # the first line of /proc/pressure/cpu
+from bench_rows import pressure_text as pressure  # the first line of /proc/pressure/cpu
 
 
 def start_time() -> float:

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import bench_rows  # noqa: E402
-from bench_vs_trl import DEFAULT_MODEL, _ours_config, prompt_rows  # noqa: E402
+from bench_vs_trl import DEFAULT_MODEL, ours_config, prompt_rows  # noqa: E402
 
 RESULTS = bench_rows.RESULTS / "lookup_gradient.jsonl"
 DOC_BLOCK = "bench_lookup_gradient"
@@ -57,7 +57,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         data = Path(tmp) / "prompts.jsonl"
         data.write_text("".join(json.dumps(r) + "\n" for r in prompt_rows()), encoding="utf-8")
         steps = 1 + 2 * args.pairs
-        trainer = Trainer(load_config(_ours_config(args.model, data, Path(tmp) / "runs", steps, args.threads)))
+        trainer = Trainer(load_config(ours_config(args.model, data, Path(tmp) / "runs", steps, args.threads)))
         lookup = tied_embedding(trainer.engine.model)
         if lookup is None or not trainer.engine.sparse_lookup_gradient:
             raise SystemExit(f"--model {args.model}: no tied lookup table trained sparsely here; nothing to compare")
@@ -137,12 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument(
-        "--results", type=Path, default=None, help=f"append one JSON row (JSONL); report: {bench_rows.shown(RESULTS)}"
-    )
-    parser.add_argument("--report", action="store_true", help="print the table of the rows in --results")
-    parser.add_argument("--write-docs", action="store_true", help="with --report: write it into --doc")
-    parser.add_argument("--doc", type=Path, default=bench_rows.PERFORMANCE_DOC)
+    bench_rows.report_arguments(parser, RESULTS)
     args = parser.parse_args(argv)
     if args.report:
         args.results = args.results or RESULTS

@@ -19,7 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
-from bench_threads import pressure  # the first line of /proc/pressure/cpu
+from bench_rows import pressure_text as pressure  # the first line of /proc/pressure/cpu
+from bench_rows import write_row
 
 from areal_adv.api.cli_args import load_config
 from areal_adv.trainer.run.loop import Trainer
@@ -50,39 +51,38 @@ def main() -> None:
     trainer = Trainer(cfg)
     trainer.step(0)  # warm-up: kernels, allocator, AdamW state
     rows, start = [], pressure()
-    with open(args.out, "a", encoding="utf-8") as fh:  # row by row: an interrupted run keeps what it measured
-        for step in range(1, 2 * args.pairs + 1):
-            mode = "bf16" if step % 2 == 0 else None
-            trainer.engine.mixed_precision = mode
-            metrics = trainer.step(step).metrics
-            rows.append(
-                {
-                    "step": step,
-                    "mixed_precision": mode or "fp32",
-                    "update_s": metrics["time/update"],
-                    "rollout_s": metrics["time/rollout"],
-                    "peak_rss_gib": metrics["memory/peak_rss_gib"],
-                }
-            )
-            _write(fh, rows[-1])
-        pairs = [(rows[i]["update_s"], rows[i + 1]["update_s"]) for i in range(0, len(rows), 2)]
-        _write(
-            fh,
+    out = Path(args.out)  # written row by row: an interrupted run keeps what it measured
+    for step in range(1, 2 * args.pairs + 1):
+        mode = "bf16" if step % 2 == 0 else None
+        trainer.engine.mixed_precision = mode
+        metrics = trainer.step(step).metrics
+        rows.append(
             {
-                "summary": "bf16 / fp32 time/update, median over alternating pairs",
-                "ratio_median": statistics.median(b / f for f, b in pairs),
-                "pairs": pairs,
-                "cpu_pressure_before": start,
-                "cpu_pressure_after": pressure(),
-                "overrides": args.overrides,
-            },
+                "step": step,
+                "mixed_precision": mode or "fp32",
+                "update_s": metrics["time/update"],
+                "rollout_s": metrics["time/rollout"],
+                "peak_rss_gib": metrics["memory/peak_rss_gib"],
+            }
         )
+        _write(out, rows[-1])
+    pairs = [(rows[i]["update_s"], rows[i + 1]["update_s"]) for i in range(0, len(rows), 2)]
+    _write(
+        out,
+        {
+            "summary": "bf16 / fp32 time/update, median over alternating pairs",
+            "ratio_median": statistics.median(b / f for f, b in pairs),
+            "pairs": pairs,
+            "cpu_pressure_before": start,
+            "cpu_pressure_after": pressure(),
+            "overrides": args.overrides,
+        },
+    )
 
 
-def _write(fh: object, row: dict) -> None:
+def _write(out: Path, row: dict) -> None:
     print(json.dumps(row), flush=True)
-    fh.write(json.dumps(row) + "\n")
-    fh.flush()
+    write_row(out, row)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import bench_rows  # noqa: E402
 from reference_loops import reference_pipeline  # noqa: E402
 
 from areal_adv.api.cli_args import NormConfig, PPOActorConfig  # noqa: E402
@@ -237,7 +238,7 @@ def bench_size(n_rows: int, n_pos: int, threads: list[int], reps: int, ref_reps:
         times["1.0.4 loop"] = []
         load = []
         for rnd in range(reps):
-            load.append(os.getloadavg()[0])
+            load.append(bench_rows.load1())
             for key, fn in calls.items():
                 if key.endswith("tensor") and rnd >= plain_reps:
                     continue

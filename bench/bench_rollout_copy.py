@@ -30,12 +30,10 @@ float32 weights (`token_logprobs`, the trainer's log-prob pass) and
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import importlib.metadata
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -52,36 +50,16 @@ PROFILED = (("float32", "full"), ("bf16 copy", "copy"))
 INT8_CONFIGS = (("int8 copy, bf16 act", "int8_bf16", False), ("int8 copy, f32 act", "int8_f32", False))
 
 
-def sample(model: Any, rows: list[list[int]], autocast: bool) -> tuple[float, list[Any]]:
-    import torch
-
-    from areal_adv.trainer.lm.sampling import sample_continuations
-
-    scope = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-    began = time.perf_counter()
-    with scope:
-        out = sample_continuations(
-            model,
-            rows,
-            [bench_decode.NEW_TOKENS] * len(rows),
-            frozenset(),
-            temperature=1.0,
-            pad_id=0,
-            generator=torch.Generator().manual_seed(1),
-        )
-    return time.perf_counter() - began, out
-
-
 def measure(
     models: dict[str, Any], rows: list[list[int]], reps: int, configs: tuple[tuple[str, str, bool], ...]
 ) -> dict[str, list[float]]:
     """Every configuration's call times: a warm-up each, then `reps` rounds in a rotating order."""
     for _, which, autocast in configs:
-        sample(models[which], rows, autocast)
+        bench_decode.sample(models[which], rows, autocast)
     times: dict[str, list[float]] = {name: [] for name, _, _ in configs}
     for r in range(reps):
         for name, which, autocast in configs[r % len(configs) :] + configs[: r % len(configs)]:
-            times[name].append(sample(models[which], rows, autocast)[0])
+            times[name].append(bench_decode.sample(models[which], rows, autocast)[0])
             print(f"round {r} {name:14s} {times[name][-1]:.3f} s", flush=True)
     return times
 
@@ -93,7 +71,7 @@ def mismatch(models: dict[str, Any], rows: list[list[int]], cap: float) -> dict[
     from areal_adv.trainer.lm.logprobs import token_logprobs
     from areal_adv.trainer.ppo.training.rollout_mismatch import mismatch_metrics, mismatch_sums
 
-    _, out = sample(models["copy"], rows, False)
+    _, out = bench_decode.sample(models["copy"], rows, False)
     ids = torch.tensor([r + list(c.token_ids) for r, c in zip(rows, out)])
     attention = torch.ones_like(ids)
     behaviour = torch.zeros(ids.shape, dtype=torch.float32)

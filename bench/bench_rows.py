@@ -29,14 +29,41 @@ RESULTS = ROOT / "bench" / "results"
 PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
 
 
+def pressure_line() -> str | None:
+    """The first line of /proc/pressure/cpu (`some avg10=1.77 avg60=... total=...`), None where absent."""
+    try:
+        return Path("/proc/pressure/cpu").read_text(encoding="utf-8").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def cpu_pressure() -> float | None:
+    """`some avg10` of /proc/pressure/cpu (percent of time some task waited for a CPU), None where absent."""
+    line = pressure_line()
+    found = re.search(r"avg10=([\d.]+)", line or "")
+    return float(found.group(1)) if found else None
+
+
+def pressure_text() -> str:
+    """The first line of /proc/pressure/cpu, or `loadavg (1, 5, 15)` where there is none (a printed reading)."""
+    return pressure_line() or f"loadavg {os.getloadavg()}"
+
+
+def load_text() -> str:
+    """`loadavg 1.64, cpu pressure: some avg10=1.77 ...` (the older rows' reading, still printed by some scripts)."""
+    return f"loadavg {load1():.2f}, cpu pressure: {pressure_line() or 'n/a'}"
+
+
+def load1() -> float:
+    """The 1-minute load average."""
+    return os.getloadavg()[0]
+
+
 def load_now() -> dict[str, Any]:
     """The machine's load at this moment: 1/5/15-minute load averages and CPU pressure ("some", percent)."""
     row: dict[str, Any] = {"loadavg": [round(x, 2) for x in os.getloadavg()]}
-    try:
-        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-        row["cpu_some"] = {k: float(v) for k, v in re.findall(r"(avg\d+)=([\d.]+)", line)}
-    except (OSError, IndexError):
-        row["cpu_some"] = None
+    line = pressure_line()
+    row["cpu_some"] = {k: float(v) for k, v in re.findall(r"(avg\d+)=([\d.]+)", line)} if line else None
     return row
 
 
@@ -112,6 +139,12 @@ def _git(*args: str) -> str | None:
         return None
 
 
+def git_commit() -> str | None:
+    """The checkout's commit (`git rev-parse --short HEAD`), None outside a git checkout."""
+    commit = _git("rev-parse", "--short", "HEAD")
+    return commit.strip() if commit else None
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 
@@ -121,11 +154,11 @@ def provenance(script: str, argv: list[str] | None = None) -> dict[str, Any]:
 
     `started` is the UTC time it was taken; `append` adds `date`, the time the row is written.
     """
-    commit = _git("rev-parse", "--short", "HEAD")
+    commit = git_commit()
     changed = _git("status", "--porcelain", "--", "areal_adv", "bench", "pyproject.toml", "constraints.txt")
     return {
         "command": " ".join([f"bench/{script}", *(sys.argv[1:] if argv is None else argv)]),
-        "commit": commit.strip() if commit else None,
+        "commit": commit,
         # files that differ from the commit (the run measured them as they were): empty for a clean tree
         "changed": sorted(line[3:] for line in (changed or "").splitlines() if line[3:].endswith(".py")),
         "started": utc_now(),
@@ -135,14 +168,26 @@ def provenance(script: str, argv: list[str] | None = None) -> dict[str, Any]:
 
 def append(path: Path, row: dict[str, Any]) -> None:
     """Append `row` (with `date`: now, UTC) to the JSONL file `path`."""
-    row = {**row, "date": utc_now()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
+    write_row(path, {**row, "date": utc_now()})
     print(f"row appended to {shown(path)}")
 
 
+def write_row(path: Path, row: dict[str, Any]) -> None:
+    """Append `row` as it is to the JSONL file `path` (its folder made where missing), one line, flushed on close."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace the JSONL file `path` with `rows` (written beside it, then moved over it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(path)
+
+
 def read(path: Path) -> list[dict[str, Any]]:
+    """The rows of the JSONL file `path` (none where it is missing; blank lines skipped)."""
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -197,6 +242,16 @@ def spread(values: list[float], digits: int = 3) -> str:
     import statistics
 
     return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def report_arguments(parser: Any, results: Path, doc: Path = PERFORMANCE_DOC) -> None:
+    """`--results`, `--report`, `--write-docs` and `--doc` of a benchmark whose rows rebuild a docs block (`report`)."""
+    parser.add_argument(
+        "--results", type=Path, default=None, help=f"append one JSON row (JSONL); report: {shown(results)}"
+    )
+    parser.add_argument("--report", action="store_true", help="print the tables of the rows in --results")
+    parser.add_argument("--write-docs", action="store_true", help="with --report: write them into --doc")
+    parser.add_argument("--doc", type=Path, default=doc)
 
 
 def report(args: Any, report_text: Any, block: str) -> None:

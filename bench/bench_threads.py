@@ -40,6 +40,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import bench_rows
+
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
 #: the run's closing line: "N/N steps in X s | reward first 5 steps a -> last 10 steps b" (shorter runs
@@ -124,13 +126,6 @@ def loop_seconds(out: Path, tag: str, printed: float) -> float:
     return sum(steps) if steps else printed
 
 
-def pressure() -> str:
-    try:
-        return Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        return f"loadavg {os.getloadavg()}"
-
-
 def measure(variants: Sequence[str], scenes: Sequence[int], args: Sequence[str], rounds: int) -> dict:
     """{(busy, variant): [loop seconds per round]}, settings alternating, order flipped every round."""
     times: dict[tuple[int, str], list[float]] = {}
@@ -146,7 +141,7 @@ def measure(variants: Sequence[str], scenes: Sequence[int], args: Sequence[str],
                         times.setdefault((busy, variant), []).append(seconds)
                         print(
                             f"round {r}  busy {busy}  {variant:<10} loop {seconds:7.1f} s  reward {reward}  "
-                            f"[{pressure()}]",
+                            f"[{bench_rows.pressure_text()}]",
                             flush=True,
                         )
     return times
@@ -214,7 +209,7 @@ def scaling(hidden_sizes: Sequence[int], steps: int, overrides: Sequence[str]) -
             print(
                 f"hidden {hidden:5d}  params {n_params / 1e6:7.3f} M | wall 1 thr {w1 * 1e3:8.1f} ms, {cores} thr "
                 f"{wn * 1e3:8.1f} ms, 1/{cores} {w1 / wn:5.2f} | main-thread CPU 1 thr {c1 * 1e3:8.1f} ms, {cores} thr "
-                f"{cn * 1e3:8.1f} ms, 1/{cores} {c1 / cn:5.2f}  [{pressure()}]",
+                f"{cn * 1e3:8.1f} ms, 1/{cores} {c1 / cn:5.2f}  [{bench_rows.pressure_text()}]",
                 flush=True,
             )
             torch.set_num_threads(cores)
@@ -235,7 +230,7 @@ def main() -> None:
     )
     parser.add_argument("overrides", nargs="*", help="more trainer overrides, e.g. --config FILE key=value")
     args = parser.parse_intermixed_args()  # overrides before or between the options
-    print(f"cores {_cores()}, python {PYTHON}, {pressure()}")
+    print(f"cores {_cores()}, python {PYTHON}, {bench_rows.pressure_text()}")
     if args.sizes:
         scaling(args.sizes, args.steps, args.overrides)
         return

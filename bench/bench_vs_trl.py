@@ -123,7 +123,7 @@ def exact_answer(prompts: Sequence[Any], completions: Sequence[Any], answer: Seq
 # ---------------------------------------------------------------------------
 
 
-def _ours_config(
+def ours_config(
     model: str, data: Path, out: Path, steps: int, threads: int, precision: str | None = None
 ) -> dict[str, Any]:
     config: dict[str, Any] = {
@@ -179,7 +179,7 @@ def run_ours(
     from areal_adv.api.cli_args import load_config
     from areal_adv.trainer.run.loop import Trainer
 
-    trainer = Trainer(load_config(_ours_config(model, data, out, steps, threads, precision)))
+    trainer = Trainer(load_config(ours_config(model, data, out, steps, threads, precision)))
     channel.send({"ready": True})
     for step in range(steps):
         channel.wait()
@@ -454,14 +454,6 @@ def _busy_loops(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", SPIN_WHILE_PARENT, str(os.getpid())]) for _ in range(n)]
 
 
-def _load() -> str:
-    try:
-        pressure = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except OSError:
-        pressure = "n/a"
-    return f"loadavg {os.getloadavg()[0]:.2f}, cpu pressure: {pressure}"
-
-
 def _mean_tokens(rounds: list[list[dict[str, Any]]], prompt_len: float) -> tuple[float, float]:
     """Mean prompt and completion tokens per row over the timed steps of one side."""
     prompts, completions = [], []
@@ -536,7 +528,7 @@ def drive(args: argparse.Namespace) -> None:
     load = {"before": bench_rows.load_now()}
     try:
         print(
-            f"load before: {_load()} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE",
+            f"load before: {bench_rows.load_text()} | busy loops: {args.busy} | threads: {args.threads} | OMP_WAIT_POLICY=PASSIVE",
             flush=True,
         )
         rate_before = matmul_gflops(args.threads)["rate"]
@@ -552,7 +544,7 @@ def drive(args: argparse.Namespace) -> None:
                     )
         rate_after = matmul_gflops(args.threads)["rate"]
         load["after"] = bench_rows.load_now()
-        print(f"load after: {_load()}")
+        print(f"load after: {bench_rows.load_text()}")
     finally:
         for proc in busy:
             proc.kill()

@@ -56,11 +56,9 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -75,6 +73,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import bench_rows  # noqa: E402
 
 from areal_adv.utils.checkpoint_folders import checkpoint_root, list_checkpoints  # noqa: E402
 
@@ -241,7 +241,7 @@ class LoadSampler:
 
     def _loop(self) -> None:
         while True:
-            self.samples.append((os.getloadavg()[0], cpu_pressure()))
+            self.samples.append((bench_rows.load1(), bench_rows.cpu_pressure()))
             if self._stop.wait(self.period):
                 return
 
@@ -263,16 +263,6 @@ class LoadSampler:
         }
 
 
-def cpu_pressure() -> float | None:
-    """`some avg10` of /proc/pressure/cpu (percent of time some task waited for a CPU), None where absent."""
-    try:
-        first = Path("/proc/pressure/cpu").read_text(encoding="utf-8").splitlines()[0]
-    except (OSError, IndexError):
-        return None
-    fields = dict(f.split("=") for f in first.split()[1:])
-    return float(fields["avg10"])
-
-
 def run_chunk(run: Run, args: list[str]) -> dict[str, Any]:
     """One chunk in this process (`areal_adv.trainer.main.main`): wall and CPU time, load, exit status."""
     from areal_adv.trainer.main import main as train_main
@@ -292,9 +282,7 @@ def run_chunk(run: Run, args: list[str]) -> dict[str, Any]:
         "finished_at": now(),
         **load.summary(),
     }
-    chunks_file(run).parent.mkdir(parents=True, exist_ok=True)
-    with chunks_file(run).open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(chunk) + "\n")
+    bench_rows.write_row(chunks_file(run), chunk)
     return chunk
 
 
@@ -305,12 +293,6 @@ def chunks_file(run: Run) -> Path:
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def curve(metrics: list[dict[str, Any]], key: str, format_key: str | None) -> list[dict[str, float]]:
@@ -343,7 +325,7 @@ def eval_point(row: dict[str, Any], clock: float, key: str, format_key: str | No
 def eval_samples(path: Path, updates: list[int], k: int = 4) -> dict[str, list[dict[str, Any]]]:
     """The first `k` greedy held-out answers logged at each of `updates` (samples.jsonl), for the doc."""
     out: dict[str, list[dict[str, Any]]] = {str(u): [] for u in updates}
-    for row in read_jsonl(path):
+    for row in bench_rows.read(path):
         key = str(row["step"])
         if row["split"] == "eval" and key in out and len(out[key]) < k:
             prompt = row["prompt"][-1]["content"] if isinstance(row["prompt"], list) else row["prompt"]
@@ -357,21 +339,12 @@ def phase_means(metrics: list[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.fmean(v) for k in keys if (v := [r[k] for r in metrics if r.get(k) is not None])}
 
 
-def git_commit() -> str | None:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def result_row(run: Run, steps: int, metric: str, format_metric: str | None) -> dict[str, Any]:
     """The finished run as one row: its curve, step times, response lengths, load, commands."""
-    metrics = read_jsonl(run.run_dir / "metrics.jsonl")
+    metrics = bench_rows.read(run.run_dir / "metrics.jsonl")
     if len(metrics) != steps:
         raise SystemExit(f"{run.run_dir}/metrics.jsonl: {len(metrics)} steps, expected {steps}")
-    chunks = read_jsonl(chunks_file(run))
+    chunks = bench_rows.read(chunks_file(run))
     seconds = [r["seconds"] for r in metrics]
     lengths = [r["response_tokens"] for r in metrics]
     tail = lengths[-max(1, len(lengths) // 10) :]
@@ -398,7 +371,7 @@ def result_row(run: Run, steps: int, metric: str, format_metric: str | None) -> 
         "chunks": len(chunks),
         "run_dir": shown(run.run_dir),
         "commands": [" ".join(["python -m areal_adv.trainer.main", *c["args"]]) for c in chunks],
-        "git": git_commit(),
+        "git": bench_rows.git_commit(),
         "finished_at": now(),
         "cpus": os.cpu_count(),
     }
@@ -428,7 +401,7 @@ def train_all(runs: list[Run], opts: argparse.Namespace, extra: list[str]) -> in
     started, ran = time.perf_counter(), 0
     for target in targets(opts.steps, opts.chunk_steps):
         for run in runs:
-            if finished(read_jsonl(opts.results), run, opts.steps):
+            if finished(bench_rows.read(opts.results), run, opts.steps):
                 continue
             if steps_done(run) >= target:  # a chunk the script was stopped after, before its row was written
                 if target == opts.steps:
@@ -460,9 +433,7 @@ def train_all(runs: list[Run], opts: argparse.Namespace, extra: list[str]) -> in
 def record(run: Run, opts: argparse.Namespace) -> None:
     """Append the finished run's row; then its checkpoint (about 1.6 GB for 135 M parameters) may go."""
     row = result_row(run, opts.steps, opts.metric, opts.format_metric)
-    opts.results.parent.mkdir(parents=True, exist_ok=True)
-    with opts.results.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row) + "\n")
+    bench_rows.write_row(opts.results, row)
     print(f"[compare] {run.estimator} seed {run.seed}: {describe(row)}", flush=True)
     if not opts.keep_checkpoints:
         for _, folder in list_checkpoints(checkpoint_root(run.run_dir)):
@@ -580,7 +551,7 @@ def verify_prefix(opts: argparse.Namespace, extra: list[str]) -> int:
     n = opts.verify_prefix
     rows = [
         r
-        for r in latest_rows(read_jsonl(opts.results), opts.tag)
+        for r in latest_rows(bench_rows.read(opts.results), opts.tag)
         if r["estimator"] in opts.estimators and r["seed"] in opts.seeds
     ]
     if not rows:
@@ -601,7 +572,7 @@ def verify_prefix(opts: argparse.Namespace, extra: list[str]) -> int:
                 return chunk["status"]
             have = {
                 p["updates"]: p
-                for p in curve(read_jsonl(run.run_dir / "metrics.jsonl"), opts.metric, opts.format_metric)
+                for p in curve(bench_rows.read(run.run_dir / "metrics.jsonl"), opts.metric, opts.format_metric)
             }
             want = {p["updates"]: p for p in row["curve"] if p["updates"] <= n}
             common = sorted(set(want) & set(have))
@@ -639,7 +610,7 @@ def update_doc(doc: Path, text: str, block: str = DOC_BLOCK) -> None:
 
 def report(opts: argparse.Namespace) -> int:
     """Print (and optionally write into the doc) the table, the per-run lines and the plot of the campaign."""
-    rows = latest_rows(read_jsonl(opts.results), opts.tag)
+    rows = latest_rows(bench_rows.read(opts.results), opts.tag)
     if not rows:
         print(f"[compare] no finished run of tag {opts.tag!r} in {opts.results}")
         return 0
@@ -670,7 +641,7 @@ def skill_test(opts: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from probe_table import probe_table
 
-    probes = read_jsonl(opts.probe_results) if opts.probe_results.is_file() else []
+    probes = bench_rows.read(opts.probe_results) if opts.probe_results.is_file() else []
     try:
         table_text = probe_table(probes, opts.tag, [(r["estimator"], r["seed"]) for r in rows])
     except ValueError as err:

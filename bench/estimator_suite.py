@@ -30,8 +30,6 @@ import argparse
 import functools
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +47,7 @@ if __name__ == "__main__":  # before torch: rows reproduce bit for bit only on t
 
     pin_before_torch()
 
+import bench_rows  # noqa: E402
 from suite_definitions import ESTIMATORS, TASKS, run_config  # noqa: E402
 from suite_fingerprint import behaviour_fingerprint  # noqa: E402
 from suite_report import report_text, write_docs, write_figure  # noqa: E402
@@ -142,21 +141,6 @@ def stale_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("fingerprint") != fingerprint(r["task"], r["estimator"])]
 
 
-def git_commit() -> str | None:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def curve_of(metrics: list[dict[str, Any]]) -> list[list[float]]:
     """[[updates, held-out success], ...] from the trainer's metrics rows, each evaluation once."""
     points: dict[int, float] = {}
@@ -174,13 +158,13 @@ def run_job(job: Job) -> dict[str, Any]:
     from areal_adv.trainer.run.loop import Trainer
 
     behaviour = fingerprint(job.task, job.estimator)  # before the clocks start: once per process and pair
-    start_load, wall, cpu = os.getloadavg()[0], time.perf_counter(), time.process_time()
+    start_load, wall, cpu = bench_rows.load1(), time.perf_counter(), time.process_time()
     config = job.config()
     with tempfile.TemporaryDirectory(prefix="estimator_suite_") as tmp:
         mapping = {**config, "output": {**config["output"], "dir": tmp}}
         cfg = load_config(mapping)
         result = Trainer(cfg).run()
-        metrics = read_rows(result.metrics_path)
+        metrics = bench_rows.read(result.metrics_path)
     curve = curve_of(metrics)
     steps = len(metrics)
     return {
@@ -195,11 +179,11 @@ def run_job(job: Job) -> dict[str, Any]:
         "config_hash": job.key()[3],
         "fingerprint": behaviour,
         "eval_every": config["eval"]["every"],
-        "git": git_commit(),
+        "git": bench_rows.git_commit(),
         "wall_s": round(time.perf_counter() - wall, 3),
         "cpu_s": round(time.process_time() - cpu, 3),
         "load1_start": round(start_load, 2),
-        "load1_end": round(os.getloadavg()[0], 2),
+        "load1_end": round(bench_rows.load1(), 2),
     }
 
 
@@ -227,7 +211,7 @@ def train(jobs: list[Job], results: Path, workers: int) -> int:
     from tqdm import tqdm
 
     drop_stale(results, jobs)
-    done = {(r["task"], r["estimator"], r["seed"], r["config_hash"]) for r in read_rows(results)}
+    done = {(r["task"], r["estimator"], r["seed"], r["config_hash"]) for r in bench_rows.read(results)}
     todo = [j for j in jobs if j.key() not in done]
     print(f"[suite] {len(jobs) - len(todo)} of {len(jobs)} runs already in {results}; {len(todo)} to run", flush=True)
     if not todo:
@@ -267,21 +251,18 @@ def drop_stale(results: Path, jobs: list[Job]) -> None:
     longer exists; it is dropped (git keeps its history) so the campaign reruns
     it, and a results file never mixes two behaviours of the trainer.
     """
-    rows = read_rows(results)
+    rows = bench_rows.read(results)
     pairs = {(j.task, j.estimator) for j in jobs}
     stale = {id(r) for r in stale_rows([r for r in rows if (r["task"], r["estimator"]) in pairs])}
     if not stale:
         return
     kept = [r for r in rows if id(r) not in stale]
-    tmp = results.with_name(results.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-    tmp.replace(results)
+    bench_rows.write_rows(results, kept)
     print(f"[suite] dropped {len(stale)} rows of {results} that this code no longer reproduces", flush=True)
 
 
 def _append(results: Path, row: dict[str, Any], bar: Any) -> None:
-    with results.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row) + "\n")
+    bench_rows.write_row(results, row)
     bar.set_postfix_str(
         f"{row['task']}/{row['estimator']}/seed{row['seed']}: final {row['final_success']:.2f} ({row['wall_s']:.0f} s)"
     )
@@ -290,7 +271,7 @@ def _append(results: Path, row: dict[str, Any], bar: Any) -> None:
 
 def verify(jobs: list[Job], results: Path) -> int:
     """Rerun every job that has a row in `results` and compare the fields in EXACT_FIELDS; 1 on any mismatch."""
-    rows = {(r["task"], r["estimator"], r["seed"], r["config_hash"]): r for r in read_rows(results)}
+    rows = {(r["task"], r["estimator"], r["seed"], r["config_hash"]): r for r in bench_rows.read(results)}
     checked = [j for j in jobs if j.key() in rows]
     if not checked:
         print(f"[suite] --verify: none of the {len(jobs)} selected runs has a row in {results}", file=sys.stderr)
@@ -317,7 +298,7 @@ def check_current(results: Path, jobs: list[Job]) -> int:
     refreshes the campaign.
     """
     pairs = {(j.task, j.estimator) for j in jobs}
-    rows = [r for r in current_rows(read_rows(results)) if (r["task"], r["estimator"]) in pairs]
+    rows = [r for r in current_rows(bench_rows.read(results)) if (r["task"], r["estimator"]) in pairs]
     stale = stale_rows(rows)
     named = sorted({(r["task"], r["estimator"], r.get("fingerprint")) for r in stale}, key=str)
     for task, estimator, recorded in named:
@@ -396,10 +377,12 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.report:
         return train(jobs, opts.results, opts.workers)
     wanted = {job.key() for job in jobs}
-    rows = [r for r in read_rows(opts.results) if (r["task"], r["estimator"], r["seed"], r["config_hash"]) in wanted]
+    rows = [
+        r for r in bench_rows.read(opts.results) if (r["task"], r["estimator"], r["seed"], r["config_hash"]) in wanted
+    ]
     print(report_text(rows, opts.tasks))
     if opts.write_docs:  # every task, every current row: the block the committed results file gives
-        rows = current_rows(read_rows(opts.results))
+        rows = current_rows(bench_rows.read(opts.results))
         write_figure(rows, list(TASKS), opts.figure)
         write_docs(rows, list(TASKS), opts.doc, opts.figure)
         print(f"[suite] wrote {opts.figure} and the block of {opts.doc}")

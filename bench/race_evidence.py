@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -130,7 +129,7 @@ def run_race_row(label: str, argv: list[str], race_dir: Path, extra: dict[str, A
     from areal_adv.trainer.race.race_command import main as race_main
 
     started = bench_rows.provenance("race_evidence.py", sys.argv[1:])
-    load_start, wall, cpu = os.getloadavg()[0], time.perf_counter(), time.process_time()
+    load_start, wall, cpu = bench_rows.load1(), time.perf_counter(), time.process_time()
     status = race_main(argv)
     if status != 0:
         raise SystemExit(f"[race evidence] {label}: areal-adv race exited with {status}; rerun to continue")
@@ -150,7 +149,7 @@ def run_race_row(label: str, argv: list[str], race_dir: Path, extra: dict[str, A
         "wall_s": round(time.perf_counter() - wall, 1),
         "cpu_s": round(time.process_time() - cpu, 1),
         "load1_start": round(load_start, 2),
-        "load1_end": round(os.getloadavg()[0], 2),
+        "load1_end": round(bench_rows.load1(), 2),
         **started,
     }
 

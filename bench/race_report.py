@@ -16,7 +16,7 @@ from typing import Any
 
 import bench_rows
 from estimator_suite import RESULTS as SUITE_RESULTS
-from estimator_suite import current_rows, read_rows
+from estimator_suite import current_rows
 from suite_definitions import ESTIMATORS, TASKS
 from suite_distinct import distinct_groups, label
 
@@ -243,7 +243,7 @@ def smollm2_text(rows: list[dict[str, Any]]) -> list[str]:
 
 def report(results: Path, write_docs: bool = False, doc: Path = bench_rows.ROOT / "docs" / "benchmarks.md") -> int:
     rows = bench_rows.read(results)
-    suite = current_rows(read_rows(SUITE_RESULTS))
+    suite = current_rows(bench_rows.read(SUITE_RESULTS))
     text = report_text(rows, suite, results)
     print(text)
     if write_docs:

@@ -35,7 +35,6 @@ How the verdict is read (fixed before the copy's runs finished):
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -90,8 +89,7 @@ def collect(runs: dict[tuple[str, int], dict[str, Any]], out: Path) -> int:
             continue
         steps = bench_rows.read(metrics)
         kept = {key: [s.get(key) for s in steps] for key in STEP_KEYS if any(key in s for s in steps)}
-        with out.open("a") as f:
-            f.write(json.dumps({"arm": arm, "seed": seed, "git": row.get("git"), "steps": kept}) + "\n")
+        bench_rows.write_row(out, {"arm": arm, "seed": seed, "git": row.get("git"), "steps": kept})
         added += 1
     return added
 

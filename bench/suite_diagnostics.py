@@ -44,8 +44,6 @@ computes it):
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
@@ -62,8 +60,9 @@ if __name__ == "__main__":  # before torch: rows reproduce bit for bit only on t
 
     pin_before_torch()
 
+import bench_rows  # noqa: E402
 from estimator_suite import RESULTS as SUITE_RESULTS  # noqa: E402
-from estimator_suite import config_hash, current_rows, fingerprint, git_commit, read_rows  # noqa: E402
+from estimator_suite import config_hash, current_rows, fingerprint  # noqa: E402
 from suite_definitions import ESTIMATORS, TASKS, run_config  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "suite_diagnostics.jsonl"
@@ -100,7 +99,7 @@ def measure(kind: str, task: str, estimator: str, seed: int) -> dict[str, Any]:
     config = run_config(task, estimator, seed)
     config["diagnostics"] = {"estimators": shadows, "every": 1, "folds": 4, "params": "all"}
     behaviour = fingerprint(task, estimator)
-    start, cpu, load = time.perf_counter(), time.process_time(), os.getloadavg()[0]
+    start, cpu, load = time.perf_counter(), time.process_time(), bench_rows.load1()
     rows = []
     with tempfile.TemporaryDirectory(prefix="suite_diagnostics_") as tmp:
         trainer = Trainer(load_config({**config, "output": {**config["output"], "dir": tmp}}))
@@ -118,7 +117,7 @@ def measure(kind: str, task: str, estimator: str, seed: int) -> dict[str, Any]:
         "metrics": means,
         "train_reward": [round(float(r["reward_mean"]), 6) for r in rows],
         "diagnostics_s": round(sum(float(r.get("time/diagnostics") or 0.0) for r in rows), 3),
-        "git": git_commit(),
+        "git": bench_rows.git_commit(),
         "wall_s": round(time.perf_counter() - start, 3),
         "cpu_s": round(time.process_time() - cpu, 3),
         "load1_start": round(load, 2),
@@ -155,8 +154,8 @@ def _worker_init() -> None:
 
 def run(jobs: list[tuple[str, str, str, int]], results: Path, workers: int, suite_results: Path) -> int:
     """Measure the jobs without a row in `results`, appending each row as it finishes."""
-    suite = {(r["task"], r["estimator"], r["seed"]): r for r in current_rows(read_rows(suite_results))}
-    have = {_key(r) for r in read_rows(results)}
+    suite = {(r["task"], r["estimator"], r["seed"]): r for r in current_rows(bench_rows.read(suite_results))}
+    have = {_key(r) for r in bench_rows.read(results)}
     todo = [j for j in jobs if (*j, fingerprint(j[1], j[2])) not in have]
     print(f"[diagnostics] {len(jobs) - len(todo)} of {len(jobs)} measured already; {len(todo)} to run", flush=True)
     import multiprocessing
@@ -174,8 +173,7 @@ def run(jobs: list[tuple[str, str, str, int]], results: Path, workers: int, suit
                 failed += 1
                 print(f"[diagnostics] {futures[future]} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
                 continue
-            with results.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
+            bench_rows.write_row(results, row)
             print(
                 f"[diagnostics] {done}/{len(todo)} {row['kind']} {row['task']}/{row['estimator']}/seed{row['seed']}"
                 f" ({row['wall_s']:.0f} s)",
@@ -198,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(plan(opts.tasks, opts.seeds), opts.results, opts.workers, opts.suite_results)
     from suite_evidence import evidence_text, write_evidence_docs
 
-    rows = read_rows(opts.results)
-    suite = current_rows(read_rows(opts.suite_results))
+    rows = bench_rows.read(opts.results)
+    suite = current_rows(bench_rows.read(opts.suite_results))
     print(evidence_text(rows, suite))
     if opts.write_docs:
         write_evidence_docs(rows, suite, ROOT / "docs" / "benchmarks.md")

@@ -250,6 +250,8 @@ def check_trainer_args(args: list[str]) -> None:
 def check_script_flags(script: Path, args: list[str]) -> None:
     """Every `--flag` is an `add_argument` of the script; `--config` and overrides load (bench_sampling)."""
     source = script.read_text()
+    if "bench_rows.report_arguments(" in source:  # --results, --report, --write-docs and --doc: the shared ones
+        source += (ROOT / "bench" / "bench_rows.py").read_text()
     for word in args:
         flag = word.split("=", 1)[0]
         if flag.startswith("--"):

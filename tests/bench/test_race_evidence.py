@@ -223,8 +223,8 @@ def test_the_smollm2_race_is_the_rules_race_and_its_verdicts_are_in_the_block():
 
 
 def test_the_docs_block_is_what_the_committed_rows_give():
-    from estimator_suite import RESULTS, current_rows, read_rows
+    from estimator_suite import RESULTS, current_rows
 
     rows = bench_rows.read(race_evidence.RESULTS)
     committed = bench_rows.block(ROOT / "docs" / "benchmarks.md", BLOCK)
-    assert committed == report_text(rows, current_rows(read_rows(RESULTS)), race_evidence.RESULTS)
+    assert committed == report_text(rows, current_rows(bench_rows.read(RESULTS)), race_evidence.RESULTS)

@@ -122,7 +122,7 @@ def run_advantage_pipeline(
         data, recompute_prox=config.recompute_logprob and not config.use_decoupled_loss
     )
     if meta is None:
-        meta = _synthesise_meta(config, n_rows)
+        meta = synthesise_meta(config, n_rows)
     else:
         check_meta(meta, n_rows)
     if resolved.compute is not None:
@@ -144,7 +144,7 @@ def run_advantage_pipeline(
     return out
 
 
-def _synthesise_meta(config: PPOActorConfig, n_rows: int) -> TrajBatchMeta:
+def synthesise_meta(config: PPOActorConfig, n_rows: int) -> TrajBatchMeta:
     """Metadata for a bare batch: the legacy fixed group size when it divides B."""
     norm = config.reward_norm or config.adv_norm
     size = norm.fallback_group_size if norm is not None and n_rows % norm.fallback_group_size == 0 else 1

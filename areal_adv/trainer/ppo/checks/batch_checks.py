@@ -68,7 +68,7 @@ def _raise_not_finite(name: str, t: torch.Tensor) -> None:
     raise BatchError(f"{name}: expected finite values, found {t[bad][0].item()!r} at {_where(bad)}")
 
 
-def _finite_magnitude(name: str, t: torch.Tensor) -> float:
+def finite_magnitude(name: str, t: torch.Tensor) -> float:
     """max |t| in one reduction (min and max together); NaN and inf propagate into it."""
     if t.numel() == 0:
         return 0.0
@@ -217,7 +217,7 @@ def check_batch_values(data: Mapping[str, Any]) -> dict[str, float]:
         if value is None:
             continue
         if key in MAGNITUDE_KEYS:
-            max_abs[key] = _finite_magnitude(key, value)
+            max_abs[key] = finite_magnitude(key, value)
         else:
             _check_finite(key, value)
     attn, loss = data["attention_mask"], data["loss_mask"]
