@@ -149,15 +149,18 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 
 
-def provenance(script: str, argv: list[str] | None = None) -> dict[str, Any]:
+def provenance(module: str, argv: list[str] | None = None) -> dict[str, Any]:
     """Where a row comes from, taken when the run starts: its command, commit, the code files changed against it.
+
+    `module` is the benchmark's module (`bench.peers.bench_vs_trl`): the command is `python -m module ARGS`.
+    Rows written before bench/ became a package name the script's path (`bench/peers/bench_vs_trl.py ARGS`).
 
     `started` is the UTC time it was taken; `append` adds `date`, the time the row is written.
     """
     commit = git_commit()
     changed = _git("status", "--porcelain", "--", "areal_adv", "bench", "pyproject.toml", "constraints.txt")
     return {
-        "command": " ".join([f"bench/{script}", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)]),
         "commit": commit,
         # files that differ from the commit (the run measured them as they were): empty for a clean tree
         "changed": sorted(line[3:] for line in (changed or "").splitlines() if line[3:].endswith(".py")),
@@ -254,12 +257,14 @@ def report_arguments(parser: Any, results: Path, doc: Path = PERFORMANCE_DOC) ->
     parser.add_argument("--doc", type=Path, default=doc)
 
 
-def report(args: Any, report_text: Any, block: str) -> None:
-    """Print the table `report_text(rows, path)` builds from `args.results`; with `args.write_docs`, write its block."""
-    rows = read(args.results)
+def report(args: Any, report_text: Any, block: str, results: Path | None = None) -> None:
+    """Print the table `report_text(rows, path)` builds from `args.results` (else `results`, the committed rows);
+    with `args.write_docs`, write its block into `args.doc`."""
+    path = args.results or results
+    rows = read(path)
     if not rows:
-        raise SystemExit(f"--results {shown(args.results)}: no rows")
-    text = report_text(rows, args.results)
+        raise SystemExit(f"--results {shown(path)}: no rows")
+    text = report_text(rows, path)
     print(text)
     if args.write_docs:
         write_block(args.doc, block, text)

@@ -3,7 +3,7 @@
 Three features put "another estimator" on a run: shadow estimators
 (`diagnostics.estimators`, actor keys only: they never train), races
 (`areal-adv race`, whole runs: a critic or process rewards too) and the
-benchmark suite (`bench/suite_definitions.py`). They share this one rule, so an
+benchmark suite (`bench/suite/suite_definitions.py`). They share this one rule, so an
 estimator means the same thing in each:
 
 - a preset (`grpo`, `preset:maxrl`; `areal-adv presets`) gives every key of

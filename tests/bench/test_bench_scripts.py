@@ -16,9 +16,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def _run(module: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m module args` from the clone's root, as the docs run the benchmarks."""
     return subprocess.run(
-        [sys.executable, *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -29,7 +30,7 @@ def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 def test_pipeline_bench_runs_and_checks_its_results():
     proc = _run(
-        "bench/bench_pipeline.py",
+        "bench.kernels.bench_pipeline",
         "--sizes",
         "16x64",
         "--threads",
@@ -46,24 +47,24 @@ def test_pipeline_bench_runs_and_checks_its_results():
 
 
 def test_call_agreement_bench_runs_on_two_ranks():
-    proc = _run("bench/bench_call_agreement.py", "--sizes", "8x32", "--rounds", "1")
+    proc = _run("bench.kernels.bench_call_agreement", "--sizes", "8x32", "--rounds", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| PPOActorConfig() | 8 x 32 | 1 |" in proc.stdout, proc.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU exit")
 def test_gpu_check_exits_cleanly_without_a_gpu():
-    proc = _run("bench/bench_gae_cuda.py", "--quick", env={"TRITON_INTERPRET": ""})
+    proc = _run("bench.kernels.bench_gae_cuda", "--quick", env={"TRITON_INTERPRET": ""})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "nothing to check" in proc.stdout
 
 
 def test_threads_bench_runs_both_modes() -> None:
-    proc = _run("bench/bench_threads.py", "--sizes", "32", "--steps", "1")
+    proc = _run("bench.kernels.bench_threads", "--sizes", "32", "--steps", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OMP_WAIT_POLICY=PASSIVE" in proc.stdout and "hidden    32  params " in proc.stdout
     proc = _run(
-        "bench/bench_threads.py",
+        "bench.kernels.bench_threads",
         "model.hidden_size=32",
         "model.num_heads=2",
         "model.intermediate_size=64",
@@ -87,10 +88,9 @@ def _user_ticks(pid: int) -> int:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_threads_bench_busy_scene_keeps_cores_busy_and_ends_its_loops() -> None:
     """The busy scene's processes burn CPU while the runs go on and are gone after (the runs are the quiet scene's)."""
-    sys.path.insert(0, str(ROOT / "bench"))
     import time
 
-    from bench_threads import busy_loops
+    from bench.kernels.bench_threads import busy_loops
 
     with busy_loops(2) as loops:
         assert len(loops) == 2 and all(p.poll() is None for p in loops)
@@ -109,7 +109,7 @@ def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> 
     build_checkpoint(tmp_path / "tiny")
     results = tmp_path / "vs_trl.jsonl"
     proc = _run(
-        "bench/bench_vs_trl.py",
+        "bench.peers.bench_vs_trl",
         *("--model", str(tmp_path / "tiny"), "--rounds", "1", "--steps", "2", "--threads", "1"),
         *("--sides", "ours,ours:bf16,ours:bf16copy,trl", "--results", str(results)),
     )
@@ -133,13 +133,17 @@ def test_trl_comparison_runs_both_sides_on_a_tiny_checkpoint(tmp_path: Path) -> 
         "ours:bf16copy / trl",
         "ours:bf16copy / ours",
     }
-    assert row["busy"] == 0 and row["load"]["before"]["loadavg"] and row["command"].startswith("bench/bench_vs_trl.py")
+    assert (
+        row["busy"] == 0
+        and row["load"]["before"]["loadavg"]
+        and row["command"].startswith("python -m bench.peers.bench_vs_trl")
+    )
     assert row["commit"] and row["date"].endswith("UTC") and len(row["sides"]["ours"]["steps_s"]) == 2
     assert set(row["pair_ratio_ranges"]) == set(row["pair_median_ratios"])
-    report = _run("bench/bench_vs_trl.py", "--report", "--results", str(results))
+    report = _run("bench.peers.bench_vs_trl", "--report", "--results", str(results))
     assert report.returncode == 0, report.stderr[-3000:]
     assert "vs_trl.jsonl (1 row)" in report.stdout and "| 0 | on | " in report.stdout, report.stdout
-    bad = _run("bench/bench_vs_trl.py", "--sides", "ours,vllm")
+    bad = _run("bench.peers.bench_vs_trl", "--sides", "ours,vllm")
     assert bad.returncode != 0 and "--sides: unknown ['vllm']" in bad.stderr
 
 
@@ -150,7 +154,7 @@ def test_lookup_gradient_bench_alternates_sparse_and_dense_on_a_tied_checkpoint(
     build_checkpoint(tmp_path / "tied", tied=True)
     results = tmp_path / "lookup.jsonl"
     proc = _run(
-        "bench/bench_lookup_gradient.py",
+        "bench.peers.bench_lookup_gradient",
         *("--model", str(tmp_path / "tied"), "--pairs", "2", "--threads", "1", "--results", str(results)),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -162,19 +166,21 @@ def test_lookup_gradient_bench_alternates_sparse_and_dense_on_a_tied_checkpoint(
     ]
     assert re.search(r"sparse / dense [\d.]+ \(median of 2 pairs", proc.stdout), proc.stdout
     (row,) = [json.loads(line) for line in results.read_text().splitlines()]
-    assert row["bench"] == "lookup_gradient" and row["command"].startswith("bench/bench_lookup_gradient.py --model")
+    assert row["bench"] == "lookup_gradient" and row["command"].startswith(
+        "python -m bench.peers.bench_lookup_gradient --model"
+    )
     assert row["commit"] and row["started"] <= row["date"] and row["load"]["before"]["loadavg"]
     assert len(row["update_s"]["sparse"]) == len(row["update_s"]["dense"]) == len(row["ratios"]) == 2
-    report = _run("bench/bench_lookup_gradient.py", "--report", "--results", str(results))
+    report = _run("bench.peers.bench_lookup_gradient", "--report", "--results", str(results))
     assert report.returncode == 0, report.stderr[-3000:]
     assert "| tied | 1 | " in report.stdout and "lookup.jsonl (1 row)" in report.stdout, report.stdout
     build_checkpoint(tmp_path / "untied")
-    untied = _run("bench/bench_lookup_gradient.py", "--model", str(tmp_path / "untied"), "--pairs", "1")
+    untied = _run("bench.peers.bench_lookup_gradient", "--model", str(tmp_path / "untied"), "--pairs", "1")
     assert untied.returncode != 0 and "no tied lookup table" in untied.stderr
 
 
 def test_matmul_bench_prints_rates_and_the_step_floor() -> None:
-    proc = _run("bench/bench_matmul.py", "--threads", "1")
+    proc = _run("bench.kernels.bench_matmul", "--threads", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"rate: +[\d.]+ GFLOP/s float32, 1 thread", proc.stdout)
 
@@ -202,50 +208,53 @@ def _two_profiled_rounds_on_a_tiny_checkpoint(
 
 def test_decode_bench_writes_a_row_and_reports_it(tmp_path: Path) -> None:
     configs = ("float32, 1 thread", "float32, 2 threads", "bf16 autocast, 2 threads")
-    row, results = _two_profiled_rounds_on_a_tiny_checkpoint(tmp_path, "bench/bench_decode.py", configs)
-    assert row["bench"] == "decode" and row["command"].startswith("bench/bench_decode.py --model")
+    row, results = _two_profiled_rounds_on_a_tiny_checkpoint(tmp_path, "bench.real_model.bench_decode", configs)
+    assert row["bench"] == "decode" and row["command"].startswith("python -m bench.real_model.bench_decode --model")
     assert row["commit"] and row["load"]["after"]["loadavg"] and row["work"]["rows"] == 16
     assert all(len(t) == 2 for t in row["times_s"].values()) and len(row["times_s"]) == 3
     assert set(row["ratios"]) == {"2 threads / 1 thread (float32)", "bf16 / float32 (2 threads)"}
     assert row["profile"]["ops"] and any(op["op"] == "aten::mm" for op in row["profile"]["ops"])
-    report = _run("bench/bench_decode.py", "--report", "--results", str(results))
+    report = _run("bench.real_model.bench_decode", "--report", "--results", str(results))
     assert report.returncode == 0, report.stderr[-3000:]
     assert "| tiny | " in report.stdout and "| `aten::mm` |" in report.stdout, report.stdout
 
 
-@pytest.mark.parametrize("script", ["bench_decode", "bench_lookup_gradient", "bench_vs_trl"])
+@pytest.mark.parametrize(
+    "script", ["bench.real_model.bench_decode", "bench.peers.bench_lookup_gradient", "bench.peers.bench_vs_trl"]
+)
 def test_the_docs_block_is_what_the_committed_rows_give(script: str) -> None:
     """docs/performance.md's generated block of each benchmark is its report of bench/results/, unedited."""
-    sys.path.insert(0, str(ROOT / "bench"))
     import importlib
 
-    import bench_rows
+    from bench import bench_rows
 
-    bench = importlib.import_module(script)
-    rows = bench_rows.read(bench.RESULTS)
-    assert rows, f"no rows in {bench.RESULTS}"
-    expected = bench.report_text(rows, bench.RESULTS)
-    assert bench_rows.block(bench_rows.PERFORMANCE_DOC, bench.DOC_BLOCK) == expected, (
-        f"docs/performance.md's {bench.DOC_BLOCK} block is stale: run {bench.REPORT_COMMAND}"
+    module = importlib.import_module(script)
+    rows = bench_rows.read(module.RESULTS)
+    assert rows, f"no rows in {module.RESULTS}"
+    expected = module.report_text(rows, module.RESULTS)
+    assert bench_rows.block(bench_rows.PERFORMANCE_DOC, module.DOC_BLOCK) == expected, (
+        f"docs/performance.md's {module.DOC_BLOCK} block is stale: run {module.REPORT_COMMAND}"
     )
 
 
 def test_the_rollout_copy_learning_block_is_what_the_committed_rows_give() -> None:
     """docs/performance.md's table of the bf16-copy learning campaign is its report of bench/results/, unedited."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_rows
-    import rollout_copy_report
+    from bench import bench_rows
+    from bench.real_model import rollout_copy_report
 
     runs = rollout_copy_report.latest_runs(bench_rows.read(rollout_copy_report.RUNS))
     assert {arm for arm, _ in runs} == set(rollout_copy_report.ARMS), sorted(runs)
     assert bench_rows.block(bench_rows.PERFORMANCE_DOC, rollout_copy_report.BLOCK) == (
         rollout_copy_report.report().strip("\n")
-    ), "docs/performance.md's rollout_copy_learning block is stale: run bench/rollout_copy_report.py --write-docs"
+    ), (
+        "docs/performance.md's rollout_copy_learning block is stale: "
+        "run .venv/bin/python -m bench.real_model.rollout_copy_report --write-docs"
+    )
 
 
 def test_rollout_copy_bench_writes_a_row_with_its_profiles(tmp_path: Path) -> None:
     configs = ("float32", "bf16 autocast", "bf16 copy")
-    row, _ = _two_profiled_rounds_on_a_tiny_checkpoint(tmp_path, "bench/bench_rollout_copy.py", configs)
+    row, _ = _two_profiled_rounds_on_a_tiny_checkpoint(tmp_path, "bench.real_model.bench_rollout_copy", configs)
     assert row["bench"] == "rollout_copy" and row["commit"] and row["load"]["after"]["loadavg"]
     assert set(row["ratios"]) == {"bf16 autocast / float32", "bf16 copy / float32"}
     assert set(row["profiles"]) == {"float32", "bf16 copy"}
@@ -258,7 +267,7 @@ def test_the_threads_bench_reads_every_form_of_the_run_s_closing_line() -> None:
 
     from areal_adv.trainer.run.loop import RunResult
 
-    spec = importlib.util.spec_from_file_location("bench_threads", ROOT / "bench" / "bench_threads.py")
+    spec = importlib.util.spec_from_file_location("bench_threads", ROOT / "bench" / "kernels" / "bench_threads.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""bench/compare_estimators.py stays runnable: every estimator on a tiny random model, parts, resume, report.
+"""bench/real_model/compare_estimators.py stays runnable: every estimator on a tiny random model, parts, resume, report.
 
 The real campaign (SmolLM2-135M, hours) is not run here; this runs the same
 script end to end with `--tiny` (a random-init model, 2 x 2 samples of 4 tokens).
@@ -17,7 +17,7 @@ import yaml
 from areal_adv.api.cli_args import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "compare_estimators.py"
+SCRIPT = "bench.real_model.compare_estimators"  # run as python -m SCRIPT
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "gdpo")
 # one pytest-xdist worker runs the module, so the module-scoped campaign (about 20 s) is built once, not per worker
 pytestmark = pytest.mark.xdist_group("compare_estimators")
@@ -26,7 +26,8 @@ pytestmark = pytest.mark.xdist_group("compare_estimators")
 def _run(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable,
-        str(SCRIPT),
+        "-m",
+        SCRIPT,
         "--tiny",
         "--runs-dir",
         str(tmp / "runs"),

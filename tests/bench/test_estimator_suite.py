@@ -1,4 +1,4 @@
-"""bench/estimator_suite.py: its statistics, a tiny end-to-end run (rows, resume, exact rerun, report), the docs block.
+"""bench/suite/estimator_suite.py: its statistics, a tiny end-to-end run (rows, resume, exact rerun, report), the docs block.
 
 The full suite (hundreds of runs) is never run here: the end-to-end test trains
 2 tasks x 2 estimators x 1 seed for 3 updates each.
@@ -16,12 +16,11 @@ import pytest
 from scipy import stats as scipy_stats
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "estimator_suite.py"
-sys.path.insert(0, str(ROOT / "bench"))
+SCRIPT = "bench.suite.estimator_suite"  # run as python -m SCRIPT
 
-from suite_definitions import TASKS, algorithm, run_config  # noqa: E402
-from suite_report import DOC_BEGIN, DOC_END, choice, docs_block, table, verdict  # noqa: E402
-from suite_stats import auc, bootstrap_mean, paired_difference, t_mean  # noqa: E402
+from bench.suite.suite_definitions import TASKS, algorithm, run_config  # noqa: E402
+from bench.suite.suite_report import DOC_BEGIN, DOC_END, choice, docs_block, table, verdict  # noqa: E402
+from bench.suite.suite_stats import auc, bootstrap_mean, paired_difference, t_mean  # noqa: E402
 
 
 def test_auc_is_the_mean_height_of_the_curve():
@@ -140,7 +139,8 @@ def test_every_estimator_keeps_the_task_and_sets_only_the_algorithm():
 def _suite(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable,
-        str(SCRIPT),
+        "-m",
+        SCRIPT,
         "--tasks",
         "sparse",
         "two_rewards",
@@ -199,8 +199,7 @@ def test_a_tiny_suite_writes_rows_resumes_reproduces_and_reports(tmp_path: Path)
 def test_the_docs_block_is_what_the_committed_results_give():
     results = ROOT / "bench" / "results" / "estimator_suite.jsonl"
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
-    sys.path.insert(0, str(ROOT / "bench"))
-    from estimator_suite import current_rows
+    from bench.suite.estimator_suite import current_rows
 
     doc = (ROOT / "docs" / "benchmarks.md").read_text()
     committed = DOC_BEGIN + doc.split(DOC_BEGIN, 1)[1].split(DOC_END, 1)[0] + DOC_END

@@ -1,19 +1,19 @@
-"""bench/race_evidence.py and bench/race_report.py: the races are the suite's runs, the rule's measures, the block."""
+"""bench/suite/race_evidence.py and bench/suite/race_report.py: the races are the suite's runs, the rule's measures, the block."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 
-import bench_rows  # noqa: E402
-import race_evidence  # noqa: E402
-from race_report import (  # noqa: E402
+from areal_adv.api.cli_args import config_to_dict, load_config  # noqa: E402
+from areal_adv.trainer.race.racing import PairedInterval, paired_difference  # noqa: E402
+from bench import bench_rows  # noqa: E402
+from bench.suite import race_evidence  # noqa: E402
+from bench.suite.race_report import (  # noqa: E402
     BLOCK,
     Judged,
     estimator_of,
@@ -25,11 +25,8 @@ from race_report import (  # noqa: E402
     train_check,
     truth,
 )
-from suite_definitions import run_config  # noqa: E402
-from suite_distinct import distinct_groups, label  # noqa: E402
-
-from areal_adv.api.cli_args import config_to_dict, load_config  # noqa: E402
-from areal_adv.trainer.race.racing import PairedInterval, paired_difference  # noqa: E402
+from bench.suite.suite_definitions import run_config  # noqa: E402
+from bench.suite.suite_distinct import distinct_groups, label  # noqa: E402
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -223,7 +220,7 @@ def test_the_smollm2_race_is_the_rules_race_and_its_verdicts_are_in_the_block():
 
 
 def test_the_docs_block_is_what_the_committed_rows_give():
-    from estimator_suite import RESULTS, current_rows
+    from bench.suite.estimator_suite import RESULTS, current_rows
 
     rows = bench_rows.read(race_evidence.RESULTS)
     committed = bench_rows.block(ROOT / "docs" / "benchmarks.md", BLOCK)

@@ -1,16 +1,14 @@
-"""bench/real_model_diagnostics.py on made-up runs: window means, paired t-intervals and the pre-registered verdicts."""
+"""bench/real_model/real_model_diagnostics.py on made-up runs: window means, paired t-intervals and the pre-registered verdicts."""
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 
-import real_model_diagnostics as rmd  # noqa: E402
+from bench.real_model import real_model_diagnostics as rmd  # noqa: E402
 
 AUC_GAIN = {"grpo": 0.0, "maxrl": 0.10, "rloo": 0.0}  # maxrl clearly above grpo; rloo equal on average
 

@@ -2,7 +2,7 @@
 
 The skill run's rewards are reasoning-gym's own `score_answer`; here they are
 checked against reasoning-gym called directly, the held-out file against the
-training file, and `bench/compare_estimators.py --task spell_backward` end to
+training file, and `bench/real_model/compare_estimators.py --task spell_backward` end to
 end on the tiny random-init model (the 135 M model is a documented benchmark,
 not a CI test).
 """
@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from examples.real_model import skill_rewards, skill_tasks  # noqa: E402
-from examples.real_model.make_skill_data import main as make_data  # noqa: E402
+from examples.real_model import skill_rewards, skill_tasks
+from examples.real_model.make_skill_data import main as make_data
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "real_model" / "data"
@@ -127,7 +127,8 @@ def test_counting_answers_strict_and_lenient(completion: str, strict: float, len
 def test_compare_estimators_runs_the_skill_task_and_reports_the_format_fixed_accuracy(tmp_path: Path):
     cmd = [
         sys.executable,
-        str(ROOT / "bench" / "compare_estimators.py"),
+        "-m",
+        "bench.real_model.compare_estimators",
         "--task",
         "spell_backward",
         "--tiny",
@@ -219,8 +220,7 @@ def _probe_a_tiny_checkpoint(tmp_path: Path) -> Path:
 
 
 def test_probe_table_pairs_each_run_with_the_untrained_model_and_grpo_over_the_same_prompts() -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    from probe_table import probe_table
+    from bench.real_model.probe_table import probe_table
 
     def row(label: str, hits: list[int]) -> dict:
         return {"label": label, "prefix": sum(hits) / len(hits), "prefix_hits": hits}
@@ -282,9 +282,7 @@ def test_answers_separates_the_skill_from_a_learned_prior(tmp_path: Path):
 
 def test_compare_estimators_task_char_count_puts_each_preset_on_the_counting_run(tmp_path: Path):
     from areal_adv.api.cli_args import load_config
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    import compare_estimators
+    from bench.real_model import compare_estimators
 
     opts = compare_estimators.parse_args(["--task", "char_count", "--runs-dir", str(tmp_path)])
     assert opts.config == ROOT / "examples" / "real_model" / "char_count.yaml"

@@ -1,18 +1,16 @@
-"""bench/suite_evidence.py: the rank correlation, the oriented scores, the rule, and the docs block from the rows."""
+"""bench/suite/suite_evidence.py: the rank correlation, the oriented scores, the rule, and the docs block from the rows."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 
-from suite_evidence import DOC_BEGIN, DOC_END, Evidence, docs_block, evidence, scores, spearman  # noqa: E402
+from bench.suite.suite_evidence import DOC_BEGIN, DOC_END, Evidence, docs_block, evidence, scores, spearman  # noqa: E402
 
 
 def test_spearman_is_pearson_on_average_ranks():
@@ -66,7 +64,7 @@ def test_the_rule_needs_a_positive_ci_and_three_quarters_of_the_clear_signs():
 
 
 def test_the_docs_block_is_what_the_committed_rows_give():
-    from estimator_suite import current_rows
+    from bench.suite.estimator_suite import current_rows
 
     def read(name: str) -> list[dict]:
         path = ROOT / "bench" / "results" / name

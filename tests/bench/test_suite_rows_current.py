@@ -6,7 +6,7 @@ Two guards:
 
 - every (task, estimator) pair of the committed rows has the behaviour
   fingerprint its rows record (a two-update run of that pair: sampled batches,
-  advantages, metrics and weights; bench/suite_fingerprint.py), one test per
+  advantages, metrics and weights; bench/suite/suite_fingerprint.py), one test per
   task, all read from one `--check-current` process over every task (one
   interpreter and torch start instead of one per task; the module's tests share
   an xdist worker, so it runs once);
@@ -29,12 +29,11 @@ import pytest
 pytestmark = pytest.mark.xdist_group("suite_rows_current")  # the module fixture runs once
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "estimator_suite.py"
+SCRIPT = "bench.suite.estimator_suite"  # run as python -m SCRIPT
 RESULTS = ROOT / "bench" / "results" / "estimator_suite.jsonl"
-sys.path.insert(0, str(ROOT / "bench"))
 
-from estimator_suite import REFRESH_COMMAND, current_rows  # noqa: E402
-from suite_definitions import TASKS  # noqa: E402
+from bench.suite.estimator_suite import REFRESH_COMMAND, current_rows  # noqa: E402
+from bench.suite.suite_definitions import TASKS  # noqa: E402
 
 
 def _rows() -> list[dict]:
@@ -43,7 +42,7 @@ def _rows() -> list[dict]:
 
 def _suite(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "--results", str(RESULTS), *args],
+        [sys.executable, "-m", SCRIPT, "--results", str(RESULTS), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -364,7 +364,7 @@ def test_matches_per_group_loop_reference(case):
 
 @pytest.mark.parametrize("shape", [(1024,), (1024, 8)])
 def test_vectorised_equals_a_group_loop_on_128_groups(shape):
-    """Speed against the loop is a benchmark (bench/bench_advantage.py, docs/performance.md), not a test."""
+    """Speed against the loop is a benchmark (bench/kernels/bench_advantage.py, docs/performance.md), not a test."""
     gen = torch.Generator().manual_seed(0)
     sizes = [8] * 128
     x = torch.randn(*shape, generator=gen)

@@ -36,7 +36,7 @@ neither disturb nor are disturbed by sampling. With `generator=None` the global
 RNG itself is consumed.
 
 The trainer's former private per-token loop is kept only as a benchmark
-reference (bench/reference_sampler.py); docs/performance.md has both timings.
+reference (bench/peers/reference_sampler.py); docs/performance.md has both timings.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ with two jobs.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import yaml
@@ -18,9 +17,8 @@ from areal_adv.trainer.race.race_command import main
 from areal_adv.trainer.run.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "bench"))
 
-from suite_definitions import run_config  # noqa: E402
+from bench.suite.suite_definitions import run_config  # noqa: E402
 
 SMALL = ["rollout.batch_size=4", "rollout.n_samples=4", "eval.every=null", "output.plot=false"]
 
@@ -30,7 +28,7 @@ def _rewards(run_dir: Path) -> list[float]:
 
 
 def test_an_arm_is_its_estimators_run_and_continues_exactly_across_rungs(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)  # the suite's task plugins import as bench.suite_tasks
+    monkeypatch.chdir(ROOT)  # the suite's task plugins import as bench.suite.suite_tasks
     config = run_config("sparse", "grpo", 0)
     config["output"]["dir"] = str(tmp_path / "runs")
     path = tmp_path / "sparse.yaml"
