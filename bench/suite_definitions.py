@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 # the actor keys that define an estimator's algorithm: the package's list, the one its shadow estimators use
-from areal_adv.trainer.ppo.shadow_estimators import ALGORITHM_KEYS
+from areal_adv.trainer.diagnostics.shadow_estimators import ALGORITHM_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS, EXAMPLES = ROOT / "areal_adv" / "presets", ROOT / "examples"

@@ -59,6 +59,7 @@ PACKAGE_ORDER = (
         "areal_adv.trainer",
     ),  # the package roots: the entry point `areal_adv.trainer.main`, the tasks re-export
     ("areal_adv.trainer.run",),
+    ("areal_adv.trainer.diagnostics",),  # the trainer, `areal-adv diagnose` and the integrations measure through it
     ("areal_adv.trainer.rollout",),
     ("areal_adv.trainer.ppo",),  # the pipeline's orchestration: advantage, actor, stage_resolution, fused, ...
     ("areal_adv.trainer.ppo.training",),

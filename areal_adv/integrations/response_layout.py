@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from areal_adv.trainer.diagnostics.engine_shadows import pipeline_diagnostics
+from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer
 from areal_adv.utils.data import TrajBatchMeta
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ __all__ = [
     "to_pipeline",
     "to_response",
     "response_advantages",
+    "response_advantages_with_diagnostics",
     "turn_ids_from_mask",
     "LayoutError",
 ]
@@ -224,3 +227,20 @@ def response_advantages(actor: PPOActor, batch: ResponseBatch) -> tuple[torch.Te
     out = actor.compute_advantages(converted.data, converted.meta)
     mask = batch.response_mask
     return to_response(converted, out["advantages"], mask), to_response(converted, out["returns"], mask)
+
+
+def response_advantages_with_diagnostics(
+    actor: PPOActor, batch: ResponseBatch, names: Sequence[str], *, offer: BatchOffer
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """`response_advantages` plus the shadow estimators' diagnostics of `names` on the same batch.
+
+    The engines' `diagnostics/<name>/<metric>` (`diagnostics.engine_shadows`); `noise_proxy` only
+    when the batch carries the behaviour log-probs (`logprobs`) and Σπ².
+    """
+    converted = to_pipeline(batch)
+    out = actor.compute_advantages(converted.data, converted.meta)
+    mask = batch.response_mask
+    metrics = pipeline_diagnostics(
+        actor, names, converted.data, converted.meta, out, offer=offer, with_logprobs=batch.logprobs is not None
+    )
+    return to_response(converted, out["advantages"], mask), to_response(converted, out["returns"], mask), metrics

@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from areal_adv.integrations.response_layout import ResponseBatch, response_advantages
-from areal_adv.integrations.shadow_diagnostics import response_advantages_with_diagnostics
-from areal_adv.trainer.ppo.shadow_estimators import BatchOffer
+from areal_adv.integrations.response_layout import (
+    ResponseBatch,
+    response_advantages,
+    response_advantages_with_diagnostics,
+)
+from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer
 from areal_adv.utils.collectives import single_process_collectives
 
 if TYPE_CHECKING:

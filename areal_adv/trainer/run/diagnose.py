@@ -1,11 +1,11 @@
 """`areal-adv diagnose RUN_DIR [--estimators ...] [--steps ...] [--weights ...]`: estimators measured on a run's batches.
 
 A run trained with `output.save_rollouts: true` keeps each step's batch
-(`areal_adv.trainer.run.rollout_store`). This command recomputes, on those
+(`areal_adv.trainer.diagnostics.rollout_store`). This command recomputes, on those
 batches, the advantages of every named estimator (presets or estimator names,
 as `diagnostics.estimators`; default: the run's own list) and of the run itself
 (`active`: the advantages it trained on, as saved), and measures them as the
-trainer does (`areal_adv.trainer.run.diagnostics`).
+trainer does (`areal_adv.trainer.diagnostics.step_diagnostics`).
 
 The gradient metrics (`grad_snr`, `cos_to_active`) depend on the weights they are
 taken at, and the run measured them at the weights that sampled each batch.
@@ -180,9 +180,9 @@ def _load_policy(checkpoint: Path) -> Any:
 def _step_rows(saved: Any, cfg: Any, actor: Any, shadows: Any, policy: Any, folds: int, params: str) -> dict:
     """{estimator: {metric: value}} of one saved step (with gradients when `policy` is given)."""
     from areal_adv.api.train_args import ACTIVE_ESTIMATOR
-    from areal_adv.trainer.ppo.shadow_estimators import shadow_advantages
-    from areal_adv.trainer.ppo.training.gradient_probe import fold_gradients, fold_rows, probe_parameters
-    from areal_adv.trainer.run.diagnostics import measure_batch
+    from areal_adv.trainer.diagnostics.gradient_probe import fold_gradients, fold_rows, probe_parameters
+    from areal_adv.trainer.diagnostics.shadow_estimators import shadow_advantages
+    from areal_adv.trainer.diagnostics.step_diagnostics import measure_batch
 
     shaping = cfg.rollout.prm.advantage_shaping
     computed = {} if saved.sum_pi_squared is None else {"sum_pi_squared": saved.sum_pi_squared}
@@ -200,7 +200,7 @@ def _step_rows(saved: Any, cfg: Any, actor: Any, shadows: Any, policy: Any, fold
 
 def _saved_steps(run_dir: Path, steps: Sequence[int] | None) -> tuple[dict[int, Path], list[int]]:
     """({step: file} of the saved rollouts, the steps to measure): all, or `steps`, each of which must be saved."""
-    from areal_adv.trainer.run.rollout_store import rollout_steps
+    from areal_adv.trainer.diagnostics.rollout_store import rollout_steps
 
     saved = rollout_steps(run_dir)
     if not saved:
@@ -227,10 +227,10 @@ def diagnose_run(
     """
     from areal_adv.api.cli_args import load_config
     from areal_adv.api.train_args import DiagnosticsConfig
+    from areal_adv.trainer.diagnostics.rollout_store import load_rollout
+    from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer, build_shadows
     from areal_adv.trainer.ppo.actor import PPOActor
-    from areal_adv.trainer.ppo.shadow_estimators import BatchOffer, build_shadows
     from areal_adv.trainer.run.metrics import write_jsonl
-    from areal_adv.trainer.run.rollout_store import load_rollout
     from areal_adv.utils.checkpoint_folders import checkpoint_root, list_checkpoints
 
     if weights not in WEIGHTS:

@@ -68,8 +68,7 @@ __all__ = [
 
 #: The modules whose observers ship with the trainer; each registers its observers when imported.
 BUILTIN_OBSERVERS = (
-    "areal_adv.trainer.run.diagnostics",
-    "areal_adv.trainer.run.rollout_store",
+    "areal_adv.trainer.run.diagnostics_observers",
     "areal_adv.trainer.run.group_filter",
     "areal_adv.trainer.run.param_checksums",
 )

@@ -13,12 +13,12 @@ from safetensors.torch import load_file
 
 from areal_adv.api.cli_args import ConfigError, load_config
 from areal_adv.cli import main as cli_main
-from areal_adv.trainer.ppo.training.gradient_probe import fold_rows, probe_parameters
+from areal_adv.trainer.diagnostics.gradient_probe import fold_rows, probe_parameters
+from areal_adv.trainer.diagnostics.rollout_store import load_rollout, rollout_steps
+from areal_adv.trainer.diagnostics.step_diagnostics import StepDiagnostics
 from areal_adv.trainer.run.diagnose import diagnose_run
-from areal_adv.trainer.run.diagnostics import StepDiagnostics
 from areal_adv.trainer.run.loop import Trainer
 from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
-from areal_adv.trainer.run.rollout_store import load_rollout, rollout_steps
 
 SMALL = ["rollout.batch_size=4", "rollout.n_samples=4", *tiny_run.TINY_MODEL, *tiny_run.QUIET, "seed=3"]
 METRICS = ("zero_adv_frac", "noise_proxy", "grad_snr", "cos_to_active", "length_corr", "reward_rank_corr")
@@ -93,9 +93,9 @@ def test_first_steps_measures_only_the_start_of_a_run(tmp_path: Path, capsys: py
 
 def test_fold_moments_equal_stacked_fold_gradients_of_a_plain_backward_loop(tmp_path: Path) -> None:
     """grad_snr and cos_to_active from the running moments = the stacked per-fold `.backward()` gradients."""
+    from areal_adv.trainer.diagnostics.diagnostic_metrics import cosine, gradient_snr
+    from areal_adv.trainer.diagnostics.gradient_probe import fold_gradients
     from areal_adv.trainer.lm.logprobs import token_logprobs
-    from areal_adv.trainer.ppo.diagnostic_metrics import cosine, gradient_snr
-    from areal_adv.trainer.ppo.training.gradient_probe import fold_gradients
     from areal_adv.trainer.ppo.training.loss import ppo_policy_loss
     from areal_adv.utils.data import concat_batch
 

@@ -1,7 +1,7 @@
 """Shadow estimators inside other engines: the gradient-free diagnostics, for AReaL, verl and TRL.
 
 The engines compute advantages through our pipeline (the AReaL hook, verl's
-`compute_advantage` wrapper, `AReaLGRPOTrainer`); with `diagnostics.estimators`
+`compute_advantage` wrapper, `AReaLGRPOTrainer`, in `areal_adv.integrations`); with `diagnostics.estimators`
 in the pipeline config each listed estimator also computes its advantages on
 the same batch and `diagnostics/<name>/<metric>` (and `diagnostics/active/*`,
 the engine's own advantages) goes to the engine's metrics: `zero_adv_frac`,
@@ -25,12 +25,11 @@ from typing import Any
 import torch
 
 from areal_adv.api.train_args import ACTIVE_ESTIMATOR
-from areal_adv.integrations.response_layout import ResponseBatch, to_pipeline, to_response
-from areal_adv.trainer.ppo.shadow_estimators import BatchOffer, Shadow, build_shadows, shadow_advantages
-from areal_adv.trainer.run.diagnostics import diagnostic_rows, measure_batch
+from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer, Shadow, build_shadows, shadow_advantages
+from areal_adv.trainer.diagnostics.step_diagnostics import diagnostic_rows, measure_batch
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
-__all__ = ["pipeline_diagnostics", "response_advantages_with_diagnostics", "shadows_for"]
+__all__ = ["pipeline_diagnostics", "shadows_for"]
 
 logger = logging.getLogger("areal_adv.integrations.diagnostics")
 _SHADOWS: weakref.WeakKeyDictionary[Any, dict[tuple[tuple[str, ...], BatchOffer], list[Shadow]]] = (
@@ -79,16 +78,3 @@ def pipeline_diagnostics(
         outputs = {ACTIVE_ESTIMATOR: output, **shadow_advantages(shadows, batch, meta, {}, on_error=_drop)}
         spp = batch.get("sum_pi_squared") if with_logprobs else None
         return diagnostic_rows(measure_batch(outputs, batch, meta, sum_pi_squared=spp))
-
-
-def response_advantages_with_diagnostics(
-    actor: Any, batch: ResponseBatch, names: Sequence[str], *, offer: BatchOffer
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-    """`response_layout.response_advantages` plus the diagnostics of `names` on the same batch."""
-    converted = to_pipeline(batch)
-    out = actor.compute_advantages(converted.data, converted.meta)
-    mask = batch.response_mask
-    metrics = pipeline_diagnostics(
-        actor, names, converted.data, converted.meta, out, offer=offer, with_logprobs=batch.logprobs is not None
-    )
-    return to_response(converted, out["advantages"], mask), to_response(converted, out["returns"], mask), metrics

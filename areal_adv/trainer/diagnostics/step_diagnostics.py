@@ -2,11 +2,12 @@
 
 With `diagnostics.estimators` set, every `diagnostics.every`-th step, after the
 run's advantages and before its update, each shadow estimator
-(`areal_adv.trainer.ppo.shadow_estimators`) computes its advantages on the step's
-batch, and `diagnostics/<name>/<metric>` is logged for it and for `active` (the
-run's own advantages): the gradient-free metrics of
-`areal_adv.trainer.ppo.diagnostic_metrics`, plus `grad_snr` and `cos_to_active`
-from per-fold gradients (`areal_adv.trainer.ppo.training.gradient_probe`).
+(`shadow_estimators`) computes its advantages on the step's batch, and
+`diagnostics/<name>/<metric>` is logged for it and for `active` (the run's own
+advantages): the gradient-free metrics of `diagnostic_metrics`, plus `grad_snr`
+and `cos_to_active` from per-fold gradients (`gradient_probe`). The trainer runs
+it through the `ShadowDiagnostics` step observer
+(`areal_adv.trainer.run.diagnostics_observers`).
 
 Training is unchanged, bit for bit: the run's batch, advantages and stage state
 are not touched (shadows have their own actors and get new dicts), gradients
@@ -30,16 +31,14 @@ from typing import Any
 import torch
 
 from areal_adv.api.train_args import ACTIVE_ESTIMATOR, DiagnosticsConfig, ExperimentConfig
+from areal_adv.trainer.diagnostics.diagnostic_metrics import cosine, sequence_metrics
+from areal_adv.trainer.diagnostics.gradient_probe import FoldMoments, fold_gradients, fold_rows, probe_parameters
+from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer, Shadow, build_shadows, shadow_advantages
 from areal_adv.trainer.lm.logprobs import aligned_from_rollout
-from areal_adv.trainer.ppo.diagnostic_metrics import cosine, sequence_metrics
-from areal_adv.trainer.ppo.shadow_estimators import BatchOffer, Shadow, build_shadows, shadow_advantages
-from areal_adv.trainer.ppo.training.gradient_probe import FoldMoments, fold_gradients, fold_rows, probe_parameters
 from areal_adv.trainer.rollout.stage_fields import behaviour_token_stats, stage_batch_fields
-from areal_adv.trainer.run.step_observers import Observation, Phase, StepObserver, StepServices, StepView, step_observer
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 __all__ = [
-    "ShadowDiagnostics",
     "StepDiagnostics",
     "diagnostic_rows",
     "measure_batch",
@@ -222,33 +221,3 @@ class StepDiagnostics:
                 outputs, batch, meta, sum_pi_squared=computed.get("sum_pi_squared"), gradients=gradients
             )
         return diagnostic_rows(measured)
-
-
-@step_observer(enabled=lambda cfg: cfg.diagnostics.enabled)
-class ShadowDiagnostics(StepObserver):
-    """`diagnostics.estimators`: the shadows measured on each due step's batch, after the advantages.
-
-    Reads the trained weights' log-probs before the update (the gradient probe takes the PPO
-    ratio against them), so with diagnostics on they come from a pass of their own.
-    """
-
-    name = "diagnostics"
-    phase = Phase.ADVANTAGES
-    reads = frozenset({"prox_logp", "logprobs", "loss_mask", "rewards", "advantages", "sum_pi_squared"})
-    timed_as = "diagnostics"
-
-    def __init__(self, cfg: ExperimentConfig, services: StepServices) -> None:
-        self.config = cfg.diagnostics
-        with preserved_rng(services.device):  # the shadows' actors are resolved without drawing from the run's RNG
-            self.diagnostics = StepDiagnostics(
-                cfg, services.actor, services.engine, world_size=services.ctx.world_size, device=services.device
-            )
-
-    def due(self, step: int) -> bool:
-        return self.config.due(step)
-
-    def observe(self, view: StepView) -> Observation:
-        return Observation(self.diagnostics.measure(view.batch, view.meta, view.data))
-
-    def opening_lines(self) -> str:
-        return self.diagnostics.opening_lines()

@@ -1,6 +1,6 @@
 """Per-fold gradients of the PPO surrogate, for several estimators' advantages at once, without touching `.grad`.
 
-`grad_snr` and `cos_to_active` (`areal_adv.trainer.ppo.diagnostic_metrics`) need
+`grad_snr` and `cos_to_active` (`areal_adv.trainer.diagnostics.diagnostic_metrics`) need
 K gradient samples of the policy loss per estimator at the current weights. The
 step's prompt groups are dealt round-robin into K folds (group j into fold
 j mod K: no random draw); each fold gets one forward pass, and each estimator one
