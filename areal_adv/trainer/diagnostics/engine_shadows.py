@@ -24,14 +24,15 @@ from typing import Any
 
 import torch
 
-from areal_adv.api.train_args import ACTIVE_ESTIMATOR
-from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer, Shadow, build_shadows, shadow_advantages
-from areal_adv.trainer.diagnostics.step_diagnostics import diagnostic_rows, measure_batch
+from areal_adv.trainer.diagnostics.measure import measure_estimators
+from areal_adv.trainer.diagnostics.metric_names import diagnostic_rows
+from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer, Shadow, build_shadows, drop_on_error
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 __all__ = ["pipeline_diagnostics", "shadows_for"]
 
 logger = logging.getLogger("areal_adv.integrations.diagnostics")
+_drop = drop_on_error(logger)
 _SHADOWS: weakref.WeakKeyDictionary[Any, dict[tuple[tuple[str, ...], BatchOffer], list[Shadow]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -47,12 +48,6 @@ def shadows_for(actor: Any, names: Sequence[str], offer: BatchOffer) -> list[Sha
             if shadow.skipped:
                 logger.warning("diagnostics: %s skipped: %s", shadow.name, shadow.skipped)
     return per_actor[key]
-
-
-def _drop(shadow: Shadow, exc: Exception) -> None:
-    """A shadow whose advantages failed on a batch: left out from then on, with the cause (training goes on)."""
-    shadow.actor, shadow.skipped = None, f"failed on a batch ({type(exc).__name__}: {exc})"
-    logger.warning("diagnostics: %s dropped: %s", shadow.name, shadow.skipped)
 
 
 def pipeline_diagnostics(
@@ -75,6 +70,6 @@ def pipeline_diagnostics(
         return {}
     with torch.no_grad():
         shadows = shadows_for(actor, names, offer)
-        outputs = {ACTIVE_ESTIMATOR: output, **shadow_advantages(shadows, batch, meta, {}, on_error=_drop)}
         spp = batch.get("sum_pi_squared") if with_logprobs else None
-        return diagnostic_rows(measure_batch(outputs, batch, meta, sum_pi_squared=spp))
+        measured = measure_estimators(output, shadows, batch, meta, computed={}, sum_pi_squared=spp, on_error=_drop)
+        return diagnostic_rows(measured)

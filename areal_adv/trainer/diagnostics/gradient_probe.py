@@ -16,7 +16,7 @@ estimator, not one gradient per fold and estimator.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from areal_adv.api.cli_args import PPOActorConfig
 from areal_adv.trainer.lm.logprobs import token_logprobs
 from areal_adv.trainer.ppo.training.loss import ppo_policy_loss
 
-__all__ = ["FoldMoments", "fold_gradients", "fold_rows", "probe_parameters"]
+__all__ = ["FoldMoments", "GradientProbe", "fold_gradients", "fold_rows", "probe_parameters"]
 
 
 @dataclass
@@ -189,3 +189,24 @@ def fold_gradients(
                 del grads
             del logp
     return out
+
+
+@dataclass(frozen=True)
+class GradientProbe:
+    """What `grad_snr` and `cos_to_active` are measured with: a policy, its PPO loss settings, K and the parameters.
+
+    The trainer probes its trained module at the weights that sampled the step (under the
+    engine's autocast); `areal-adv diagnose` the checkpoint that holds those weights. Both
+    deal the batch's prompt groups into folds the same way (`fold_rows`).
+    """
+
+    model: nn.Module
+    config: PPOActorConfig
+    folds: int
+    params: Sequence[nn.Parameter]
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+
+    def __call__(self, outputs: Mapping[str, Mapping[str, Any]], group_sizes: Sequence[int]) -> dict[str, FoldMoments]:
+        """{estimator: the moments of its fold gradients} for the estimators' pipeline outputs on one batch."""
+        rows = fold_rows(group_sizes, self.folds)
+        return fold_gradients(self.model, self.config, outputs, rows, self.params, autocast=self.autocast)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ __all__ = [
     "BatchOffer",
     "Shadow",
     "build_shadows",
+    "drop_on_error",
     "shadow_actor_config",
     "shadow_advantages",
 ]
@@ -186,3 +188,17 @@ def shadow_advantages(
                 raise
             on_error(shadow, exc)
     return out
+
+
+def drop_on_error(log: logging.Logger) -> Callable[[Shadow, Exception], None]:
+    """An `on_error` for `shadow_advantages` that drops the failing shadow from then on and logs the cause once.
+
+    A shadow is a measurement: one that fails on a batch (a field it cannot use, a
+    plugin's bug) must not stop the training it watches, nor fail again every step.
+    """
+
+    def drop(shadow: Shadow, exc: Exception) -> None:
+        shadow.actor, shadow.skipped = None, f"failed on a batch ({type(exc).__name__}: {exc})"
+        log.warning("diagnostics: %s dropped: %s", shadow.name, shadow.skipped)
+
+    return drop

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from areal_adv.api.train_args import ExperimentConfig
 from areal_adv.trainer.diagnostics.rollout_store import rollout_path, save_rollout
-from areal_adv.trainer.diagnostics.step_diagnostics import StepDiagnostics, preserved_rng
-from areal_adv.trainer.rollout.stage_fields import behaviour_token_stats
+from areal_adv.trainer.diagnostics.step_diagnostics import StepDiagnostics, preserved_rng, sampled_token_stats
 from areal_adv.trainer.run.step_observers import Observation, Phase, StepObserver, StepServices, StepView, step_observer
 
 __all__ = ["SavedRollouts", "ShadowDiagnostics"]
@@ -70,14 +69,8 @@ class SavedRollouts(StepObserver):
         with preserved_rng(services.device):
             spp = view.batch.get("sum_pi_squared")
             if spp is None:
-                with services.engine.autocast():
-                    spp = behaviour_token_stats(
-                        services.engine.sampled_by,
-                        view.batch["input_ids"],
-                        view.batch["attention_mask"],
-                        self.cfg.sampling_temperature,
-                        ("sum_pi_squared",),
-                    )["sum_pi_squared"]
+                fields = ("sum_pi_squared",)
+                spp = sampled_token_stats(services.engine, view.batch, self.cfg.sampling_temperature, fields)[fields[0]]
             path = rollout_path(services.run_dir, view.step, services.ctx.rank)
             save_rollout(path, view.batch, view.meta, advantages=view.data["advantages"], sum_pi_squared=spp)
         return Observation()

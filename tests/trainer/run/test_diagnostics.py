@@ -281,7 +281,8 @@ def test_diagnose_without_checkpoints_measures_no_gradients_and_says_so(tmp_path
 
 
 def test_step_ranges_and_the_weights_of_each_step() -> None:
-    from areal_adv.trainer.run.diagnose import step_ranges, weights_for
+    from areal_adv.trainer.diagnostics.offline import weights_for
+    from areal_adv.trainer.diagnostics.offline_report import step_ranges
 
     assert step_ranges([7, 0, 1, 2, 5, 8]) == "0-2, 5, 7-8" and step_ranges(list(range(30))) == "0-29"
     checkpoints = [(10, Path("c10")), (30, Path("c30"))]
