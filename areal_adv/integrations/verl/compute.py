@@ -29,7 +29,6 @@ from areal_adv.integrations.config import PipelineSpec
 from areal_adv.integrations.response_layout import response_advantages, response_advantages_with_diagnostics
 from areal_adv.integrations.verl.estimator import ESTIMATOR_NAME, resolve_pipeline
 from areal_adv.integrations.verl.layout import from_data_proto
-from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.trainer.ppo.checks.aux_fields import SUM_PI_SQUARED, declared_fields
 
@@ -134,9 +133,7 @@ def compute_advantage(
     names = spec.diagnostics.estimators
     with torch.no_grad():
         if names:
-            keys = set(data.batch.keys())
-            offer = BatchOffer(values="values" in keys, greedy_baselines="reward_baselines" in keys)
-            advantages, returns, metrics = response_advantages_with_diagnostics(actor, response, names, offer=offer)
+            advantages, returns, metrics = response_advantages_with_diagnostics(actor, response, names)
             data.meta_info[DIAGNOSTICS_KEY] = metrics
         else:
             advantages, returns = response_advantages(actor, response)

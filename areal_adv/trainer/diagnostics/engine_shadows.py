@@ -24,9 +24,10 @@ from typing import Any
 
 import torch
 
+from areal_adv.trainer.diagnostics.batch_offer import BatchOffer
 from areal_adv.trainer.diagnostics.measure import measure_estimators
 from areal_adv.trainer.diagnostics.metric_names import diagnostic_rows
-from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer, Shadow, build_shadows, drop_on_error
+from areal_adv.trainer.diagnostics.shadow_estimators import Shadow, build_shadows, drop_on_error
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 __all__ = ["pipeline_diagnostics", "shadows_for"]
@@ -57,19 +58,19 @@ def pipeline_diagnostics(
     meta: TrajBatchMeta,
     output: Mapping[str, Any],
     *,
-    offer: BatchOffer,
     with_logprobs: bool = True,
 ) -> dict[str, float]:
     """`diagnostics/<name>/<metric>` of the shadows and of `output` (the engine's own pipeline output on `batch`).
 
-    `batch` is in the pipeline's rollout layout; `with_logprobs` says whether its
+    `batch` is in the pipeline's rollout layout, and its fields are what the shadows may
+    rely on (`BatchOffer.of_fields`); `with_logprobs` says whether its
     `logprobs` are the behaviour policy's (not placeholders), which the noise
     proxy needs together with `sum_pi_squared`.
     """
     if not names:
         return {}
     with torch.no_grad():
-        shadows = shadows_for(actor, names, offer)
+        shadows = shadows_for(actor, names, BatchOffer.of_fields(batch))
         spp = batch.get("sum_pi_squared") if with_logprobs else None
         measured = measure_estimators(output, shadows, batch, meta, computed={}, sum_pi_squared=spp, on_error=_drop)
         return diagnostic_rows(measured)

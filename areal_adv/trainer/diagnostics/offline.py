@@ -115,8 +115,9 @@ def diagnose_rows(
     """
     from areal_adv.api.cli_args import load_config
     from areal_adv.api.train_args import DiagnosticsConfig
+    from areal_adv.trainer.diagnostics.batch_offer import run_offer
     from areal_adv.trainer.diagnostics.rollout_store import load_rollout
-    from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer, build_shadows
+    from areal_adv.trainer.diagnostics.shadow_estimators import build_shadows
     from areal_adv.trainer.ppo.actor import PPOActor
     from areal_adv.utils.checkpoint_folders import checkpoint_root, list_checkpoints
 
@@ -127,8 +128,7 @@ def diagnose_rows(
     settings = DiagnosticsConfig(estimators=names, folds=cfg.diagnostics.folds, params=cfg.diagnostics.params)
     saved, wanted = saved_steps(run_dir, steps)
     actor = PPOActor(cfg.actor)
-    offer = BatchOffer(cfg.critic.enabled, cfg.rollout.greedy_baseline, cfg.rollout.prm.enabled, cfg.rollout.export)
-    shadows = build_shadows(settings.estimators, cfg.actor, offer)
+    shadows = build_shadows(settings.estimators, cfg.actor, run_offer(cfg, actor.resolved))  # as the run's
     for shadow in shadows:
         if shadow.skipped:
             say(f"{shadow.name} skipped: {shadow.skipped}")

@@ -12,8 +12,8 @@ unchanged.
 
 A shadow whose algorithm needs a batch field the run does not produce (a
 critic's values, greedy baselines, process rewards, per-turn rows, seat ids) is
-skipped with the reason; the behaviour policy's entropy and Σπ² are computed
-for it (`computed_fields`).
+skipped with the reason (`batch_offer` says what the batches carry); the behaviour
+policy's entropy and Σπ² are computed for it (`step_diagnostics`).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ import yaml
 from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, load_config
 from areal_adv.api.presets import preset_names, preset_path
 from areal_adv.api.train_args import is_config_file, shadow_label
+from areal_adv.trainer.diagnostics.batch_offer import BatchOffer
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 __all__ = [
     "ALGORITHM_KEYS",
     "COMPUTED_FIELDS",
-    "BatchOffer",
     "Shadow",
     "build_shadows",
     "drop_on_error",
@@ -62,17 +62,6 @@ ALGORITHM_KEYS = (
 COMPUTED_FIELDS = ("token_entropy", "sum_pi_squared")
 #: Estimators that bootstrap from a critic's values.
 _VALUE_ESTIMATORS = ("token_gae", "turn_gae")
-
-
-@dataclass(frozen=True)
-class BatchOffer:
-    """What the run's batches carry beyond rewards, masks and log-probs (what a shadow may rely on)."""
-
-    values: bool = False  # a critic's `values`
-    greedy_baselines: bool = False  # `reward_baselines` (rollout.greedy_baseline)
-    process_rewards: bool = False  # `token_rewards` (rollout.prm.enabled)
-    export: str = "episode"  # rollout.export
-    seats: bool = False  # `role_ids` / `game_ids`
 
 
 @dataclass

@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from areal_adv.api.train_args import ACTIVE_ESTIMATOR, DiagnosticsConfig, ExperimentConfig
+from areal_adv.trainer.diagnostics.batch_offer import run_offer
 from areal_adv.trainer.diagnostics.gradient_probe import GradientProbe, probe_parameters
 from areal_adv.trainer.diagnostics.measure import measure_estimators
 from areal_adv.trainer.diagnostics.metric_names import GRADIENT_METRICS, diagnostic_rows
-from areal_adv.trainer.diagnostics.shadow_estimators import BatchOffer, Shadow, build_shadows, drop_on_error
-from areal_adv.trainer.rollout.stage_fields import behaviour_token_stats, stage_batch_fields
+from areal_adv.trainer.diagnostics.shadow_estimators import Shadow, build_shadows, drop_on_error
+from areal_adv.trainer.rollout.stage_fields import behaviour_token_stats
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 if TYPE_CHECKING:
@@ -102,13 +103,7 @@ class StepDiagnostics:
     ) -> None:
         self.config: DiagnosticsConfig = cfg.diagnostics
         self.cfg, self.actor, self.engine, self.device = cfg, actor, engine, device
-        offer = BatchOffer(
-            values=cfg.critic.enabled,
-            greedy_baselines=cfg.rollout.greedy_baseline,
-            process_rewards=cfg.rollout.prm.enabled,
-            export=cfg.rollout.export,
-            seats="role_ids" in stage_batch_fields(actor.resolved),
-        )
+        offer = run_offer(cfg, actor.resolved)
         self.shadows: list[Shadow] = build_shadows(self.config.estimators, actor.config, offer)
         self.gradients_skipped = gradient_skip_reason(world_size)
         self.params = [] if self.gradients_skipped else probe_parameters(engine.model, self.config.params)
