@@ -39,19 +39,7 @@ from areal_adv.trainer.diagnostics.metric_names import GRADIENT_METRICS, METRICS
 from areal_adv.trainer.diagnostics.offline import WEIGHTS
 from areal_adv.trainer.diagnostics.offline_report import no_recommendation_note, summary, table, weights_title
 
-__all__ = ["build_figure", "diagnose_run", "main", "panel_points", "plot_rows", "recommend"]
-
-
-def recommend(rows: Sequence[Mapping[str, Any]]) -> str | None:
-    """The estimator the diagnostics recommend for this run, with the evidence behind the rule, or None.
-
-    Tested on the estimator suite (every run's first 10 % of updates against its
-    final learning curve, with a rule fixed before measuring): no diagnostic
-    predicted which estimator learns sooner well enough to pass it (see
-    `EVIDENCE`), so nothing is recommended and `diagnose` prints the numbers only.
-    """
-    del rows
-    return None
+__all__ = ["build_figure", "diagnose_run", "main", "panel_points", "plot_rows"]
 
 
 def _load_policy(checkpoint: Path) -> Any:
@@ -195,7 +183,6 @@ def main(argv: Sequence[str]) -> int:
     if args.per_step:
         print("\n" + table(rows))
     plot = plot_rows(rows, args.run_dir / "diagnostics.png")
-    advice = recommend(rows)
-    print("\n" + (advice if advice else no_recommendation_note()))
+    print("\n" + no_recommendation_note())
     print(f"rows: {args.run_dir / 'diagnostics.jsonl'} (or --per-step) | plot: {plot}")
     return 0
