@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tiny_run  # noqa: E402
@@ -150,6 +153,72 @@ def test_fold_moments_equal_stacked_fold_gradients_of_a_plain_backward_loop(tmp_
     assert cosine(moments["other"].mean(), moments["active"].mean()) == pytest.approx(
         cosine(grads["other"].mean(0), grads["active"].mean(0)), rel=1e-4
     )
+
+
+def _sampled_stats(
+    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, temperature: float, autocast: Callable[[], Any]
+) -> dict[str, torch.Tensor]:
+    """Σ_a π(a)² and −Σ_a π(a) log π(a) of softmax(logits / T) that predicted each token, stored at that token
+    (0 at the first position and on padding), written out from `model`'s own forward."""
+    model.eval()
+    with torch.no_grad(), autocast():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    probs = torch.softmax(logits[:, :-1].float() / temperature, dim=-1)
+    at_token = lambda x: torch.nn.functional.pad(x, (1, 0)) * mask.float()  # noqa: E731
+    return {
+        "sum_pi_squared": at_token((probs * probs).sum(-1)),
+        "token_entropy": at_token(-torch.special.xlogy(probs, probs).sum(-1)),
+    }
+
+
+def test_with_a_bf16_sampling_copy_the_shadows_read_the_behaviour_statistics_of_the_copy_that_sampled(
+    tmp_path: Path,
+) -> None:
+    """`rollout.weights_dtype` and diagnostics both on: the entropy and Σπ² the shadows (and the saved rollouts)
+    read are those of `PolicyEngine.sampled_by`, the bf16 copy that drew the tokens, not the float32 weights."""
+    shadows = "diagnostics.estimators=[grpo_entropy,optimal_token_baseline]"  # one reads the entropy, one Σπ²
+    trainer = _trainer(
+        tmp_path, "train.steps=1", "rollout.weights_dtype=bfloat16", shadows, "output.save_rollouts=true"
+    )
+    engine = trainer.engine
+    assert engine.sampled_by is not engine.model and next(engine.sampled_by.parameters()).dtype == torch.bfloat16
+    sampling, trained = copy.deepcopy(engine.sampled_by), copy.deepcopy(engine.model)  # the update changes both
+    diagnostics = _step_diagnostics(trainer)
+    assert [(s.name, s.skipped) for s in diagnostics.shadows] == [
+        ("grpo_entropy", None),
+        ("optimal_token_baseline", None),
+    ]
+    read: dict[str, dict[str, torch.Tensor]] = {}
+    for shadow in diagnostics.shadows:
+
+        def spy(
+            batch: dict[str, Any],
+            meta: Any,
+            *,
+            shaping: Any = None,
+            _name: str = shadow.name,
+            _own: Any = shadow.actor.compute_advantages,
+        ) -> Any:
+            read[_name] = {k: batch[k].clone() for k in ("token_entropy", "sum_pi_squared") if k in batch}
+            return _own(batch, meta, shaping=shaping)
+
+        shadow.actor.compute_advantages = spy
+    out = trainer.step(0)
+    assert "diagnostics/optimal_token_baseline/noise_proxy" in out.metrics
+    # each shadow is handed the fields it reads, computed for it: the run's own stages read neither
+    assert {name: set(fields) for name, fields in read.items()} == {
+        "grpo_entropy": {"token_entropy"},
+        "optimal_token_baseline": {"sum_pi_squared"},
+    }
+    saved = load_rollout(rollout_steps(trainer.run_dir)[0])  # the batch the shadows saw, as saved
+    args = (saved.batch["input_ids"], saved.batch["attention_mask"], trainer.cfg.sampling_temperature, engine.autocast)
+    want, float32 = _sampled_stats(sampling, *args), _sampled_stats(trained, *args)
+    for name, field in (("grpo_entropy", "token_entropy"), ("optimal_token_baseline", "sum_pi_squared")):
+        err = float((read[name][field] - want[field]).abs().max())
+        apart = float((want[field] - float32[field]).abs().max())  # about 3e-5 (entropy) and 5e-6 (Σπ²) here
+        assert err <= 1e-6 and err < apart / 10, (name, field, err, apart)  # the copy's, to float32 rounding
+    err = float((saved.sum_pi_squared - want["sum_pi_squared"]).abs().max())
+    assert err <= 1e-6 and err < float((want["sum_pi_squared"] - float32["sum_pi_squared"]).abs().max()) / 10
 
 
 def test_shadows_the_batch_cannot_feed_are_named_in_the_opening_lines(
