@@ -25,7 +25,7 @@ from torch import nn
 
 from areal_adv.api.cli_args import PPOActorConfig
 from areal_adv.trainer.lm.logprobs import token_logprobs
-from areal_adv.trainer.ppo.training.loss import ppo_policy_loss
+from areal_adv.trainer.ppo.training.loss import policy_loss_settings, ppo_policy_loss
 
 __all__ = ["FoldMoments", "GradientProbe", "fold_gradients", "fold_rows", "probe_parameters"]
 
@@ -178,11 +178,7 @@ def fold_gradients(
                     data["logprobs"][fold, :width].detach(),
                     data["advantages"][fold, :width].detach().to(logp.dtype),
                     mask,
-                    eps_clip=config.eps_clip,
-                    eps_clip_higher=config.eps_clip_higher,
-                    c_clip=config.c_clip,
-                    behav_imp_weight_cap=config.behav_imp_weight_cap,
-                    decoupled=config.use_decoupled_loss,
+                    **policy_loss_settings(config),
                 )
                 grads = torch.autograd.grad(loss, list(params), retain_graph=True, allow_unused=True)
                 out[name].add(_dense(grads, params))
