@@ -90,7 +90,8 @@ def panel_points(
     rows: Sequence[Mapping[str, Any]], estimator: str, metric: str
 ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """(points at the weights that sampled the batch or of the batch alone, points at stale weights) of a metric."""
-    fresh, stale = [], []
+    fresh: list[tuple[int, float]] = []
+    stale: list[tuple[int, float]] = []
     for r in rows:
         if r["estimator"] != estimator or r.get(metric) is None:
             continue
