@@ -1,9 +1,9 @@
 """Shadow estimators inside other engines: the gradient-free diagnostics, for AReaL, verl and TRL.
 
 The engines compute advantages through our pipeline (the AReaL hook, verl's
-`compute_advantage` wrapper, `AReaLGRPOTrainer`, in `areal_adv.integrations`); with `diagnostics.estimators`
-in the pipeline config each listed estimator also computes its advantages on
-the same batch and `diagnostics/<name>/<metric>` (and `diagnostics/active/*`,
+`compute_advantage` wrapper, `AReaLGRPOTrainer`, in `areal_adv.integrations`); with
+`diagnostics.estimators` in the pipeline config each listed estimator also computes its
+advantages on the same batch and `diagnostics/<name>/<metric>` (and `diagnostics/active/*`,
 the engine's own advantages) goes to the engine's metrics: `zero_adv_frac`,
 `length_corr`, `reward_rank_corr`, and `noise_proxy` where the batch carries
 the behaviour log-probs and Σπ² (`sum_pi_squared`). No extra forward or
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,16 +30,19 @@ from areal_adv.trainer.diagnostics.metric_names import diagnostic_rows
 from areal_adv.trainer.diagnostics.shadow_estimators import Shadow, build_shadows, drop_on_error
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
+if TYPE_CHECKING:
+    from areal_adv.trainer.ppo.actor import PPOActor
+
 __all__ = ["pipeline_diagnostics", "shadows_for"]
 
 logger = logging.getLogger("areal_adv.integrations.diagnostics")
 _drop = drop_on_error(logger)
-_SHADOWS: weakref.WeakKeyDictionary[Any, dict[tuple[tuple[str, ...], BatchOffer], list[Shadow]]] = (
+_SHADOWS: weakref.WeakKeyDictionary[PPOActor, dict[tuple[tuple[str, ...], BatchOffer], list[Shadow]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def shadows_for(actor: Any, names: Sequence[str], offer: BatchOffer) -> list[Shadow]:
+def shadows_for(actor: PPOActor, names: Sequence[str], offer: BatchOffer) -> list[Shadow]:
     """The shadows of `names` beside the engine's `actor` (built on first use; skipped ones logged once)."""
     per_actor = _SHADOWS.setdefault(actor, {})
     key = (tuple(names), offer)
@@ -52,7 +55,7 @@ def shadows_for(actor: Any, names: Sequence[str], offer: BatchOffer) -> list[Sha
 
 
 def pipeline_diagnostics(
-    actor: Any,
+    actor: PPOActor,
     names: Sequence[str],
     batch: Mapping[str, Any],
     meta: TrajBatchMeta,

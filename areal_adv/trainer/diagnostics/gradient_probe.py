@@ -118,6 +118,7 @@ def probe_parameters(model: nn.Module, which: str) -> list[tuple[str, nn.Paramet
 
 @contextlib.contextmanager
 def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """The model in eval mode (no dropout draws), then back in the mode it was in."""
     was_training = model.training
     model.eval()
     try:

@@ -41,11 +41,13 @@ _NAME = re.compile(r"^step_(\d+)\.safetensors$")
 
 
 def rollout_path(run_dir: Path, step: int, rank: int = 0) -> Path:
+    """The file of `step`'s batch on `rank` (zero-padded steps, so a listing sorts them in order)."""
     suffix = "" if rank == 0 else f".rank{rank}"
     return Path(run_dir) / ROLLOUT_DIR / f"step_{step:06d}{suffix}.safetensors"
 
 
 def _meta_json(meta: TrajBatchMeta) -> str:
+    """The batch layout as JSON: safetensors metadata holds strings only."""
     groups = None
     if meta.rollout_groups is not None:
         groups = [
@@ -67,6 +69,7 @@ def _meta_json(meta: TrajBatchMeta) -> str:
 
 
 def _meta_from_json(text: str) -> TrajBatchMeta:
+    """The `TrajBatchMeta` that `_meta_json` wrote."""
     d = json.loads(text)
     groups = d["rollout_groups"]
     if groups is not None:

@@ -187,6 +187,7 @@ def drop_on_error(log: logging.Logger) -> Callable[[Shadow, Exception], None]:
     """
 
     def drop(shadow: Shadow, exc: Exception) -> None:
+        """Leave `shadow` out from now on, saying why once."""
         shadow.actor, shadow.skipped = None, f"failed on a batch ({type(exc).__name__}: {exc})"
         log.warning("diagnostics: %s dropped: %s", shadow.name, shadow.skipped)
 

@@ -107,10 +107,12 @@ class StepDiagnostics:
         self.shadows: list[Shadow] = build_shadows(self.config.estimators, actor.config, offer)
         self.gradients_skipped = gradient_skip_reason(world_size)
         self.params = [] if self.gradients_skipped else probe_parameters(engine.model, self.config.params)
-        self.probe = None
-        if not self.gradients_skipped:
-            chosen = [p for _, p in self.params]
-            self.probe = GradientProbe(engine.model, actor.config, self.config.folds, chosen, engine.autocast)
+        chosen = [p for _, p in self.params]
+        self.probe = (  # the trained module at the weights that sampled the step, under the engine's autocast
+            None
+            if self.gradients_skipped
+            else GradientProbe(engine.model, actor.config, self.config.folds, chosen, engine.autocast)
+        )
         self._drop = drop_on_error(logger)
 
     def opening_lines(self) -> str:
