@@ -34,7 +34,7 @@ import torch.distributed as dist
 from areal_adv.api.cli_args import PPOActorConfig
 from areal_adv.trainer.parallel.distributed import DistContext, all_reduce_tensor
 from areal_adv.trainer.parallel.micro_batches import micro_slices, near_equal_slices
-from areal_adv.trainer.ppo.training.loss import masked_mean, ppo_policy_loss
+from areal_adv.trainer.ppo.training.loss import masked_mean, policy_loss_settings, ppo_policy_loss
 
 _REQUIRED = ("input_ids", "attention_mask", "loss_mask", "logprobs", "advantages")
 
@@ -185,11 +185,7 @@ def _micro_loss(run: _Pass, rows: slice) -> tuple[torch.Tensor, dict[str, float]
         data["logprobs"][cut].detach(),
         data["advantages"][cut].detach(),
         mask,
-        eps_clip=config.eps_clip,
-        eps_clip_higher=config.eps_clip_higher,
-        c_clip=config.c_clip,
-        behav_imp_weight_cap=config.behav_imp_weight_cap,
-        decoupled=config.use_decoupled_loss,
+        **policy_loss_settings(config),
     )
     return loss, {
         "policy_loss": float(loss.detach()),
