@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,14 +36,14 @@ from areal_adv.trainer.diagnostics.gradient_probe import GradientProbe, probe_pa
 from areal_adv.trainer.diagnostics.measure import measure_estimators
 from areal_adv.trainer.diagnostics.metric_names import GRADIENT_METRICS, diagnostic_rows
 from areal_adv.trainer.diagnostics.shadow_estimators import Shadow, build_shadows, drop_on_error
-from areal_adv.trainer.rollout.stage_fields import behaviour_token_stats
+from areal_adv.trainer.rollout.stage_fields import sampled_token_stats
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 if TYPE_CHECKING:
     from areal_adv.trainer.parallel.engine import PolicyEngine
     from areal_adv.trainer.ppo.actor import PPOActor
 
-__all__ = ["StepDiagnostics", "gradient_skip_reason", "preserved_rng", "sampled_token_stats"]
+__all__ = ["StepDiagnostics", "gradient_skip_reason", "preserved_rng"]
 
 logger = logging.getLogger("areal_adv.trainer")
 
@@ -60,32 +60,6 @@ def preserved_rng(device: torch.device) -> Iterator[None]:
         random.setstate(py)
         if cuda is not None:
             torch.cuda.set_rng_state(cuda, device)
-
-
-def sampled_token_stats(
-    engine: PolicyEngine,
-    batch: Mapping[str, Any],
-    temperature: float,
-    fields: Collection[str],
-    *,
-    rows_per_chunk: int = 16,
-) -> dict[str, torch.Tensor]:
-    """The behaviour statistics (`token_entropy`, `sum_pi_squared`) in `fields`, of the distribution that sampled.
-
-    That is `engine.sampled_by`: under `rollout.weights_dtype` the cast copy, not the
-    trained weights. The noise proxy pairs Σπ² with the sampled log-probs (1 - 2π_t + Σπ²
-    is a squared distance only within one distribution), and the shadows must read what
-    the run's own stages read; in the rollout's autocast, like the sampling.
-    """
-    with engine.autocast():
-        return behaviour_token_stats(
-            engine.sampled_by,
-            batch["input_ids"],
-            batch["attention_mask"],
-            temperature,
-            fields,
-            rows_per_chunk=rows_per_chunk,
-        )
 
 
 def gradient_skip_reason(world_size: int) -> str | None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from areal_adv.api.train_args import ExperimentConfig
 from areal_adv.trainer.diagnostics.rollout_store import rollout_path, save_rollout
-from areal_adv.trainer.diagnostics.step_diagnostics import StepDiagnostics, preserved_rng, sampled_token_stats
+from areal_adv.trainer.diagnostics.step_diagnostics import StepDiagnostics, preserved_rng
+from areal_adv.trainer.rollout.stage_fields import sampled_token_stats
 from areal_adv.trainer.run.step_observers import Observation, Phase, StepObserver, StepServices, StepView, step_observer
 
 __all__ = ["SavedRollouts", "ShadowDiagnostics"]
