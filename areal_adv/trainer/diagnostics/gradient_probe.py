@@ -26,6 +26,7 @@ from torch import nn
 from areal_adv.api.cli_args import PPOActorConfig
 from areal_adv.trainer.lm.logprobs import token_logprobs
 from areal_adv.trainer.ppo.training.loss import policy_loss_settings, ppo_policy_loss
+from areal_adv.trainer.ppo.training.update import proximal_logprobs
 
 __all__ = ["FoldMoments", "GradientProbe", "fold_gradients", "fold_rows", "probe_parameters"]
 
@@ -127,11 +128,12 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _proximal(config: PPOActorConfig, data: Mapping[str, Any]) -> torch.Tensor:
-    """The log-probs the ratio is taken against, as in the update."""
-    prox = data.get("prox_logp")
-    use = config.use_decoupled_loss or config.recompute_logprob
-    return prox if use and isinstance(prox, torch.Tensor) else data["logprobs"]
+def _proximal_of(config: PPOActorConfig, data: Mapping[str, Any]) -> torch.Tensor:
+    """The log-probs the ratio is taken against, as in the update (a tensor: the probe has no forward of its own)."""
+    proximal = proximal_logprobs(config, data)
+    if proximal is None:  # only `from_forward=True` gives None
+        raise RuntimeError("gradient probe: the update named no proximal log-probs")
+    return proximal
 
 
 def _dense(grads: Sequence[torch.Tensor | None], params: Sequence[nn.Parameter]) -> list[torch.Tensor]:
@@ -175,7 +177,7 @@ def fold_gradients(
                 mask = data["loss_mask"][fold, :width]
                 loss, _ = ppo_policy_loss(
                     logp,
-                    _proximal(config, data)[fold, :width].detach(),
+                    _proximal_of(config, data)[fold, :width].detach(),
                     data["logprobs"][fold, :width].detach(),
                     data["advantages"][fold, :width].detach().to(logp.dtype),
                     mask,

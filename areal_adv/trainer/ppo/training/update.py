@@ -112,8 +112,13 @@ def plan_minibatches(data: Mapping[str, Any], n_minibatches: int, engine: Any) -
     return MinibatchPlan(slices, shares, ctx)
 
 
-def _proximal(config: PPOActorConfig, data: Mapping[str, Any], from_forward: bool) -> torch.Tensor | None:
-    """The log-probs the ratio is taken against; None: the training forward's own, detached."""
+def proximal_logprobs(
+    config: PPOActorConfig, data: Mapping[str, Any], from_forward: bool = False
+) -> torch.Tensor | None:
+    """The log-probs the ratio is taken against; None: the training forward's own, detached.
+
+    The update and the diagnostics' gradient probe take the same (the probe never passes `from_forward`).
+    """
     if from_forward:
         if not config.use_decoupled_loss:
             raise ValueError(
@@ -250,7 +255,7 @@ def ppo_update(
     micro-batch's training log-probs as they are computed.
     """
     _check_batch(data)
-    proximal = _proximal(config, data, proximal_from_forward)
+    proximal = proximal_logprobs(config, data, proximal_from_forward)
     totals: dict[str, float] = {}
     plan = plan_minibatches(data, config.ppo_n_minibatches, engine)
     if proximal is None and len(plan.slices) != 1:
