@@ -22,10 +22,8 @@ the ranks' values; the gradient metrics are single-process only there.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,28 +36,15 @@ from areal_adv.trainer.diagnostics.metric_names import GRADIENT_METRICS, diagnos
 from areal_adv.trainer.diagnostics.shadow_estimators import Shadow, build_shadows, drop_on_error
 from areal_adv.trainer.rollout.stage_fields import sampled_token_stats
 from areal_adv.utils.batch_meta import TrajBatchMeta
+from areal_adv.utils.random_states import preserved_random_states
 
 if TYPE_CHECKING:
     from areal_adv.trainer.parallel.engine import PolicyEngine
     from areal_adv.trainer.ppo.actor import PPOActor
 
-__all__ = ["StepDiagnostics", "gradient_skip_reason", "preserved_rng"]
+__all__ = ["StepDiagnostics", "gradient_skip_reason"]
 
 logger = logging.getLogger("areal_adv.trainer")
-
-
-@contextlib.contextmanager
-def preserved_rng(device: torch.device) -> Iterator[None]:
-    """Restore torch's (CPU and this CUDA device's) and Python's random states on exit."""
-    state, py = torch.get_rng_state(), random.getstate()
-    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    try:
-        yield
-    finally:
-        torch.set_rng_state(state)
-        random.setstate(py)
-        if cuda is not None:
-            torch.cuda.set_rng_state(cuda, device)
 
 
 def gradient_skip_reason(world_size: int) -> str | None:
@@ -119,7 +104,7 @@ class StepDiagnostics:
 
     def measure(self, batch: Mapping[str, Any], meta: TrajBatchMeta, data: Mapping[str, Any]) -> dict[str, float]:
         """The step's `diagnostics/*` keys (`data`: the run's pipeline output on `batch`)."""
-        with preserved_rng(self.device):
+        with preserved_random_states(self.device):
             computed = self.computed_fields(batch)
             measured = measure_estimators(
                 data,

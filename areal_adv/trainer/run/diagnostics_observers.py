@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from areal_adv.api.train_args import ExperimentConfig
 from areal_adv.trainer.diagnostics.rollout_store import rollout_path, save_rollout
-from areal_adv.trainer.diagnostics.step_diagnostics import StepDiagnostics, preserved_rng
+from areal_adv.trainer.diagnostics.step_diagnostics import StepDiagnostics
 from areal_adv.trainer.rollout.stage_fields import sampled_token_stats
 from areal_adv.trainer.run.step_observers import Observation, Phase, StepObserver, StepServices, StepView, step_observer
+from areal_adv.utils.random_states import preserved_random_states
 
 __all__ = ["SavedRollouts", "ShadowDiagnostics"]
 
@@ -33,7 +34,9 @@ class ShadowDiagnostics(StepObserver):
 
     def __init__(self, cfg: ExperimentConfig, services: StepServices) -> None:
         self.config = cfg.diagnostics
-        with preserved_rng(services.device):  # the shadows' actors are resolved without drawing from the run's RNG
+        with preserved_random_states(
+            services.device
+        ):  # the shadows' actors are resolved without drawing from the run's RNG
             self.diagnostics = StepDiagnostics(
                 cfg, services.actor, services.engine, world_size=services.ctx.world_size, device=services.device
             )
@@ -67,7 +70,7 @@ class SavedRollouts(StepObserver):
 
     def observe(self, view: StepView) -> Observation:
         services = self.services
-        with preserved_rng(services.device):
+        with preserved_random_states(services.device):
             spp = view.batch.get("sum_pi_squared")
             if spp is None:
                 fields = ("sum_pi_squared",)
