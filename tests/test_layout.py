@@ -4,6 +4,7 @@
 * no import circle among their modules (function-level imports count too);
 * every import in `areal_adv/` points down the declared package order (`PACKAGE_ORDER`), never
   back up, and no two modules under `areal_adv/` share a file name;
+* the integrations never import the trainer's `run` package (they measure through `diagnostics`);
 * the seed's module paths still export the public names (advantage.md §1), as the
   same objects as the modules that now define them.
 """
@@ -60,6 +61,7 @@ PACKAGE_ORDER = (
         "areal_adv.trainer",
     ),  # the package roots: the entry point `areal_adv.trainer.main`, the tasks re-export
     ("areal_adv.trainer.run",),
+    ("areal_adv.trainer.diagnostics",),  # the trainer, `areal-adv diagnose` and the integrations measure through it
     ("areal_adv.trainer.rollout",),
     ("areal_adv.trainer.ppo",),  # the pipeline's orchestration: advantage, actor, stage_resolution, fused, ...
     ("areal_adv.trainer.ppo.training",),
@@ -124,6 +126,20 @@ def test_imports_point_down_the_package_order():
     graph = {m: _direction_targets(m, p, modules) for m, p in modules.items()}
     up = upward_imports(graph)
     assert not up, "imports back up the package order: " + "; ".join(up)
+
+
+def test_the_integrations_do_not_import_the_trainer_s_run_package():
+    """The engines measure through `areal_adv.trainer.diagnostics`, never the trainer's loop, loggers or checkpoints."""
+    modules = _all_modules()
+    run = "areal_adv.trainer.run"
+    found = [
+        f"{m} imports {t}"
+        for m, p in modules.items()
+        if m.startswith("areal_adv.integrations")
+        for t in sorted(_imported(m, p))
+        if t == run or t.startswith(run + ".")
+    ]
+    assert not found, "; ".join(found)
 
 
 def test_the_direction_check_can_fail():

@@ -10,5 +10,8 @@
   `actor.advantage`; `areal_bridge` is the part of it that needs no AReaL import.
 
 Nothing here is imported by `import areal_adv`; each adapter imports its engine only
-when it is used, so the core package never needs verl, TRL or AReaL installed.
+when it is used, so the core package never needs verl, TRL or AReaL installed. The
+shadow estimators' diagnostics inside the engines are `areal_adv.trainer.diagnostics`'s
+(`engine_shadows`), the trainer's own; nothing here imports the trainer's loop
+(`areal_adv.trainer.run`).
 """

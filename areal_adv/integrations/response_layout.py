@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from areal_adv.trainer.diagnostics.engine_shadows import pipeline_diagnostics
 from areal_adv.utils.data import TrajBatchMeta
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ __all__ = [
     "to_pipeline",
     "to_response",
     "response_advantages",
+    "response_advantages_with_diagnostics",
     "turn_ids_from_mask",
     "LayoutError",
 ]
@@ -220,7 +222,22 @@ def to_response(batch: PipelineBatch, value: torch.Tensor, response_mask: torch.
 
 def response_advantages(actor: PPOActor, batch: ResponseBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """Run `actor.compute_advantages` on a response-only batch: (advantages, returns), each [B, R]."""
+    advantages, returns, _ = response_advantages_with_diagnostics(actor, batch, ())
+    return advantages, returns
+
+
+def response_advantages_with_diagnostics(
+    actor: PPOActor, batch: ResponseBatch, names: Sequence[str]
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """`response_advantages` plus the shadow estimators' diagnostics of `names` on the same batch.
+
+    The engines' `diagnostics/<name>/<metric>` (`diagnostics.engine_shadows`; none without `names`);
+    `noise_proxy` only when the batch carries the behaviour log-probs (`logprobs`) and Σπ².
+    """
     converted = to_pipeline(batch)
     out = actor.compute_advantages(converted.data, converted.meta)
     mask = batch.response_mask
-    return to_response(converted, out["advantages"], mask), to_response(converted, out["returns"], mask)
+    metrics = pipeline_diagnostics(
+        actor, names, converted.data, converted.meta, out, with_logprobs=batch.logprobs is not None
+    )
+    return to_response(converted, out["advantages"], mask), to_response(converted, out["returns"], mask), metrics

@@ -144,6 +144,15 @@ class EchoTask(Task):
     def environment(self, row: dict[str, Any]) -> EchoEnvironment:
         return EchoEnvironment(row, self.noise, self.signed, self.rng)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The noise stream's position: checkpoints save it, so a resumed run draws the same noise."""
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+
 
 def _letter_of(completion: Any) -> str:
     text = completion if isinstance(completion, str) else completion[-1]["content"]

@@ -66,7 +66,7 @@ class AdvPPOActorConfig(areal_args.PPOActorConfig):
         default_factory=DiagnosticsConfig,
         metadata={
             "help": "Shadow estimators whose gradient-free diagnostics go to AReaL's stats tracker as "
-            "`diagnostics/<name>/<metric>` (areal_adv.integrations.shadow_diagnostics); `every`, `folds` and "
+            "`diagnostics/<name>/<metric>` (areal_adv.trainer.diagnostics.engine_shadows); `every`, `folds` and "
             "`params` are the trainer's only."
         },
     )

@@ -16,7 +16,7 @@ stage and the path).
 With `actor.diagnostics.estimators` (`AdvPPOActorConfig`), the shadow estimators'
 gradient-free diagnostics of each call go to AReaL's stats tracker
 (`stats_tracker.scalar`) as `diagnostics/<name>/<metric>`
-(`areal_adv.integrations.shadow_diagnostics`); `noise_proxy` only when the batch
+(`areal_adv.trainer.diagnostics.engine_shadows`); `noise_proxy` only when the batch
 carries `sum_pi_squared`.
 """
 
@@ -32,9 +32,8 @@ from areal.utils.perf_tracer import trace_perf
 
 from areal_adv.import_paths import HOOK_ENV
 from areal_adv.integrations.areal_bridge import areal_config_to_ours, compute_in_areal_layout
-from areal_adv.integrations.shadow_diagnostics import pipeline_diagnostics
+from areal_adv.trainer.diagnostics.engine_shadows import pipeline_diagnostics
 from areal_adv.trainer.ppo.actor import PPOActor
-from areal_adv.trainer.ppo.shadow_estimators import BatchOffer
 from areal_adv.utils.data import TrajBatchMeta
 
 __all__ = ["compute_advantages", "install", "installed", "uninstall"]
@@ -76,11 +75,7 @@ def _track_diagnostics(
         return
     from areal.utils import stats_tracker
 
-    keys = set(batched)
-    offer = BatchOffer(
-        values="values" in keys, greedy_baselines="reward_baselines" in keys, process_rewards="token_rewards" in keys
-    )
-    stats_tracker.scalar(**pipeline_diagnostics(actor, names, batched, meta, result, offer=offer))
+    stats_tracker.scalar(**pipeline_diagnostics(actor, names, batched, meta, result))
 
 
 def install() -> None:

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from areal_adv.integrations.response_layout import ResponseBatch, response_advantages
-from areal_adv.integrations.shadow_diagnostics import response_advantages_with_diagnostics
-from areal_adv.trainer.ppo.shadow_estimators import BatchOffer
+from areal_adv.integrations.response_layout import (
+    ResponseBatch,
+    response_advantages,
+    response_advantages_with_diagnostics,
+)
 from areal_adv.utils.collectives import single_process_collectives
 
 if TYPE_CHECKING:
@@ -107,9 +109,7 @@ def group_advantages_and_diagnostics(
     metrics: dict[str, float] = {}
     with torch.no_grad(), single_process_collectives():
         if estimators:
-            advantages, _, metrics = response_advantages_with_diagnostics(
-                actor, batch, estimators, offer=BatchOffer(process_rewards=batch.token_rewards is not None)
-            )
+            advantages, _, metrics = response_advantages_with_diagnostics(actor, batch, estimators)
         else:
             advantages, _ = response_advantages(actor, batch)
     out.index_copy_(0, rows, advantages.to(out.dtype))

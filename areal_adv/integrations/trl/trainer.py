@@ -11,7 +11,7 @@ stage reads `sum_pi_squared` (the optimal token baseline), one extra forward pas
 gives the completions' log-probs and Σπ² (`token_stats`). With
 `diagnostics.estimators` in the pipeline YAML, the shadow estimators'
 gradient-free diagnostics join TRL's logged metrics as `diagnostics/<name>/<metric>`
-(`areal_adv.integrations.shadow_diagnostics`; `noise_proxy` only when Σπ² is computed).
+(`areal_adv.trainer.diagnostics.engine_shadows`; `noise_proxy` only when Σπ² is computed).
 """
 
 from __future__ import annotations

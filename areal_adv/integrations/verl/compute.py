@@ -12,7 +12,7 @@ function, so replacing verl's is safe:
     patch_compute_advantage()   # in the process that runs verl's trainer (its Ray TaskRunner)
 
 With `diagnostics.estimators` in the pipeline config, the shadow estimators'
-gradient-free diagnostics (`areal_adv.integrations.shadow_diagnostics`) ride on
+gradient-free diagnostics (`areal_adv.trainer.diagnostics.engine_shadows`) ride on
 `data.meta_info["areal_adv_diagnostics"]`, and the patched trainer's
 `compute_data_metrics` adds them to verl's metrics dict of the step.
 """
@@ -26,13 +26,11 @@ import torch
 
 from areal_adv.api.cli_args import ConfigError
 from areal_adv.integrations.config import PipelineSpec
-from areal_adv.integrations.response_layout import response_advantages
-from areal_adv.integrations.shadow_diagnostics import response_advantages_with_diagnostics
+from areal_adv.integrations.response_layout import response_advantages, response_advantages_with_diagnostics
 from areal_adv.integrations.verl.estimator import ESTIMATOR_NAME, resolve_pipeline
 from areal_adv.integrations.verl.layout import from_data_proto
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.trainer.ppo.checks.aux_fields import SUM_PI_SQUARED, declared_fields
-from areal_adv.trainer.ppo.shadow_estimators import BatchOffer
 
 __all__ = [
     "DIAGNOSTICS_KEY",
@@ -135,9 +133,7 @@ def compute_advantage(
     names = spec.diagnostics.estimators
     with torch.no_grad():
         if names:
-            keys = set(data.batch.keys())
-            offer = BatchOffer(values="values" in keys, greedy_baselines="reward_baselines" in keys)
-            advantages, returns, metrics = response_advantages_with_diagnostics(actor, response, names, offer=offer)
+            advantages, returns, metrics = response_advantages_with_diagnostics(actor, response, names)
             data.meta_info[DIAGNOSTICS_KEY] = metrics
         else:
             advantages, returns = response_advantages(actor, response)

@@ -544,7 +544,8 @@ class FailureWatch:
         """
         with self._lock:
             self.peer_report = report
-            announce, self._announced = not self._announced, True
+            # a main thread already failing (an agreed failure reaches every rank at once) says it itself
+            announce, self._announced = not self._announced and not self._failing, True
         if announce:
             self.log(f"[areal-adv] rank {self.rank}: stopping because {report.describe()}")
             write_error_file(RankFailure(report, self.rank, "which its failure watcher reported"))

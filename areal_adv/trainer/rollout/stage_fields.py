@@ -34,13 +34,16 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from areal_adv.api.config_checks import is_integer
 from areal_adv.trainer.lm.logprobs import entropy_from_logp, sum_pi_squared_from_logp
 from areal_adv.trainer.ppo.checks.aux_fields import BATCH_FIELDS_ATTRIBUTE, declared_fields
+
+if TYPE_CHECKING:
+    from areal_adv.trainer.parallel.engine import PolicyEngine
 
 __all__ = [
     "BATCH_FIELDS_ATTRIBUTE",
@@ -52,6 +55,7 @@ __all__ = [
     "behaviour_token_stats",
     "prompt_key",
     "reward_components",
+    "sampled_token_stats",
     "stage_batch_fields",
 ]
 
@@ -200,3 +204,29 @@ def behaviour_entropy(
     return behaviour_token_stats(
         model, input_ids, attention_mask, temperature, ("token_entropy",), rows_per_chunk=rows_per_chunk
     )["token_entropy"]
+
+
+def sampled_token_stats(
+    engine: PolicyEngine,
+    batch: Mapping[str, Any],
+    temperature: float,
+    fields: Collection[str],
+    *,
+    rows_per_chunk: int = 16,
+) -> dict[str, torch.Tensor]:
+    """The behaviour statistics (`token_entropy`, `sum_pi_squared`) in `fields`, of the distribution that sampled.
+
+    That is `engine.sampled_by`: under `rollout.weights_dtype` the cast copy, not the
+    trained weights. The noise proxy pairs Σπ² with the sampled log-probs (1 - 2π_t + Σπ²
+    is a squared distance only within one distribution), and the shadows must read what
+    the run's own stages read; in the rollout's autocast, like the sampling.
+    """
+    with engine.autocast():
+        return behaviour_token_stats(
+            engine.sampled_by,
+            batch["input_ids"],
+            batch["attention_mask"],
+            temperature,
+            fields,
+            rows_per_chunk=rows_per_chunk,
+        )

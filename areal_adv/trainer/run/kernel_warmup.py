@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import random
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from areal_adv.api.cli_args import PPOActorConfig
@@ -53,6 +51,7 @@ from areal_adv.trainer.run.dry_run import synthetic_batch
 from areal_adv.utils.batch_meta import TrajBatchMeta
 from areal_adv.utils.call_agreement import CallFailure
 from areal_adv.utils.norm_kernels import PARALLEL_MIN_ELEMENTS as NORM_PARALLEL_MIN_ELEMENTS
+from areal_adv.utils.random_states import preserved_random_states
 
 __all__ = ["KernelWarmUp", "warm_up_advantage_kernels"]
 
@@ -73,28 +72,6 @@ class KernelWarmUp:
             f"[areal-adv] advantage kernels not loaded before step 0: on a synthetic batch, {self.error}; "
             "the run goes on (step 0 loads them)"
         )
-
-
-@dataclass(frozen=True)
-class _RandomStates:
-    """The global random states a stage could draw from."""
-
-    torch_cpu: torch.Tensor
-    cuda: torch.Tensor | None
-    numpy: Any
-    python: Any
-
-    @classmethod
-    def capture(cls, device: torch.device) -> _RandomStates:
-        cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-        return cls(torch.get_rng_state(), cuda, np.random.get_state(), random.getstate())
-
-    def restore(self, device: torch.device) -> None:
-        torch.set_rng_state(self.torch_cpu)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state(self.cuda, device)
-        np.random.set_state(self.numpy)
-        random.setstate(self.python)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -166,8 +143,7 @@ def warm_up_advantage_kernels(
     and how long it took; an error in a stage is reported in the result, not raised.
     """
     start = time.perf_counter()
-    states = _RandomStates.capture(device)
-    try:
+    with preserved_random_states(device):
         try:
             actor = PPOActor(actor_config)
         except Exception as exc:  # it resolved for the trainer's actor just before; noted, should it fail now
@@ -178,6 +154,4 @@ def warm_up_advantage_kernels(
             batches, error = _run_batches(actor, cfg, task, device, large)
         finally:
             actor.load_state_dict(saved)  # puts back the state of stage objects shared with the trainer's actor
-    finally:
-        states.restore(device)
     return KernelWarmUp(time.perf_counter() - start, batches, error)

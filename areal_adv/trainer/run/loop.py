@@ -68,8 +68,8 @@ from areal_adv.trainer.rollout.episodes import (
 from areal_adv.trainer.rollout.stage_fields import (
     add_prompt_keys,
     add_seat_ids,
-    behaviour_token_stats,
     reward_components,
+    sampled_token_stats,
     stage_batch_fields,
 )
 from areal_adv.trainer.run.evaluation import Evaluator, SampleLog, episode_metrics, sample_rows
@@ -439,15 +439,9 @@ class Trainer:
         # Under the rollout's autocast and from the module that sampled: Σπ² must describe the distribution the
         # sampled log-probs came from (the optimal token baseline refuses a Σπ² below π_t²; bf16 logits against
         # float32 ones differ far more)
-        with self.engine.autocast():
-            stats = behaviour_token_stats(
-                self.engine.sampled_by,
-                ids,
-                mask,
-                temp,
-                stage_batch_fields(self.actor.resolved),
-                rows_per_chunk=size or 16,
-            )
+        stats = sampled_token_stats(
+            self.engine, batch, temp, stage_batch_fields(self.actor.resolved), rows_per_chunk=size or 16
+        )
         batch.update(stats)
         return batch, mismatch
 

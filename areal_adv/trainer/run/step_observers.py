@@ -68,8 +68,7 @@ __all__ = [
 
 #: The modules whose observers ship with the trainer; each registers its observers when imported.
 BUILTIN_OBSERVERS = (
-    "areal_adv.trainer.run.diagnostics",
-    "areal_adv.trainer.run.rollout_store",
+    "areal_adv.trainer.run.diagnostics_observers",
     "areal_adv.trainer.run.group_filter",
     "areal_adv.trainer.run.param_checksums",
 )
@@ -184,9 +183,15 @@ def unregister_step_observer(name: str) -> None:
 
 
 def _registrations() -> list[_Registration]:
+    """Every registration: the built-ins in `BUILTIN_OBSERVERS` order, then the others in registration order.
+
+    Sorted, not left in registration order: a built-in module imported early (a test, a plugin
+    importing `group_filter`) would otherwise register ahead of those listed before it.
+    """
     for module in BUILTIN_OBSERVERS:
         importlib.import_module(module)
-    return list(_REGISTRY.values())
+    rank = {module: i for i, module in enumerate(BUILTIN_OBSERVERS)}
+    return sorted(_REGISTRY.values(), key=lambda r: rank.get(r.cls.__module__, len(rank)))  # stable
 
 
 def enabled_observers(cfg: ExperimentConfig) -> list[type[StepObserver]]:

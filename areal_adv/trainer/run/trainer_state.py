@@ -12,7 +12,7 @@ A checkpoint folder (`areal_adv.utils.checkpoint_folders` makes it atomic) conta
 
 RNGs, per rank: python's global `random`, numpy's global generator, torch's
 CPU (and CUDA) generators, the trainer's sampling generator and its prompt
-`random.Random`. The data position is `trainer.prompt_source.state_dict()` when
+`random.Random`, and the task's own state when it keeps one (`Task.state_dict`). The data position is `trainer.prompt_source.state_dict()` when
 the trainer has a prompt source (and the prompt RNG otherwise).
 
 At the world size that wrote it, a resume restores all of it: bit for bit the
@@ -188,6 +188,24 @@ def _as_random_state(value: Any) -> tuple:
     """`random.getstate()` comes back from torch.load as nested lists/tuples; setstate needs tuples."""
     version, internal, gauss = value
     return (version, tuple(internal), gauss)
+
+
+def task_state(trainer: CheckpointedTrainer) -> dict[str, Any]:
+    """This rank's task state, when the task keeps one (`Task.state_dict`; `{}` otherwise)."""
+    task = trainer.task.task
+    return {"task": task.state_dict()} if callable(getattr(task, "state_dict", None)) else {}
+
+
+def restore_task(trainer: CheckpointedTrainer, state: dict[str, Any]) -> None:
+    task = trainer.task.task
+    if not callable(getattr(task, "load_state_dict", None)):
+        return
+    if "task" not in state:
+        raise CheckpointError(
+            f"the checkpoint holds no state of task {type(task).__name__}, which keeps one (state_dict); "
+            "it was written by a different task or task version"
+        )
+    task.load_state_dict(state["task"])
 
 
 def data_state(trainer: CheckpointedTrainer) -> dict[str, Any]:
@@ -389,7 +407,7 @@ def save_trainer_checkpoint(trainer: CheckpointedTrainer, step: int, records: li
     the weights and AdamW states (`state/`); rank 0 writes the rest and
     publishes the folder, and returns it (the other ranks None).
     """
-    rngs = all_gather_objects(capture_rng(trainer), trainer.ctx)
+    rngs = all_gather_objects({**capture_rng(trainer), **task_state(trainer)}, trainer.ctx)  # per rank
     _check_stage_states_agree(trainer)
     tmp = _staging(trainer, step)
     try:
@@ -521,7 +539,7 @@ def load_trainer_checkpoint(trainer: CheckpointedTrainer, folder: str | Path) ->
         if not same_size:
             logger.warning(
                 "resuming %s, written by %d rank(s), on %d: weights, AdamW states, prompt position and stage "
-                "states are restored; each rank's sampling RNG starts as in a fresh run at this size",
+                "states are restored; each rank's sampling RNG (and task state) starts as in a fresh run at this size",
                 folder,
                 state["world_size"],
                 trainer.ctx.world_size,
@@ -536,6 +554,7 @@ def load_trainer_checkpoint(trainer: CheckpointedTrainer, folder: str | Path) ->
     _load_models(trainer, folder, manifest)
     if same_size:
         restore_rng(trainer, state["rng"][trainer.ctx.rank])
+        restore_task(trainer, state["rng"][trainer.ctx.rank])
     else:  # the prompt RNG is the same on every rank: rank 0's is every rank's
         trainer.rng.setstate(_as_random_state(state["rng"][0]["prompt_rng"]))
     restore_data(trainer, state["data"])

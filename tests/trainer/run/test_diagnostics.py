@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tiny_run  # noqa: E402
@@ -13,12 +16,12 @@ from safetensors.torch import load_file
 
 from areal_adv.api.cli_args import ConfigError, load_config
 from areal_adv.cli import main as cli_main
-from areal_adv.trainer.ppo.training.gradient_probe import fold_rows, probe_parameters
+from areal_adv.trainer.diagnostics.gradient_probe import fold_rows, probe_parameters
+from areal_adv.trainer.diagnostics.rollout_store import load_rollout, rollout_steps
+from areal_adv.trainer.diagnostics.step_diagnostics import StepDiagnostics
 from areal_adv.trainer.run.diagnose import diagnose_run
-from areal_adv.trainer.run.diagnostics import StepDiagnostics
 from areal_adv.trainer.run.loop import Trainer
 from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
-from areal_adv.trainer.run.rollout_store import load_rollout, rollout_steps
 
 SMALL = ["rollout.batch_size=4", "rollout.n_samples=4", *tiny_run.TINY_MODEL, *tiny_run.QUIET, "seed=3"]
 METRICS = ("zero_adv_frac", "noise_proxy", "grad_snr", "cos_to_active", "length_corr", "reward_rank_corr")
@@ -93,9 +96,9 @@ def test_first_steps_measures_only_the_start_of_a_run(tmp_path: Path, capsys: py
 
 def test_fold_moments_equal_stacked_fold_gradients_of_a_plain_backward_loop(tmp_path: Path) -> None:
     """grad_snr and cos_to_active from the running moments = the stacked per-fold `.backward()` gradients."""
+    from areal_adv.trainer.diagnostics.diagnostic_metrics import cosine, gradient_snr
+    from areal_adv.trainer.diagnostics.gradient_probe import fold_gradients
     from areal_adv.trainer.lm.logprobs import token_logprobs
-    from areal_adv.trainer.ppo.diagnostic_metrics import cosine, gradient_snr
-    from areal_adv.trainer.ppo.training.gradient_probe import fold_gradients
     from areal_adv.trainer.ppo.training.loss import ppo_policy_loss
     from areal_adv.utils.data import concat_batch
 
@@ -150,6 +153,72 @@ def test_fold_moments_equal_stacked_fold_gradients_of_a_plain_backward_loop(tmp_
     assert cosine(moments["other"].mean(), moments["active"].mean()) == pytest.approx(
         cosine(grads["other"].mean(0), grads["active"].mean(0)), rel=1e-4
     )
+
+
+def _sampled_stats(
+    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, temperature: float, autocast: Callable[[], Any]
+) -> dict[str, torch.Tensor]:
+    """Σ_a π(a)² and −Σ_a π(a) log π(a) of softmax(logits / T) that predicted each token, stored at that token
+    (0 at the first position and on padding), written out from `model`'s own forward."""
+    model.eval()
+    with torch.no_grad(), autocast():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    probs = torch.softmax(logits[:, :-1].float() / temperature, dim=-1)
+    at_token = lambda x: torch.nn.functional.pad(x, (1, 0)) * mask.float()  # noqa: E731
+    return {
+        "sum_pi_squared": at_token((probs * probs).sum(-1)),
+        "token_entropy": at_token(-torch.special.xlogy(probs, probs).sum(-1)),
+    }
+
+
+def test_with_a_bf16_sampling_copy_the_shadows_read_the_behaviour_statistics_of_the_copy_that_sampled(
+    tmp_path: Path,
+) -> None:
+    """`rollout.weights_dtype` and diagnostics both on: the entropy and Σπ² the shadows (and the saved rollouts)
+    read are those of `PolicyEngine.sampled_by`, the bf16 copy that drew the tokens, not the float32 weights."""
+    shadows = "diagnostics.estimators=[grpo_entropy,optimal_token_baseline]"  # one reads the entropy, one Σπ²
+    trainer = _trainer(
+        tmp_path, "train.steps=1", "rollout.weights_dtype=bfloat16", shadows, "output.save_rollouts=true"
+    )
+    engine = trainer.engine
+    assert engine.sampled_by is not engine.model and next(engine.sampled_by.parameters()).dtype == torch.bfloat16
+    sampling, trained = copy.deepcopy(engine.sampled_by), copy.deepcopy(engine.model)  # the update changes both
+    diagnostics = _step_diagnostics(trainer)
+    assert [(s.name, s.skipped) for s in diagnostics.shadows] == [
+        ("grpo_entropy", None),
+        ("optimal_token_baseline", None),
+    ]
+    read: dict[str, dict[str, torch.Tensor]] = {}
+    for shadow in diagnostics.shadows:
+
+        def spy(
+            batch: dict[str, Any],
+            meta: Any,
+            *,
+            shaping: Any = None,
+            _name: str = shadow.name,
+            _own: Any = shadow.actor.compute_advantages,
+        ) -> Any:
+            read[_name] = {k: batch[k].clone() for k in ("token_entropy", "sum_pi_squared") if k in batch}
+            return _own(batch, meta, shaping=shaping)
+
+        shadow.actor.compute_advantages = spy
+    out = trainer.step(0)
+    assert "diagnostics/optimal_token_baseline/noise_proxy" in out.metrics
+    # each shadow is handed the fields it reads, computed for it: the run's own stages read neither
+    assert {name: set(fields) for name, fields in read.items()} == {
+        "grpo_entropy": {"token_entropy"},
+        "optimal_token_baseline": {"sum_pi_squared"},
+    }
+    saved = load_rollout(rollout_steps(trainer.run_dir)[0])  # the batch the shadows saw, as saved
+    args = (saved.batch["input_ids"], saved.batch["attention_mask"], trainer.cfg.sampling_temperature, engine.autocast)
+    want, float32 = _sampled_stats(sampling, *args), _sampled_stats(trained, *args)
+    for name, field in (("grpo_entropy", "token_entropy"), ("optimal_token_baseline", "sum_pi_squared")):
+        err = float((read[name][field] - want[field]).abs().max())
+        apart = float((want[field] - float32[field]).abs().max())  # about 3e-5 (entropy) and 5e-6 (Σπ²) here
+        assert err <= 1e-6 and err < apart / 10, (name, field, err, apart)  # the copy's, to float32 rounding
+    err = float((saved.sum_pi_squared - want["sum_pi_squared"]).abs().max())
+    assert err <= 1e-6 and err < float((want["sum_pi_squared"] - float32["sum_pi_squared"]).abs().max()) / 10
 
 
 def test_shadows_the_batch_cannot_feed_are_named_in_the_opening_lines(
@@ -281,7 +350,8 @@ def test_diagnose_without_checkpoints_measures_no_gradients_and_says_so(tmp_path
 
 
 def test_step_ranges_and_the_weights_of_each_step() -> None:
-    from areal_adv.trainer.run.diagnose import step_ranges, weights_for
+    from areal_adv.trainer.diagnostics.offline import weights_for
+    from areal_adv.trainer.diagnostics.offline_report import step_ranges
 
     assert step_ranges([7, 0, 1, 2, 5, 8]) == "0-2, 5, 7-8" and step_ranges(list(range(30))) == "0-29"
     checkpoints = [(10, Path("c10")), (30, Path("c30"))]

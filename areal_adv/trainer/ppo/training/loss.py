@@ -7,8 +7,12 @@ aligned loss mask), so every generated token weighs the same.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from areal_adv.api.cli_args import PPOActorConfig
 
 
 @dataclass
@@ -20,6 +24,21 @@ class PolicyLossStats:
     approx_kl: float
     importance_weight: float
     behav_mask_frac: float
+
+
+def policy_loss_settings(config: PPOActorConfig) -> dict[str, Any]:
+    """`ppo_policy_loss`'s settings from the actor config: clip range, dual clip, behaviour cap, decoupled form.
+
+    The update and the diagnostics' gradient probe both read them here, so the gradients
+    the probe measures are of the loss the update minimises.
+    """
+    return {
+        "eps_clip": config.eps_clip,
+        "eps_clip_higher": config.eps_clip_higher,
+        "c_clip": config.c_clip,
+        "behav_imp_weight_cap": config.behav_imp_weight_cap,
+        "decoupled": config.use_decoupled_loss,
+    }
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

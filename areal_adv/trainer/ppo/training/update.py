@@ -34,7 +34,7 @@ import torch.distributed as dist
 from areal_adv.api.cli_args import PPOActorConfig
 from areal_adv.trainer.parallel.distributed import DistContext, all_reduce_tensor
 from areal_adv.trainer.parallel.micro_batches import micro_slices, near_equal_slices
-from areal_adv.trainer.ppo.training.loss import masked_mean, ppo_policy_loss
+from areal_adv.trainer.ppo.training.loss import masked_mean, policy_loss_settings, ppo_policy_loss
 
 _REQUIRED = ("input_ids", "attention_mask", "loss_mask", "logprobs", "advantages")
 
@@ -112,8 +112,13 @@ def plan_minibatches(data: Mapping[str, Any], n_minibatches: int, engine: Any) -
     return MinibatchPlan(slices, shares, ctx)
 
 
-def _proximal(config: PPOActorConfig, data: Mapping[str, Any], from_forward: bool) -> torch.Tensor | None:
-    """The log-probs the ratio is taken against; None: the training forward's own, detached."""
+def proximal_logprobs(
+    config: PPOActorConfig, data: Mapping[str, Any], from_forward: bool = False
+) -> torch.Tensor | None:
+    """The log-probs the ratio is taken against; None: the training forward's own, detached.
+
+    The update and the diagnostics' gradient probe take the same (the probe never passes `from_forward`).
+    """
     if from_forward:
         if not config.use_decoupled_loss:
             raise ValueError(
@@ -185,11 +190,7 @@ def _micro_loss(run: _Pass, rows: slice) -> tuple[torch.Tensor, dict[str, float]
         data["logprobs"][cut].detach(),
         data["advantages"][cut].detach(),
         mask,
-        eps_clip=config.eps_clip,
-        eps_clip_higher=config.eps_clip_higher,
-        c_clip=config.c_clip,
-        behav_imp_weight_cap=config.behav_imp_weight_cap,
-        decoupled=config.use_decoupled_loss,
+        **policy_loss_settings(config),
     )
     return loss, {
         "policy_loss": float(loss.detach()),
@@ -254,7 +255,7 @@ def ppo_update(
     micro-batch's training log-probs as they are computed.
     """
     _check_batch(data)
-    proximal = _proximal(config, data, proximal_from_forward)
+    proximal = proximal_logprobs(config, data, proximal_from_forward)
     totals: dict[str, float] = {}
     plan = plan_minibatches(data, config.ppo_n_minibatches, engine)
     if proximal is None and len(plan.slices) != 1:

@@ -67,3 +67,9 @@ class Task:
     def sample(self, rng: random.Random, split: str) -> dict[str, Any]:
         """A fresh row (`split` is `train` or `eval`); tasks without it need `data.train`."""
         raise NotImplementedError
+
+    # A task that keeps state of its own across steps (a random stream its environments draw from, a
+    # curriculum) defines `state_dict()` -> plain values (numbers, strings, lists, dicts) and
+    # `load_state_dict(state)`: every checkpoint saves each rank's copy, and a resume at the same world size
+    # restores it, so the resumed run equals the uninterrupted one. Without them a resumed run starts the
+    # task afresh.

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 
 import torch
 
+from areal_adv.trainer.diagnostics.metric_names import SEQUENCE_METRICS
+
 __all__ = [
-    "SEQUENCE_METRICS",
     "ZERO_ADVANTAGE",
     "cosine",
     "gradient_snr",
@@ -35,8 +36,6 @@ __all__ = [
 
 #: |A| at or below this is a zero advantage (GRPO's all-equal groups leave float dust of ~1e-9, not 0).
 ZERO_ADVANTAGE = 1e-8
-#: The metrics that need no gradient, in the order they are logged.
-SEQUENCE_METRICS = ("zero_adv_frac", "noise_proxy", "length_corr", "reward_rank_corr")
 
 
 def zero_adv_frac(adv: torch.Tensor, mask: torch.Tensor) -> float:

@@ -12,13 +12,14 @@ unchanged.
 
 A shadow whose algorithm needs a batch field the run does not produce (a
 critic's values, greedy baselines, process rewards, per-turn rows, seat ids) is
-skipped with the reason; the behaviour policy's entropy and Σπ² are computed
-for it (`computed_fields`).
+skipped with the reason (`batch_offer` says what the batches carry); the behaviour
+policy's entropy and Σπ² are computed for it (`step_diagnostics`).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,14 +28,15 @@ from typing import Any
 from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, load_config
 from areal_adv.api.estimator_algorithm import ALGORITHM_KEYS, algorithm_of, source_file
 from areal_adv.api.train_args import shadow_label
+from areal_adv.trainer.diagnostics.batch_offer import BatchOffer
 from areal_adv.utils.batch_meta import TrajBatchMeta
 
 __all__ = [
     "ALGORITHM_KEYS",
     "COMPUTED_FIELDS",
-    "BatchOffer",
     "Shadow",
     "build_shadows",
+    "drop_on_error",
     "shadow_actor_config",
     "shadow_advantages",
 ]
@@ -43,17 +45,6 @@ __all__ = [
 COMPUTED_FIELDS = ("token_entropy", "sum_pi_squared")
 #: Estimators that bootstrap from a critic's values.
 _VALUE_ESTIMATORS = ("token_gae", "turn_gae")
-
-
-@dataclass(frozen=True)
-class BatchOffer:
-    """What the run's batches carry beyond rewards, masks and log-probs (what a shadow may rely on)."""
-
-    values: bool = False  # a critic's `values`
-    greedy_baselines: bool = False  # `reward_baselines` (rollout.greedy_baseline)
-    process_rewards: bool = False  # `token_rewards` (rollout.prm.enabled)
-    export: str = "episode"  # rollout.export
-    seats: bool = False  # `role_ids` / `game_ids`
 
 
 @dataclass
@@ -161,3 +152,18 @@ def shadow_advantages(
                 raise
             on_error(shadow, exc)
     return out
+
+
+def drop_on_error(log: logging.Logger) -> Callable[[Shadow, Exception], None]:
+    """An `on_error` for `shadow_advantages` that drops the failing shadow from then on and logs the cause once.
+
+    A shadow is a measurement: one that fails on a batch (a field it cannot use, a
+    plugin's bug) must not stop the training it watches, nor fail again every step.
+    """
+
+    def drop(shadow: Shadow, exc: Exception) -> None:
+        """Leave `shadow` out from now on, saying why once."""
+        shadow.actor, shadow.skipped = None, f"failed on a batch ({type(exc).__name__}: {exc})"
+        log.warning("diagnostics: %s dropped: %s", shadow.name, shadow.skipped)
+
+    return drop

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from areal_adv.trainer.ppo.diagnostic_metrics import (
+from areal_adv.trainer.diagnostics.diagnostic_metrics import (
     cosine,
     gradient_snr,
     length_corr,
@@ -17,7 +17,7 @@ from areal_adv.trainer.ppo.diagnostic_metrics import (
     sequence_metrics,
     zero_adv_frac,
 )
-from areal_adv.trainer.ppo.training.gradient_probe import FoldMoments
+from areal_adv.trainer.diagnostics.gradient_probe import FoldMoments
 
 SETTINGS = settings(max_examples=40, deadline=None)
 

@@ -1,6 +1,6 @@
 """Per-fold gradients of the PPO surrogate, for several estimators' advantages at once, without touching `.grad`.
 
-`grad_snr` and `cos_to_active` (`areal_adv.trainer.ppo.diagnostic_metrics`) need
+`grad_snr` and `cos_to_active` (`areal_adv.trainer.diagnostics.diagnostic_metrics`) need
 K gradient samples of the policy loss per estimator at the current weights. The
 step's prompt groups are dealt round-robin into K folds (group j into fold
 j mod K: no random draw); each fold gets one forward pass, and each estimator one
@@ -16,7 +16,7 @@ estimator, not one gradient per fold and estimator.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +25,10 @@ from torch import nn
 
 from areal_adv.api.cli_args import PPOActorConfig
 from areal_adv.trainer.lm.logprobs import token_logprobs
-from areal_adv.trainer.ppo.training.loss import ppo_policy_loss
+from areal_adv.trainer.ppo.training.loss import policy_loss_settings, ppo_policy_loss
+from areal_adv.trainer.ppo.training.update import proximal_logprobs
 
-__all__ = ["FoldMoments", "fold_gradients", "fold_rows", "probe_parameters"]
+__all__ = ["FoldMoments", "GradientProbe", "fold_gradients", "fold_rows", "probe_parameters"]
 
 
 @dataclass
@@ -118,6 +119,7 @@ def probe_parameters(model: nn.Module, which: str) -> list[tuple[str, nn.Paramet
 
 @contextlib.contextmanager
 def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """The model in eval mode (no dropout draws), then back in the mode it was in."""
     was_training = model.training
     model.eval()
     try:
@@ -126,11 +128,12 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
-def _proximal(config: PPOActorConfig, data: Mapping[str, Any]) -> torch.Tensor:
-    """The log-probs the ratio is taken against, as in the update."""
-    prox = data.get("prox_logp")
-    use = config.use_decoupled_loss or config.recompute_logprob
-    return prox if use and isinstance(prox, torch.Tensor) else data["logprobs"]
+def _proximal_of(config: PPOActorConfig, data: Mapping[str, Any]) -> torch.Tensor:
+    """The log-probs the ratio is taken against, as in the update (a tensor: the probe has no forward of its own)."""
+    proximal = proximal_logprobs(config, data)
+    if proximal is None:  # only `from_forward=True` gives None
+        raise RuntimeError("gradient probe: the update named no proximal log-probs")
+    return proximal
 
 
 def _dense(grads: Sequence[torch.Tensor | None], params: Sequence[nn.Parameter]) -> list[torch.Tensor]:
@@ -174,18 +177,35 @@ def fold_gradients(
                 mask = data["loss_mask"][fold, :width]
                 loss, _ = ppo_policy_loss(
                     logp,
-                    _proximal(config, data)[fold, :width].detach(),
+                    _proximal_of(config, data)[fold, :width].detach(),
                     data["logprobs"][fold, :width].detach(),
                     data["advantages"][fold, :width].detach().to(logp.dtype),
                     mask,
-                    eps_clip=config.eps_clip,
-                    eps_clip_higher=config.eps_clip_higher,
-                    c_clip=config.c_clip,
-                    behav_imp_weight_cap=config.behav_imp_weight_cap,
-                    decoupled=config.use_decoupled_loss,
+                    **policy_loss_settings(config),
                 )
                 grads = torch.autograd.grad(loss, list(params), retain_graph=True, allow_unused=True)
                 out[name].add(_dense(grads, params))
                 del grads
             del logp
     return out
+
+
+@dataclass(frozen=True)
+class GradientProbe:
+    """What `grad_snr` and `cos_to_active` are measured with: a policy, its PPO loss settings, K and the parameters.
+
+    The trainer probes its trained module at the weights that sampled the step (under the
+    engine's autocast); `areal-adv diagnose` the checkpoint that holds those weights. Both
+    deal the batch's prompt groups into folds the same way (`fold_rows`).
+    """
+
+    model: nn.Module
+    config: PPOActorConfig
+    folds: int
+    params: Sequence[nn.Parameter]
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+
+    def __call__(self, outputs: Mapping[str, Mapping[str, Any]], group_sizes: Sequence[int]) -> dict[str, FoldMoments]:
+        """{estimator: the moments of its fold gradients} for the estimators' pipeline outputs on one batch."""
+        rows = fold_rows(group_sizes, self.folds)
+        return fold_gradients(self.model, self.config, outputs, rows, self.params, autocast=self.autocast)

@@ -5,7 +5,9 @@ advantage pipeline received it (tokens, masks, log-probs, rewards, values,
 prompt keys, ...), plus `sum_pi_squared` (Σπ² of the behaviour policy, at each
 token), `group_ids` (each row's prompt group) and `active.advantages` (the run's
 own advantages, aligned). The batch layout (`TrajBatchMeta`) and any non-tensor
-field go into the file's metadata as JSON. `areal-adv diagnose` reads them back.
+field go into the file's metadata as JSON. `areal-adv diagnose` reads them back;
+the trainer's `SavedRollouts` step observer (`areal_adv.trainer.run.diagnostics_observers`)
+writes them.
 In a data-parallel run each rank writes its own groups, rank r > 0 to
 `step_<N>.rank<r>.safetensors`.
 """
@@ -21,17 +23,12 @@ from typing import Any
 
 import torch
 
-from areal_adv.api.train_args import ExperimentConfig
-from areal_adv.trainer.rollout.stage_fields import behaviour_token_stats
-from areal_adv.trainer.run.diagnostics import preserved_rng
-from areal_adv.trainer.run.step_observers import Observation, Phase, StepObserver, StepServices, StepView, step_observer
 from areal_adv.utils.batch_meta import RolloutGroup, TrajBatchMeta
 from areal_adv.utils.file_modes import normal_mode
 
 __all__ = [
     "ROLLOUT_DIR",
     "SavedRollout",
-    "SavedRollouts",
     "load_rollout",
     "rollout_path",
     "rollout_steps",
@@ -44,11 +41,13 @@ _NAME = re.compile(r"^step_(\d+)\.safetensors$")
 
 
 def rollout_path(run_dir: Path, step: int, rank: int = 0) -> Path:
+    """The file of `step`'s batch on `rank` (zero-padded steps, so a listing sorts them in order)."""
     suffix = "" if rank == 0 else f".rank{rank}"
     return Path(run_dir) / ROLLOUT_DIR / f"step_{step:06d}{suffix}.safetensors"
 
 
 def _meta_json(meta: TrajBatchMeta) -> str:
+    """The batch layout as JSON: safetensors metadata holds strings only."""
     groups = None
     if meta.rollout_groups is not None:
         groups = [
@@ -70,6 +69,7 @@ def _meta_json(meta: TrajBatchMeta) -> str:
 
 
 def _meta_from_json(text: str) -> TrajBatchMeta:
+    """The `TrajBatchMeta` that `_meta_json` wrote."""
     d = json.loads(text)
     groups = d["rollout_groups"]
     if groups is not None:
@@ -157,38 +157,3 @@ def rollout_steps(run_dir: Path) -> dict[int, Path]:
         if match:
             found[int(match.group(1))] = path
     return found
-
-
-@step_observer(enabled=lambda cfg: cfg.output.save_rollouts)
-class SavedRollouts(StepObserver):
-    """`output.save_rollouts`: every step's batch, with the run's advantages and Σπ², after the advantages.
-
-    The saved batch carries the trained weights' log-probs (`prox_logp`) for later replays, so
-    with saved rollouts on they come from a pass of their own before the update. Σπ² is of the
-    distribution sampled from (the `rollout.weights_dtype` copy, when set), as the trainer's own.
-    """
-
-    name = "saved rollouts"
-    phase = Phase.ADVANTAGES
-    reads = frozenset({"prox_logp", "advantages", "sum_pi_squared"})
-    timed_as = "diagnostics"
-
-    def __init__(self, cfg: ExperimentConfig, services: StepServices) -> None:
-        self.cfg, self.services = cfg, services
-
-    def observe(self, view: StepView) -> Observation:
-        services = self.services
-        with preserved_rng(services.device):
-            spp = view.batch.get("sum_pi_squared")
-            if spp is None:
-                with services.engine.autocast():
-                    spp = behaviour_token_stats(
-                        services.engine.sampled_by,
-                        view.batch["input_ids"],
-                        view.batch["attention_mask"],
-                        self.cfg.sampling_temperature,
-                        ("sum_pi_squared",),
-                    )["sum_pi_squared"]
-            path = rollout_path(services.run_dir, view.step, services.ctx.rank)
-            save_rollout(path, view.batch, view.meta, advantages=view.data["advantages"], sum_pi_squared=spp)
-        return Observation()
