@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tiny_run
 
 from areal_adv.api.cli_args import load_config
 from areal_adv.trainer.run.loop import Trainer
@@ -12,13 +13,7 @@ from areal_adv.trainer.run.metrics import is_wall_clock, read_metrics
 from areal_adv.trainer.run.trainer_state import CheckpointError
 
 TINY = [
-    "rollout.batch_size=2",
-    "rollout.n_samples=4",
-    "model.hidden_size=32",
-    "model.num_heads=2",
-    "model.intermediate_size=64",
-    "output.progress_bar=false",
-    "output.plot=false",
+    *tiny_run.TINY,
     "train.num_threads=1",
     "train.save_every=2",
     "train.steps=4",
