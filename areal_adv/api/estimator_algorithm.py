@@ -35,8 +35,17 @@ import yaml
 
 from areal_adv.api.cli_args import config_to_dict, load_config
 from areal_adv.api.presets import PREFIX, PRESET_DIR, preset_names, preset_path
+from areal_adv.api.train_args import ExperimentConfig, is_config_file
 
-__all__ = ["ALGORITHM_KEYS", "ROLLOUT_KEYS", "Algorithm", "algorithm_of", "apply_algorithm", "source_file"]
+__all__ = [
+    "ALGORITHM_KEYS",
+    "ROLLOUT_KEYS",
+    "Algorithm",
+    "algorithm_of",
+    "apply_algorithm",
+    "resolved_config",
+    "source_file",
+]
 
 #: The actor keys that make up an estimator's algorithm (the rest, e.g. the PPO clip and minibatches, is the update).
 ALGORITHM_KEYS = (
@@ -77,16 +86,22 @@ def source_file(name: str) -> Path | None:
     bare = name[len(PREFIX) :] if name.startswith(PREFIX) else name
     if bare in preset_names():
         return preset_path(bare)
-    if name.endswith((".yaml", ".yml")):
+    if is_config_file(name):
         return Path(name).resolve()
     return None
+
+
+@functools.cache
+def resolved_config(path: Path) -> ExperimentConfig:
+    """The file's config resolved with its defaults, loaded once per process (callers only read it)."""
+    return load_config(path)
 
 
 @functools.cache
 def _read(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the file's own YAML, the file's config resolved with its defaults, as plain dicts)."""
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return raw, config_to_dict(load_config(path))
+    return raw, config_to_dict(resolved_config(path))
 
 
 def algorithm_of(name: str) -> Algorithm:

@@ -18,15 +18,13 @@ policy's entropy and Σπ² are computed for it (`step_diagnostics`).
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict, load_config
-from areal_adv.api.estimator_algorithm import ALGORITHM_KEYS, algorithm_of, source_file
+from areal_adv.api.cli_args import ConfigError, PPOActorConfig, actor_config_from_dict, config_to_dict
+from areal_adv.api.estimator_algorithm import ALGORITHM_KEYS, algorithm_of, resolved_config, source_file
 from areal_adv.api.train_args import shadow_label
 from areal_adv.trainer.diagnostics.batch_offer import BatchOffer
 from areal_adv.utils.batch_meta import TrajBatchMeta
@@ -57,12 +55,6 @@ class Shadow:
     fields: frozenset[str] = field(default_factory=frozenset)
 
 
-@functools.cache
-def _algorithm_file(path: Path) -> Any:
-    """The resolved config of the file (what its runs need from a batch)."""
-    return load_config(path)
-
-
 def shadow_actor_config(active: PPOActorConfig, name: str) -> PPOActorConfig:
     """The run's actor config with `name`'s algorithm (`areal_adv.api.estimator_algorithm`'s rule).
 
@@ -82,7 +74,7 @@ def _missing(name: str, offer: BatchOffer) -> str | None:
     """Why the run's batches cannot feed `name`'s algorithm, or None."""
     source = source_file(name)
     if source is not None:
-        cfg = _algorithm_file(source)
+        cfg = resolved_config(source)  # what its runs need from a batch
         needs = [
             (cfg.critic.enabled and not offer.values, "values from a critic (critic.enabled)"),
             (cfg.rollout.greedy_baseline and not offer.greedy_baselines, "greedy baselines (rollout.greedy_baseline)"),

@@ -34,9 +34,8 @@ class ShadowDiagnostics(StepObserver):
 
     def __init__(self, cfg: ExperimentConfig, services: StepServices) -> None:
         self.config = cfg.diagnostics
-        with preserved_random_states(
-            services.device
-        ):  # the shadows' actors are resolved without drawing from the run's RNG
+        # the shadows' actors are resolved without drawing from the run's RNG
+        with preserved_random_states(services.device):
             self.diagnostics = StepDiagnostics(
                 cfg, services.actor, services.engine, world_size=services.ctx.world_size, device=services.device
             )
