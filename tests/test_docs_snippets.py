@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import warm_python
 import yaml
 
 from areal_adv.api.cli_args import config_to_yaml, load_config
@@ -978,7 +979,7 @@ def check_verl_diagnostics(snippet: Snippet, project: Project, monkeypatch: pyte
 def check_trl_diagnostics(snippet: Snippet, project: Project) -> None:
     """The example runs as written (2 steps, CPU) and TRL's logged dicts carry the shadows' metrics."""
     (words,) = list(_commands(snippet.text))
-    proc = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = warm_python.run([sys.executable, *words[1:]], cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for key in (
         "diagnostics/rloo/zero_adv_frac",

@@ -12,19 +12,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import warm_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(module: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`python -m module args` from the clone's root, as the docs run the benchmarks."""
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
+    """`python -m module args` from the clone's root, as the docs run the benchmarks (forked warm)."""
+    return warm_python.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, timeout=600, env={**os.environ, **(env or {})}
     )
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 import yaml
 
 from areal_adv.api.cli_args import load_config
@@ -39,7 +40,7 @@ def _run(tmp: Path, *args: str) -> subprocess.CompletedProcess:
         "eval.every=2",
         *args,
     ]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return warm_python.run(cmd, cwd=ROOT, timeout=600)
 
 
 def _rows(tmp: Path) -> list[dict]:

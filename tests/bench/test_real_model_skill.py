@@ -10,11 +10,11 @@ not a CI test).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 
 pytest.importorskip("reasoning_gym")
 
@@ -148,7 +148,7 @@ def test_compare_estimators_runs_the_skill_task_and_reports_the_format_fixed_acc
         "--plot",
         str(tmp_path / "plot.png"),
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = warm_python.run(cmd, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = _read(tmp_path / "results.jsonl")
     assert [(r["tag"], r["estimator"], r["metric"]) for r in rows] == [
@@ -170,16 +170,12 @@ def test_compare_estimators_runs_the_skill_task_and_reports_the_format_fixed_acc
         "<!-- compare_estimators:spell_backward:begin -->\nold\n"
         "<!-- compare_estimators:spell_backward:end -->\n"
     )
-    proc = subprocess.run(
-        [*cmd, "--report-only", "--doc", str(doc)], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+    proc = warm_python.run([*cmd, "--report-only", "--doc", str(doc)], cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = doc.read_text()
     assert "\nsums\n" in page and "old" not in page and "| grpo | 1 |" in page  # only the task's block changed
     probes = _probe_a_tiny_checkpoint(tmp_path)
-    proc = subprocess.run(
-        [*cmd, "--report-only", "--probe-results", str(probes)], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+    proc = warm_python.run([*cmd, "--report-only", "--probe-results", str(probes)], cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Skill test: greedy accuracy on the same held-out rows with the answer's start forced" in proc.stdout
     (untrained,) = _read(probes)[:1]
@@ -196,7 +192,7 @@ def _probe_a_tiny_checkpoint(tmp_path: Path) -> Path:
 
     build_checkpoint(tmp_path / "tiny")
     probes, held_out = tmp_path / "probes.jsonl", DATA / TASK / "eval.jsonl"
-    proc = subprocess.run(
+    proc = warm_python.run(
         [
             sys.executable,
             str(ROOT / "examples" / "real_model" / "probe.py"),
@@ -204,8 +200,6 @@ def _probe_a_tiny_checkpoint(tmp_path: Path) -> Path:
             *("--model", str(tmp_path / "tiny"), "--threads", "1", "--results", str(probes), "--label", "untrained"),
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

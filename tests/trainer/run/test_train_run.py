@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm_python
 
 from areal_adv.api.cli_args import load_config
 from areal_adv.trainer.run.loop import Trainer
@@ -111,7 +111,7 @@ def first_policy_weight(folder: Path) -> torch.Tensor:
 
 def test_cli_entry_point_runs_the_default_config(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
+    proc = warm_python.run(
         [
             sys.executable,
             "-m",
@@ -125,8 +125,6 @@ def test_cli_entry_point_runs_the_default_config(tmp_path: Path) -> None:
         ],
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,118 @@
+"""A command forked warm (tests/warm_python.py) gives what the same command in a fresh interpreter gives."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+import warm_python
+
+SCRIPT = textwrap.dedent(
+    """
+    import atexit, json, os, sys, threading, time
+    atexit.register(lambda: print("atexit ran"))
+    mode = sys.argv[1]
+    print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0], "var": os.environ.get("WARM_VAR")}))
+    sys.stdout.flush()
+    print("to stderr", file=sys.stderr)
+    if mode == "thread":
+        threading.Thread(target=lambda: (time.sleep(0.2), print("thread done"))).start()
+    elif mode == "exit3":
+        sys.exit(3)
+    elif mode == "message":
+        raise SystemExit("a message")
+    elif mode == "raise":
+        raise ValueError("boom")
+    elif mode == "signal":
+        import signal
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    """
+)
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "scripts" / "probe.py"
+    path.parent.mkdir()
+    path.write_text(SCRIPT)
+    return path
+
+
+@pytest.mark.parametrize("mode", ["plain", "thread", "exit3", "message", "raise", "signal"])
+def test_a_script_gives_the_fresh_interpreter_s_streams_and_status(tmp_path: Path, script: Path, mode: str) -> None:
+    cmd = [sys.executable, str(script), mode, "x y"]
+    env = {**os.environ, "WARM_VAR": "set"}
+    fresh = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    warm = warm_python.run(cmd, cwd=tmp_path, env=env, timeout=60)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert fresh.returncode == {"plain": 0, "thread": 0, "exit3": 3, "message": 1, "raise": 1, "signal": -15}[mode]
+    assert '"var": "set"' in warm.stdout and f'"path0": "{script.parent}"' in warm.stdout
+
+
+def test_a_module_runs_as_main_from_its_working_directory_and_pythonpath(tmp_path: Path, script: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "probe.py").write_text(SCRIPT)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "helper_mod.py").write_text("VALUE = 7\n")
+    env = {**os.environ, "PYTHONPATH": str(lib)}
+    cmd = [sys.executable, "-m", "pkg.probe", "plain"]
+    fresh = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    warm = warm_python.run(cmd, cwd=tmp_path, env=env, timeout=60)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    check = [sys.executable, "-m", "areal_adv.trainer.main", "--config", "missing.yaml"]
+    fresh, warm = (run(check, cwd=tmp_path, env=env, timeout=120) for run in (_fresh, warm_python.run))
+    assert (warm.returncode, warm.stdout, warm.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert warm.returncode == 1 and "config error: config file 'missing.yaml'" in warm.stderr
+
+
+def _fresh(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+
+
+def test_the_child_is_forked_warm_unless_an_import_time_variable_differs(tmp_path: Path) -> None:
+    code = tmp_path / "which.py"
+    code.write_text("import sys; print('torch' in sys.modules, __import__('os').environ.get('OMP_NUM_THREADS'))\n")
+    warm = warm_python.run([sys.executable, str(code)], cwd=tmp_path)
+    assert warm.stdout.split()[0] == "True"  # preloaded: the fork server imported torch
+    other = str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 1)
+    cold = warm_python.run([sys.executable, str(code)], cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": other})
+    assert cold.stdout.split() == ["False", other]  # a fresh interpreter, which reads the variable itself
+    cold = warm_python.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"], cwd=tmp_path)
+    assert cold.stdout.strip() == "False"  # `-c` is not forked
+
+
+def test_a_timeout_kills_the_child_and_its_subprocesses(tmp_path: Path) -> None:
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
+        warm_python.run([sys.executable, str(script)], cwd=tmp_path, timeout=5)
+    grandchild = int(caught.value.output.split()[0])
+    try:
+        status = psutil.Process(grandchild).status()
+    except psutil.NoSuchProcess:
+        status = psutil.STATUS_DEAD
+    assert status in (psutil.STATUS_DEAD, psutil.STATUS_ZOMBIE)  # killed (a zombie until init reaps it)
+
+
+def test_another_copy_of_a_preloaded_package_on_pythonpath_gets_a_fresh_interpreter(tmp_path: Path) -> None:
+    (tmp_path / "other" / "transformers").mkdir(parents=True)
+    (tmp_path / "other" / "transformers" / "__init__.py").write_text("MARK = 'the other copy'\n")
+    code = tmp_path / "which.py"
+    code.write_text("import transformers; print(getattr(transformers, 'MARK', 'the pinned one'))\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "other")}
+    assert warm_python.run([sys.executable, str(code)], cwd=tmp_path, env=env).stdout == "the other copy\n"
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # the checkout: the areal_adv the server loaded
+    assert warm_python.run([sys.executable, str(code)], cwd=tmp_path, env=env).stdout == "the pinned one\n"

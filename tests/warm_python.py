@@ -1,0 +1,244 @@
+"""`python -m MODULE ARGS` (or `python SCRIPT ARGS`) in a child forked from an interpreter that has torch loaded.
+
+Every fresh interpreter the suite starts spends 5 to 8 CPU-seconds importing torch, transformers and the
+trainer before its first line of work, and most of the suite's CPU time is such starts. Where a fresh
+interpreter is not what a test checks (a benchmark script's output and rows, a run's files), the test starts
+its command with `run` instead of `subprocess.run`: the standard library's fork server
+(`multiprocessing`'s "forkserver" context, with `set_forkserver_preload`) imports those modules once per test
+process, never runs a torch operation (so no OpenMP or ATen thread pool exists when it forks), and forks one
+child per command. The child takes the command's environment, working directory, `sys.argv`, `sys.path` and
+standard streams, runs the module as `__main__` with `runpy`, waits for its non-daemon threads, runs the
+`atexit` handlers and exits with the status a fresh interpreter would have given (a `SystemExit` code, 1 and a
+traceback for an uncaught exception, minus the signal number when a signal ends it). The one difference in
+what it prints: the traceback of an uncaught exception under `-m` lacks the two `<frozen runpy>` lines a
+fresh interpreter puts above the module's frames.
+
+What a fork cannot give is a fresh import: a variable that torch, transformers or the trainer read while they
+were imported keeps the value the fork server saw. So `run` falls back to a real subprocess when the command
+is not `sys.executable` with `-m` or a script, when its environment differs from the server's in a variable
+read at import (`IMPORT_TIME_PREFIXES`), or when its PYTHONPATH holds another copy of a preloaded package; and tests whose subject is a fresh interpreter (which modules a
+command imports, thread pools, kernel pins read at the first operation, disk caches) keep `subprocess.run`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import multiprocessing
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psutil
+
+#: Imported once by the fork server: what every trainer process and benchmark script loads first.
+PRELOAD = (
+    "torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "areal_adv.trainer.main",
+    "areal_adv.trainer.run.loop",
+)
+
+#: Variables read while the preloaded modules import (thread and kernel settings, hub and logging set-up,
+#: warnings, hashing, the module search path): a command that sets them otherwise gets a fresh interpreter.
+IMPORT_TIME_PREFIXES = (
+    "PYTHON",
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "ATEN_",
+    "TORCH",
+    "PYTORCH_",
+    "NUMBA_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "CUDA_",
+    "AREAL",
+    "LD_",
+)
+
+_CONTEXT: Any = None
+_SERVER_ENV: dict[str, str] = {}
+_SITE_PATH: list[str] = []
+
+
+def _context() -> Any:
+    """The forkserver context, its server started with the modules of PRELOAD (once per test process)."""
+    global _CONTEXT, _SERVER_ENV, _SITE_PATH
+    if _CONTEXT is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(PRELOAD))
+        _SERVER_ENV = _import_time_env(os.environ)  # the server inherits this process's environment now
+        _SITE_PATH = _fresh_site_path()
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+def _fresh_site_path() -> list[str]:
+    """A fresh interpreter's `sys.path` after its first entry: stdlib, site-packages and their .pth entries."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = "import json, sys; print(json.dumps(sys.path[1:]))"
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def _import_time_env(env: Any) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k != "PYTHONPATH"}
+
+
+def _shadowed(env: dict[str, str], cwd: str) -> bool:
+    """True when the command's PYTHONPATH holds another copy of a preloaded package than the one loaded."""
+    for name in {module.split(".")[0] for module in PRELOAD}:
+        spec = importlib.util.find_spec(name)  # where this process (and so the fork server) imports it from
+        loaded = Path(spec.origin).resolve().parent if spec and spec.origin else None
+        for entry in filter(None, env.get("PYTHONPATH", "").split(os.pathsep)):
+            found = Path(cwd, entry, name)
+            if (found.is_dir() or found.with_suffix(".py").is_file()) and found.resolve() != loaded:
+                return True
+    return False
+
+
+def _entry(cmd: list[str]) -> tuple[str, str] | None:
+    """("module", name) or ("path", script) for `sys.executable -m NAME ...` / `sys.executable SCRIPT ...`."""
+    if len(cmd) < 2 or os.path.realpath(cmd[0]) != os.path.realpath(sys.executable):
+        return None
+    if cmd[1] == "-m" and len(cmd) > 2:
+        return ("module", cmd[2])
+    if not cmd[1].startswith("-") and cmd[1].endswith(".py"):
+        return ("path", cmd[1])
+    return None
+
+
+def _child_path(entry: tuple[str, str], cwd: str, env: dict[str, str], base: list[str]) -> list[str]:
+    """`sys.path` as a fresh `python -m` / `python SCRIPT` would build it: entry dir, PYTHONPATH, then site."""
+    first = cwd if entry[0] == "module" else str(Path(cwd, entry[1]).resolve().parent)
+    extra = [str(Path(cwd, p)) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [first, *extra, *base]
+
+
+def _status(code: object) -> int:
+    """The exit status Python gives `raise SystemExit(code)`, printing a non-integer code as Python does."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _child(
+    entry: tuple[str, str], argv: list[str], env: dict[str, str], cwd: str, paths: tuple[list[str], str, str]
+) -> None:
+    """Runs in the forked child: become the command, run it, and leave by `os._exit` with its status."""
+    site, out, err = paths
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY), (2, err, os.O_WRONLY)):
+        opened = os.open(path, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.path[:] = _child_path(entry, cwd, env, site)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if entry[0] == "module":
+            sys.argv = ["-m", *argv]  # runpy puts the module's file in argv[0], as `python -m` does
+            sys.modules.pop(entry[1], None)  # a fresh `python -m` has not imported its module under its name
+            runpy.run_module(entry[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [entry[1], *argv]
+            runpy.run_path(entry[1], run_name="__main__")
+        status = 0
+    except SystemExit as exc:
+        status = _status(exc.code)
+    except BaseException as exc:  # noqa: BLE001 - an uncaught exception: the traceback and status 1, as Python gives
+        traceback.print_exception(type(exc), exc, _own_frames(exc.__traceback__))
+        status = 1
+    os._exit(_shutdown(status))
+
+
+def _own_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the command's first frame: without this file's and runpy's (a fresh `python -m`
+    shows two `<frozen runpy>` lines above the module's frames; these are left out too)."""
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>"):
+        tb = tb.tb_next
+    return tb
+
+
+def _shutdown(status: int) -> int:
+    """Interpreter exit as Python does it: join non-daemon threads, run atexit handlers, flush the streams."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            status = status or 120  # Python's status when flushing standard output fails at exit
+    return status
+
+
+def run(
+    cmd: list[str],
+    *,
+    cwd: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, cwd=..., env=..., capture_output=True, text=True, timeout=...)`, forked warm.
+
+    Same result type and the same `subprocess.TimeoutExpired` on a timeout (the child and its descendants
+    killed first). Falls back to `subprocess.run` where a fork could not be the same (module docstring).
+    """
+    env = dict(os.environ if env is None else env)
+    cwd = str(cwd if cwd is not None else os.getcwd())
+    entry = _entry(cmd)
+    ctx = _context() if entry is not None else None
+    if entry is None or _import_time_env(env) != _SERVER_ENV or _shadowed(env, cwd):
+        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    argv = cmd[3:] if entry[0] == "module" else cmd[2:]
+    with tempfile.TemporaryDirectory(prefix="warm-") as tmp:
+        streams = (os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr"))
+        for path in streams:
+            Path(path).touch()
+        proc = ctx.Process(target=_child, args=(entry, argv, env, cwd, (_SITE_PATH, *streams)), daemon=False)
+        proc.start()
+        proc.join(timeout)
+        timed_out = proc.exitcode is None
+        if timed_out:
+            _kill_tree(proc.pid)
+            proc.join()
+        out, err = (Path(p).read_text(errors="replace") for p in streams)
+    status = proc.exitcode
+    proc.close()
+    if timed_out or status is None:
+        raise subprocess.TimeoutExpired(cmd, timeout or 0.0, output=out, stderr=err)
+    return subprocess.CompletedProcess(cmd, status, out, err)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every live descendant (a command's own subprocesses)."""
+    try:
+        root = psutil.Process(pid)
+        targets = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for target in targets:
+        try:
+            target.kill()
+        except psutil.NoSuchProcess:
+            pass
