@@ -82,9 +82,9 @@ def test_the_child_is_forked_warm_unless_an_import_time_variable_differs(tmp_pat
     code.write_text("import sys; print('torch' in sys.modules, __import__('os').environ.get('OMP_NUM_THREADS'))\n")
     warm = warm_python.run([sys.executable, str(code)], cwd=tmp_path)
     assert warm.stdout.split()[0] == "True"  # preloaded: the fork server imported torch
-    other = str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 1)
-    cold = warm_python.run([sys.executable, str(code)], cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": other})
-    assert cold.stdout.split() == ["False", other]  # a fresh interpreter, which reads the variable itself
+    other = str(int(os.environ.get("NUMBA_NUM_THREADS", "1")) + 1)
+    cold = warm_python.run([sys.executable, str(code)], cwd=tmp_path, env={**os.environ, "NUMBA_NUM_THREADS": other})
+    assert cold.stdout.split()[0] == "False"  # numba reads it at import: a fresh interpreter
     cold = warm_python.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"], cwd=tmp_path)
     assert cold.stdout.strip() == "False"  # `-c` is not forked
 
@@ -116,3 +116,13 @@ def test_another_copy_of_a_preloaded_package_on_pythonpath_gets_a_fresh_interpre
     assert warm_python.run([sys.executable, str(code)], cwd=tmp_path, env=env).stdout == "the other copy\n"
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # the checkout: the areal_adv the server loaded
     assert warm_python.run([sys.executable, str(code)], cwd=tmp_path, env=env).stdout == "the pinned one\n"
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_torch_takes_omp_num_threads_from_the_command(tmp_path: Path, threads: str) -> None:
+    code = tmp_path / "threads.py"
+    code.write_text("import sys, torch; torch.ones(4) + 1; print('torch' in sys.modules, torch.get_num_threads())\n")
+    env = {**os.environ, "OMP_NUM_THREADS": threads}
+    fresh = subprocess.run([sys.executable, str(code)], env=env, capture_output=True, text=True, timeout=120)
+    warm = warm_python.run([sys.executable, str(code)], cwd=tmp_path, env=env, timeout=120)
+    assert fresh.stdout.split()[1] == warm.stdout.split()[1] == threads, (fresh.stdout, warm.stdout)

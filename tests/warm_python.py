@@ -73,12 +73,14 @@ IMPORT_TIME_PREFIXES = (
 _CONTEXT: Any = None
 _SERVER_ENV: dict[str, str] = {}
 _SITE_PATH: list[str] = []
+_SERVER_THREADS: str | None = None
 
 
 def _context() -> Any:
     """The forkserver context, its server started with the modules of PRELOAD (once per test process)."""
-    global _CONTEXT, _SERVER_ENV, _SITE_PATH
+    global _CONTEXT, _SERVER_ENV, _SITE_PATH, _SERVER_THREADS
     if _CONTEXT is None:
+        _SERVER_THREADS = os.environ.get("OMP_NUM_THREADS")
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(list(PRELOAD))
         _SERVER_ENV = _import_time_env(os.environ)  # the server inherits this process's environment now
@@ -95,8 +97,27 @@ def _fresh_site_path() -> list[str]:
     return json.loads(out.stdout)
 
 
+#: Compared otherwise: PYTHONPATH (`_shadowed`) and OMP_NUM_THREADS (`_threads`).
+_READ_IN_THE_CHILD = ("PYTHONPATH", "OMP_NUM_THREADS")
+
+
 def _import_time_env(env: Any) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k != "PYTHONPATH"}
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k not in _READ_IN_THE_CHILD}
+
+
+def _threads(env: dict[str, str]) -> tuple[bool, int | None]:
+    """(can fork, torch thread count the child sets) for the command's OMP_NUM_THREADS.
+
+    torch fixes its thread count from OMP_NUM_THREADS while it loads, so a child whose command sets another
+    value than the server saw calls `torch.set_num_threads` with it first (what that value gives a fresh
+    interpreter's torch); a command that unsets the server's value, or sets no positive integer, is not forked.
+    """
+    mine, server = env.get("OMP_NUM_THREADS"), _SERVER_THREADS
+    if mine == server:
+        return True, None
+    if mine is None or not mine.isdigit() or int(mine) < 1:
+        return False, None
+    return True, int(mine)
 
 
 def _shadowed(env: dict[str, str], cwd: str) -> bool:
@@ -140,9 +161,21 @@ def _status(code: object) -> int:
 
 
 def _child(
-    entry: tuple[str, str], argv: list[str], env: dict[str, str], cwd: str, paths: tuple[list[str], str, str]
+    entry: tuple[str, str],
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    paths: tuple[list[str], str, str],
+    process: tuple[bool, int | None],
 ) -> None:
     """Runs in the forked child: become the command, run it, and leave by `os._exit` with its status."""
+    new_session, threads = process
+    if new_session:
+        os.setsid()
+    if threads is not None:
+        import torch  # preloaded
+
+        torch.set_num_threads(threads)
     site, out, err = paths
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY), (2, err, os.O_WRONLY)):
         opened = os.open(path, flags)
@@ -192,6 +225,60 @@ def _shutdown(status: int) -> int:
     return status
 
 
+class WarmProcess:
+    """A `subprocess.Popen`-like handle on a forked command: `pid`, `poll`, `wait`, `communicate` (text)."""
+
+    def __init__(self, cmd: list[str], process: Any, tmp: tempfile.TemporaryDirectory, streams: tuple[str, str]):
+        self.args, self.pid, self.returncode = cmd, process.pid, None
+        self._process, self._tmp, self._streams = process, tmp, streams
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._process.exitcode is not None:
+            self.returncode = self._process.exitcode
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return self.returncode  # type: ignore[return-value]
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Waits (a `subprocess.TimeoutExpired` leaves the command running, as Popen's does), then its output."""
+        self.wait(timeout)
+        out, err = (Path(p).read_text(errors="replace") for p in self._streams)
+        self._tmp.cleanup()
+        return out, err
+
+
+def start(
+    cmd: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None, new_session: bool = False
+) -> WarmProcess | subprocess.Popen:
+    """`subprocess.Popen(cmd, stdout=PIPE, stderr=PIPE, text=True, ...)`, forked warm where it can be.
+
+    `new_session` as Popen's `start_new_session` (the child leads a process group of its own id). Falls back to
+    a real `subprocess.Popen` where a fork could not be the same (module docstring).
+    """
+    env = dict(os.environ if env is None else env)
+    cwd = str(cwd if cwd is not None else os.getcwd())
+    entry = _entry(cmd)
+    ctx = _context() if entry is not None else None
+    forks, threads = _threads(env)
+    if entry is None or not forks or _import_time_env(env) != _SERVER_ENV or _shadowed(env, cwd):
+        pipe = subprocess.PIPE
+        return subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True, start_new_session=new_session
+        )
+    argv = cmd[3:] if entry[0] == "module" else cmd[2:]
+    tmp = tempfile.TemporaryDirectory(prefix="warm-")
+    streams = (os.path.join(tmp.name, "stdout"), os.path.join(tmp.name, "stderr"))
+    for path in streams:
+        Path(path).touch()
+    process = ctx.Process(target=_child, args=(entry, argv, env, cwd, (_SITE_PATH, *streams), (new_session, threads)))
+    process.start()
+    return WarmProcess(cmd, process, tmp, streams)
+
+
 def run(
     cmd: list[str],
     *,
@@ -202,35 +289,19 @@ def run(
     """`subprocess.run(cmd, cwd=..., env=..., capture_output=True, text=True, timeout=...)`, forked warm.
 
     Same result type and the same `subprocess.TimeoutExpired` on a timeout (the child and its descendants
-    killed first). Falls back to `subprocess.run` where a fork could not be the same (module docstring).
+    killed first).
     """
-    env = dict(os.environ if env is None else env)
-    cwd = str(cwd if cwd is not None else os.getcwd())
-    entry = _entry(cmd)
-    ctx = _context() if entry is not None else None
-    if entry is None or _import_time_env(env) != _SERVER_ENV or _shadowed(env, cwd):
-        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    argv = cmd[3:] if entry[0] == "module" else cmd[2:]
-    with tempfile.TemporaryDirectory(prefix="warm-") as tmp:
-        streams = (os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr"))
-        for path in streams:
-            Path(path).touch()
-        proc = ctx.Process(target=_child, args=(entry, argv, env, cwd, (_SITE_PATH, *streams)), daemon=False)
-        proc.start()
-        proc.join(timeout)
-        timed_out = proc.exitcode is None
-        if timed_out:
-            _kill_tree(proc.pid)
-            proc.join()
-        out, err = (Path(p).read_text(errors="replace") for p in streams)
-    status = proc.exitcode
-    proc.close()
-    if timed_out or status is None:
-        raise subprocess.TimeoutExpired(cmd, timeout or 0.0, output=out, stderr=err)
-    return subprocess.CompletedProcess(cmd, status, out, err)
+    proc = start(cmd, cwd=cwd, env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(cmd, timeout or 0.0, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode if proc.returncode is not None else 1, out, err)
 
 
-def _kill_tree(pid: int) -> None:
+def kill_tree(pid: int) -> None:
     """SIGKILL `pid` and every live descendant (a command's own subprocesses)."""
     try:
         root = psutil.Process(pid)

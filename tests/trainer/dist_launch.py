@@ -7,7 +7,9 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,7 +91,7 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def kill_tree(proc: subprocess.Popen) -> None:
+def kill_tree(proc: Any) -> None:
     """SIGKILL `proc`, its process group and every descendant (torchrun's workers have sessions of their own)."""
     for pid in descendants(proc.pid):
         try:
@@ -101,18 +103,38 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_bounded(cmds: list[list[str]], envs: list[dict[str, str]], timeout: float) -> list[tuple[int, str, str]]:
+def warm_torchrun(*args: str) -> list[str]:
+    """`torchrun ARGS` with its ranks forked from a launcher that has torch and the trainer imported
+    (warm_torchrun.py), for `run_bounded(..., warm=True)`: for tests of what the ranks compute, not of the launcher."""
+    return [sys.executable, str(HERE / "warm_torchrun.py"), *args]
+
+
+def run_bounded(
+    cmds: list[list[str]], envs: list[dict[str, str]], timeout: float, warm: bool = False
+) -> list[tuple[int, str, str]]:
     """Start the commands together; kill every process tree that outlives `timeout`.
 
     Returns (exit code, stdout, stderr) per command; a hang fails the test
     (and kills the workers too, which torchrun runs in sessions of their own).
+    `warm`: each command is forked from a preloaded interpreter where it can be (tests/warm_python.py).
     """
-    procs = [
-        subprocess.Popen(
-            cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
-        for cmd, env in zip(cmds, envs)
-    ]
+    if warm:
+        import warm_python  # tests/, on the path in the test process (not in the ranks, which import this file)
+
+        procs = [warm_python.start(cmd, cwd=ROOT, env=env, new_session=True) for cmd, env in zip(cmds, envs)]
+    else:
+        procs = [
+            subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            for cmd, env in zip(cmds, envs)
+        ]
     results = []
     try:
         for proc in procs:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import tiny_run
 import torch
-from dist_launch import clean_env, run_bounded
+from dist_launch import clean_env, run_bounded, warm_torchrun
 
 from areal_adv.trainer.parallel.checksum import module_checksum
 from areal_adv.trainer.parallel.engine import cast_copy
@@ -38,9 +37,7 @@ TINY = [
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 def test_two_ranks_sample_from_refreshed_bf16_copies(tmp_path: Path, parallel: str) -> None:
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
+        *warm_torchrun(),
         "--standalone",
         "--nproc_per_node=2",
         "-m",
@@ -51,7 +48,7 @@ def test_two_ranks_sample_from_refreshed_bf16_copies(tmp_path: Path, parallel: s
         f"output.dir={tmp_path}",
         f"train.parallel={parallel}",
     ]
-    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S, warm=True)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     run_dir = tmp_path / "grpo_arith" / "trial0"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

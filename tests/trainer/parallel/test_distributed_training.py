@@ -1,11 +1,12 @@
-"""Data-parallel training with 2 gloo ranks on CPU, through the real launcher.
+"""Data-parallel training with 2 gloo ranks on CPU, through torchrun's launcher code (its ranks forked warm:
+tests/trainer/warm_torchrun.py).
 
-* `python -m torch.distributed.run --standalone --nproc_per_node=2 -m areal_adv.trainer.main ...` trains
+* `torchrun --standalone --nproc_per_node=2 -m areal_adv.trainer.main ...` trains
   GRPO (and PPO with a critic) for 2 steps: exit 0, rank 0 alone writes the outputs, and the
   per-rank parameter checksums (`train.debug_param_checksum`) are identical after every step.
 * The PPO policy and critic updates on 2 ranks equal the 1-process update on the same global batch
   (gradients summed over ranks, losses scaled by local / global active tokens). This file is also
-  the worker for that check: `python -m torch.distributed.run ... test_distributed_training.py update OUT`.
+  the worker for that check: `torchrun ... test_distributed_training.py update OUT`.
 * A plugin that only imports on rank 0 stops both ranks (no hang) with exit 1 and a message naming
   the rank, the stage and the path.
 
@@ -28,7 +29,7 @@ if __name__ == "__main__":  # launched by torchrun as the update worker
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
+from dist_launch import clean_env, rank_envs, run_bounded, warm_torchrun  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 
 from areal_adv.api.cli_args import PPOActorConfig  # noqa: E402
@@ -60,7 +61,7 @@ UPDATE_TOL = 1e-5
 
 
 def _torchrun(*args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
+    return warm_torchrun("--standalone", "--nproc_per_node=2", *args)
 
 
 def _train_two_ranks(tmp_path: Path, config: str, *extra: str) -> tuple[Path, str]:
@@ -74,7 +75,7 @@ def _train_two_ranks(tmp_path: Path, config: str, *extra: str) -> tuple[Path, st
         "train.debug_param_checksum=true",
         *extra,
     )
-    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S, warm=True)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     name = Path(config).stem
     return tmp_path / name / "trial0", out + err
@@ -154,7 +155,7 @@ def test_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> None:
         f"output.dir={tmp_path}",
         "actor.advantage.outcome_reward_shaping={implementation: dist_rank_plugin.halve}",
     ]
-    results = run_bounded([cmd, cmd], envs, timeout=90)
+    results = run_bounded([cmd, cmd], envs, timeout=90, warm=True)
     for rank, (code, out, err) in enumerate(results):
         assert code == 1, f"rank {rank} exited {code}:\n{out}\n{err}"
         # the agreed failure reaches both ranks at once; rank 0's failure watcher may read rank 1's report
@@ -356,7 +357,7 @@ def two_rank_updates(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One torchrun job for both modes (a launch costs more than the updates): `<dir>/<mode>/rank<r>.pt`."""
     out = tmp_path_factory.mktemp("updates")
     cmd = _torchrun(str(Path(__file__)), "update", str(out), ",".join(PARALLEL))
-    [(code, stdout, stderr)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    [(code, stdout, stderr)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S, warm=True)
     assert code == 0, f"torchrun exited with {code}:\n{stdout[-3000:]}\n{stderr[-3000:]}"
     return out
 

@@ -24,7 +24,7 @@ from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.utils.data import concat_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/trainer: the launch helpers
-from dist_launch import clean_env, run_bounded  # noqa: E402
+from dist_launch import clean_env, run_bounded, warm_torchrun  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "state_worker.py"
 JOB_TIMEOUT_S = 180
@@ -37,16 +37,14 @@ MAX_ABS_DIFF: dict[str, float] = {}
 def ranks(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("stage_state")
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
+        *warm_torchrun(),
         "--standalone",
         "--nproc_per_node",
         "2",
         str(WORKER),
         str(out),
     ]
-    [(code, stdout, stderr)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    [(code, stdout, stderr)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S, warm=True)
     assert code == 0, f"torchrun exited with {code}:\n{(stdout + stderr)[-4000:]}"
     return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import torch
-from dist_launch import clean_env, run_bounded
+from dist_launch import clean_env, run_bounded, warm_torchrun
 
 from areal_adv.api.cli_args import load_config
 from areal_adv.trainer.ppo.actor import PPOActor
@@ -120,9 +120,7 @@ def test_gdpo_preset_with_two_reward_functions_trains_and_equals_verls_definitio
 
 def test_gdpo_with_two_reward_functions_on_two_ranks(tmp_path):
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
+        *warm_torchrun(),
         "--standalone",
         "--nproc_per_node=2",
         "-m",
@@ -137,7 +135,7 @@ def test_gdpo_with_two_reward_functions_on_two_ranks(tmp_path):
         TWO_FUNCTIONS,
         f"output.dir={tmp_path}",
     ]
-    [(code, out, err)] = run_bounded([cmd], [clean_env()], 150)
+    [(code, out, err)] = run_bounded([cmd], [clean_env()], 150, warm=True)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     rows = read_metrics(tmp_path / "gdpo" / "trial0" / "metrics.jsonl")  # a file that names no run: its stem
     assert [r["step"] for r in rows] == [0, 1]

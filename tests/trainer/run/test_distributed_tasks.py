@@ -12,7 +12,7 @@ if str(HERE) not in sys.path:
     sys.path[:0] = [str(ROOT), str(HERE)]
 
 import tiny_run  # noqa: E402
-from dist_launch import clean_env, rank_envs, run_bounded  # noqa: E402
+from dist_launch import clean_env, rank_envs, run_bounded, warm_torchrun  # noqa: E402
 
 from areal_adv.api.cli_args import load_config  # noqa: E402
 from areal_adv.trainer.run.loop import Trainer  # noqa: E402
@@ -31,9 +31,7 @@ TINY = [
 
 def test_eval_and_reward_components_on_two_ranks_equal_one_process(tmp_path: Path) -> None:
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
+        *warm_torchrun(),
         "--standalone",
         "--nproc_per_node=2",
         "-m",
@@ -43,7 +41,7 @@ def test_eval_and_reward_components_on_two_ranks_equal_one_process(tmp_path: Pat
         *TINY,
         f"output.dir={tmp_path / 'dp'}",
     ]
-    [(code, out, err)] = run_bounded([cmd], [clean_env()], 150)
+    [(code, out, err)] = run_bounded([cmd], [clean_env()], 150, warm=True)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     rows = [
         json.loads(line)
@@ -72,7 +70,7 @@ def test_task_plugin_failing_on_one_rank_stops_every_rank(tmp_path: Path) -> Non
         f"output.dir={tmp_path}",
         "task.implementation=plugins.rank_task.make_max_task",
     ]
-    results = run_bounded([cmd, cmd], rank_envs(2), timeout=120)
+    results = run_bounded([cmd, cmd], rank_envs(2), timeout=120, warm=True)
     for rank, (code, out, err) in enumerate(results):
         assert code == 1, f"rank {rank} exited {code}:\n{out}\n{err}"
         assert "trainer start-up failed: rank 1: task.implementation: cannot use 'plugins.rank_task" in err, err

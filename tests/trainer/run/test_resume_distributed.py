@@ -14,15 +14,14 @@ checkpoints); the sampling after that is the new world size's own (its per-rank 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+import warm_python
 from checkpoint_state import engine_tensors, state_tensors
-from dist_launch import clean_env, kill_tree, run_bounded
+from dist_launch import clean_env, kill_tree, run_bounded, warm_torchrun
 
 from areal_adv.api.cli_args import load_config
 from areal_adv.trainer.run.loop import Trainer
@@ -50,9 +49,7 @@ JOB_TIMEOUT_S = 360  # shared CPUs; FSDP jobs are slower; a hang still fails
 
 def _torchrun(out: Path, name: str, *extra: str) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
+        *warm_torchrun(),
         "--standalone",
         "--nproc_per_node=2",
         "-m",
@@ -67,16 +64,14 @@ def _torchrun(out: Path, name: str, *extra: str) -> list[str]:
 
 
 def _run(cmd: list[str]) -> str:
-    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S, warm=True)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     return out + err
 
 
 def _kill_job_after_rows(cmd: list[str], metrics: Path, rows: int) -> None:
     """SIGKILL torchrun and both ranks (one process group) once `rows` metrics rows exist."""
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    proc = warm_python.start(cmd, cwd=ROOT, env=clean_env(), new_session=True)
     deadline = time.monotonic() + JOB_TIMEOUT_S
     try:
         while proc.poll() is None and time.monotonic() < deadline:

@@ -10,12 +10,11 @@ one trainer-level job keeps the suite short.)
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from dist_launch import clean_env, run_bounded
+from dist_launch import clean_env, run_bounded, warm_torchrun
 
 ROOT = Path(__file__).resolve().parents[3]
 JOB_TIMEOUT_S = 150
@@ -39,9 +38,7 @@ TINY = [
 @pytest.mark.parametrize("preset", ["krpo"])
 def test_two_ranks_agree_on_the_stage_state(tmp_path: Path, preset: str) -> None:
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
+        *warm_torchrun(),
         "--standalone",
         "--nproc_per_node=2",
         "-m",
@@ -51,7 +48,7 @@ def test_two_ranks_agree_on_the_stage_state(tmp_path: Path, preset: str) -> None
         *TINY,
         f"output.dir={tmp_path}",
     ]
-    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S)
+    [(code, out, err)] = run_bounded([cmd], [clean_env()], JOB_TIMEOUT_S, warm=True)
     assert code == 0, f"torchrun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"
     run_dir = tmp_path / preset / "trial0"  # a config file is its run's name
     for step in (2, 4):
