@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -47,10 +46,12 @@ def script(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("mode", ["plain", "thread", "exit3", "message", "raise", "signal"])
 def test_a_script_gives_the_fresh_interpreter_s_streams_and_status(tmp_path: Path, script: Path, mode: str) -> None:
     cmd = [sys.executable, str(script), mode, "x y"]
-    env = {**os.environ, "WARM_VAR": "set"}
+    env = {**warm_python.BASE_ENV, "WARM_VAR": "set"}
     fresh = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     warm = warm_python.run(cmd, cwd=tmp_path, env=env, timeout=60)
     assert (warm.returncode, warm.stdout, warm.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    forked = warm_python.start(cmd, cwd=tmp_path, env=env)
+    assert isinstance(forked, warm_python.WarmProcess) and forked.communicate(timeout=60) == (warm.stdout, warm.stderr)
     assert fresh.returncode == {"plain": 0, "thread": 0, "exit3": 3, "message": 1, "raise": 1, "signal": -15}[mode]
     assert '"var": "set"' in warm.stdout and f'"path0": "{script.parent}"' in warm.stdout
 
@@ -62,7 +63,7 @@ def test_a_module_runs_as_main_from_its_working_directory_and_pythonpath(tmp_pat
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "helper_mod.py").write_text("VALUE = 7\n")
-    env = {**os.environ, "PYTHONPATH": str(lib)}
+    env = {**warm_python.BASE_ENV, "PYTHONPATH": str(lib)}
     cmd = [sys.executable, "-m", "pkg.probe", "plain"]
     fresh = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     warm = warm_python.run(cmd, cwd=tmp_path, env=env, timeout=60)
@@ -80,10 +81,11 @@ def _fresh(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
 def test_the_child_is_forked_warm_unless_an_import_time_variable_differs(tmp_path: Path) -> None:
     code = tmp_path / "which.py"
     code.write_text("import sys; print('torch' in sys.modules, __import__('os').environ.get('OMP_NUM_THREADS'))\n")
-    warm = warm_python.run([sys.executable, str(code)], cwd=tmp_path)
+    base = dict(warm_python.BASE_ENV)  # the session's environment (an earlier test may have left this one's changed)
+    warm = warm_python.run([sys.executable, str(code)], cwd=tmp_path, env=base)
     assert warm.stdout.split()[0] == "True"  # preloaded: the fork server imported torch
-    other = str(int(os.environ.get("NUMBA_NUM_THREADS", "1")) + 1)
-    cold = warm_python.run([sys.executable, str(code)], cwd=tmp_path, env={**os.environ, "NUMBA_NUM_THREADS": other})
+    other = str(int(base.get("NUMBA_NUM_THREADS", "1")) + 1)
+    cold = warm_python.run([sys.executable, str(code)], cwd=tmp_path, env={**base, "NUMBA_NUM_THREADS": other})
     assert cold.stdout.split()[0] == "False"  # numba reads it at import: a fresh interpreter
     cold = warm_python.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"], cwd=tmp_path)
     assert cold.stdout.strip() == "False"  # `-c` is not forked
@@ -112,7 +114,7 @@ def test_another_copy_of_a_preloaded_package_on_pythonpath_gets_a_fresh_interpre
     (tmp_path / "other" / "transformers" / "__init__.py").write_text("MARK = 'the other copy'\n")
     code = tmp_path / "which.py"
     code.write_text("import transformers; print(getattr(transformers, 'MARK', 'the pinned one'))\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "other")}
+    env = {**warm_python.BASE_ENV, "PYTHONPATH": str(tmp_path / "other")}
     assert warm_python.run([sys.executable, str(code)], cwd=tmp_path, env=env).stdout == "the other copy\n"
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # the checkout: the areal_adv the server loaded
     assert warm_python.run([sys.executable, str(code)], cwd=tmp_path, env=env).stdout == "the pinned one\n"
@@ -122,7 +124,7 @@ def test_another_copy_of_a_preloaded_package_on_pythonpath_gets_a_fresh_interpre
 def test_torch_takes_omp_num_threads_from_the_command(tmp_path: Path, threads: str) -> None:
     code = tmp_path / "threads.py"
     code.write_text("import sys, torch; torch.ones(4) + 1; print('torch' in sys.modules, torch.get_num_threads())\n")
-    env = {**os.environ, "OMP_NUM_THREADS": threads}
+    env = {**warm_python.BASE_ENV, "OMP_NUM_THREADS": threads}
     fresh = subprocess.run([sys.executable, str(code)], env=env, capture_output=True, text=True, timeout=120)
     warm = warm_python.run([sys.executable, str(code)], cwd=tmp_path, env=env, timeout=120)
     assert fresh.stdout.split()[1] == warm.stdout.split()[1] == threads, (fresh.stdout, warm.stdout)

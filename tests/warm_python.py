@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import traceback
+from multiprocessing import forkserver
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -70,6 +71,10 @@ IMPORT_TIME_PREFIXES = (
     "LD_",
 )
 
+#: The test process's environment when this module is first imported (at collection, before a test changes it):
+#: the fork server starts with it, whichever test starts the server, and a command forks only where its
+#: import-time variables equal these.
+BASE_ENV = dict(os.environ)
 _CONTEXT: Any = None
 _SERVER_ENV: dict[str, str] = {}
 _SITE_PATH: list[str] = []
@@ -80,11 +85,19 @@ def _context() -> Any:
     """The forkserver context, its server started with the modules of PRELOAD (once per test process)."""
     global _CONTEXT, _SERVER_ENV, _SITE_PATH, _SERVER_THREADS
     if _CONTEXT is None:
-        _SERVER_THREADS = os.environ.get("OMP_NUM_THREADS")
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(list(PRELOAD))
-        _SERVER_ENV = _import_time_env(os.environ)  # the server inherits this process's environment now
-        _SITE_PATH = _fresh_site_path()
+        current = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(BASE_ENV)  # the server inherits the environment the session started with
+        try:
+            forkserver.ensure_running()
+            _SITE_PATH = _fresh_site_path()
+        finally:
+            os.environ.clear()
+            os.environ.update(current)
+        _SERVER_THREADS = BASE_ENV.get("OMP_NUM_THREADS")
+        _SERVER_ENV = _import_time_env(BASE_ENV)
         _CONTEXT = ctx
     return _CONTEXT
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -34,16 +35,9 @@ def run_ranks(world_size: int, cmd: list[str], timeout: float) -> None:
         MASTER_PORT=port,
         WORLD_SIZE=str(world_size),
     )
+    # each rank forked from an interpreter that has torch and transformers imported (tests/warm_python.py)
     procs = [
-        subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        warm_python.start(cmd, cwd=ROOT, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, new_session=True)
         for r in range(world_size)
     ]
     try:

@@ -3,9 +3,9 @@
 The global batch of every case in `dist_cases` is dispatched with
 `assign_groups_to_ranks` (whole prompt groups), each rank `concat_batch`-es its
 own groups and runs `PPOActor.compute_advantages`; the parent compares every
-rank row with the matching row of the 1-process result. Workers run under the
-real launcher (`torchrun --standalone`) in one job for all cases, so the test
-pays the process start-up once.
+rank row with the matching row of the 1-process result. Workers run under
+torchrun's launcher code (`--standalone`, the ranks forked from a launcher that has
+torch imported: tests/trainer/warm_torchrun.py) in one job for all cases.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from dist_cases import CASES, OUT_KEYS
-from dist_launch import clean_env, rank_envs, run_bounded
+from dist_launch import clean_env, rank_envs, run_bounded, warm_torchrun
 
 from areal_adv.trainer.ppo.actor import PPOActor
 from areal_adv.utils.data import concat_batch
@@ -35,23 +35,13 @@ MAX_ABS_DIFF: dict[str, float] = {}
 
 def _run_merged(cmds, envs, timeout) -> list[tuple[int, str]]:
     """run_bounded with each command's stdout and stderr as one log."""
-    return [(code, out + err) for code, out, err in run_bounded(cmds, envs, timeout)]
+    return [(code, out + err) for code, out, err in run_bounded(cmds, envs, timeout, warm=True)]
 
 
 @pytest.fixture(scope="module")
 def rank_outputs(tmp_path_factory) -> list[dict]:
     out_dir = tmp_path_factory.mktemp("dist_advantages")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(WORKER),
-        "advantages",
-        str(out_dir),
-    ]
+    cmd = warm_torchrun("--standalone", "--nproc_per_node", "2", str(WORKER), "advantages", str(out_dir))
     [(code, log)] = _run_merged([cmd], [clean_env()], JOB_TIMEOUT_S)
     assert code == 0, f"torchrun exited with {code}:\n{log[-4000:]}"
     return [torch.load(out_dir / f"rank{r}.pt") for r in range(2)]
