@@ -326,3 +326,4 @@ def kill_tree(pid: int) -> None:
             target.kill()
         except psutil.NoSuchProcess:
             pass
+    psutil.wait_procs(targets, timeout=10)  # a signal lands asynchronously: return once they are gone
