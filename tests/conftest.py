@@ -24,6 +24,8 @@ from areal_adv.trainer.parallel.launch_env import prefer_passive_waiting
 
 prefer_passive_waiting()
 
+import warm_python  # noqa: E402, F401 - its BASE_ENV (the fork server's environment) is this one, before any test runs
+
 #: Property tests draw the same examples on every run (`derandomize`), so the suite cannot fail by the luck
 #: of a draw: a counterexample is found by exploring and then pinned with `@example`. Explore with
 #: `HYPOTHESIS_PROFILE=explore ./scripts/test.sh tests/...` (fresh random draws, 10x the examples).

@@ -16,8 +16,11 @@ fresh interpreter puts above the module's frames.
 What a fork cannot give is a fresh import: a variable that torch, transformers or the trainer read while they
 were imported keeps the value the fork server saw. So `run` falls back to a real subprocess when the command
 is not `sys.executable` with `-m` or a script, when its environment differs from the server's in a variable
-read at import (`IMPORT_TIME_PREFIXES`), or when its PYTHONPATH holds another copy of a preloaded package; and tests whose subject is a fresh interpreter (which modules a
-command imports, thread pools, kernel pins read at the first operation, disk caches) keep `subprocess.run`.
+read at import (`IMPORT_TIME_PREFIXES`), or when its PYTHONPATH holds another copy of a preloaded package.
+Tests whose subject is a fresh interpreter (which modules a command imports, thread pools, kernel pins, disk
+caches, hash seeds) keep `subprocess.run`.
+
+tests/conftest.py imports this module first thing, so `BASE_ENV` is the session's starting environment.
 """
 
 from __future__ import annotations
