@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -89,6 +90,20 @@ def test_the_child_is_forked_warm_unless_an_import_time_variable_differs(tmp_pat
     assert cold.stdout.split()[0] == "False"  # numba reads it at import: a fresh interpreter
     cold = warm_python.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"], cwd=tmp_path)
     assert cold.stdout.strip() == "False"  # `-c` is not forked
+
+
+def test_variables_libraries_set_while_tests_run_do_not_stop_forking(tmp_path: Path, monkeypatch) -> None:
+    """torch's inductor and verl write these into the test process's environment; they are not read at import."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # restored after the test: cache_dir() sets it
+    code = tmp_path / "which.py"
+    code.write_text("import os, sys; print('torch' in sys.modules, os.environ.get('TORCH_CUDA_ARCH_LIST'))\n")
+    env = {**warm_python.BASE_ENV, "TORCHINDUCTOR_CACHE_DIR": cache_dir(), "TORCH_CUDA_ARCH_LIST": "8.0"}
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == env["TORCHINDUCTOR_CACHE_DIR"]  # what torch does in the suite
+    proc = warm_python.start([sys.executable, str(code)], cwd=tmp_path, env=env)
+    assert isinstance(proc, warm_python.WarmProcess)
+    assert proc.communicate(timeout=60) == ("True 8.0\n", "")  # forked, and the command's value is its own
 
 
 def test_a_timeout_kills_the_child_and_its_subprocesses(tmp_path: Path) -> None:

@@ -116,9 +116,19 @@ def _fresh_site_path() -> list[str]:
 #: Compared otherwise: PYTHONPATH (`_shadowed`) and OMP_NUM_THREADS (`_threads`).
 _READ_IN_THE_CHILD = ("PYTHONPATH", "OMP_NUM_THREADS")
 
+#: Variables under IMPORT_TIME_PREFIXES that libraries write into the test process's own environment while
+#: tests run, and that nothing reads at import: a command built from `os.environ` after that would otherwise
+#: never fork again in that process. torch's inductor stores its default cache folder in
+#: TORCHINDUCTOR_CACHE_DIR the first time it compiles and reads it only when it compiles; verl's Megatron
+#: engine module sets TORCH_CUDA_ARCH_LIST while it imports on a machine without CUDA (and leaves it set when
+#: that import fails), which torch reads only when it builds a C++ extension. The child still gets them in
+#: its `os.environ`, where those reads happen.
+RUN_TIME_ONLY = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_CUDA_ARCH_LIST")
+
 
 def _import_time_env(env: Any) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k not in _READ_IN_THE_CHILD}
+    skip = (*_READ_IN_THE_CHILD, *RUN_TIME_ONLY)
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k not in skip}
 
 
 def _threads(env: dict[str, str]) -> tuple[bool, int | None]:
