@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,7 +80,8 @@ def _fresh(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
 
 
-def test_the_child_is_forked_warm_unless_an_import_time_variable_differs(tmp_path: Path) -> None:
+def test_the_child_is_forked_warm_unless_an_import_time_variable_differs(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(warm_python.LOG_ENV, str(tmp_path / "log.jsonl"))
     code = tmp_path / "which.py"
     code.write_text("import sys; print('torch' in sys.modules, __import__('os').environ.get('OMP_NUM_THREADS'))\n")
     base = dict(warm_python.BASE_ENV)  # the session's environment (an earlier test may have left this one's changed)
@@ -90,16 +92,27 @@ def test_the_child_is_forked_warm_unless_an_import_time_variable_differs(tmp_pat
     assert cold.stdout.split()[0] == "False"  # numba reads it at import: a fresh interpreter
     cold = warm_python.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"], cwd=tmp_path)
     assert cold.stdout.strip() == "False"  # `-c` is not forked
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [(r["forked"], r["why"]) for r in log] == [
+        (True, None),
+        (False, "variables read at import differ from the fork server's: NUMBA_NUM_THREADS"),
+        (False, "not `python -m MODULE` or `python SCRIPT` with this interpreter"),
+    ]
 
 
 def test_variables_libraries_set_while_tests_run_do_not_stop_forking(tmp_path: Path, monkeypatch) -> None:
-    """torch's inductor and verl write these into the test process's environment; they are not read at import."""
+    """torch's inductor, verl and ray write these into the test process's environment; none is read at import."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # restored after the test: cache_dir() sets it
     code = tmp_path / "which.py"
     code.write_text("import os, sys; print('torch' in sys.modules, os.environ.get('TORCH_CUDA_ARCH_LIST'))\n")
-    env = {**warm_python.BASE_ENV, "TORCHINDUCTOR_CACHE_DIR": cache_dir(), "TORCH_CUDA_ARCH_LIST": "8.0"}
+    env = {
+        **warm_python.BASE_ENV,
+        "TORCHINDUCTOR_CACHE_DIR": cache_dir(),
+        "TORCH_CUDA_ARCH_LIST": "8.0",
+        "PYTHONBREAKPOINT": "ray.util.rpdb._driver_set_trace",
+    }
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == env["TORCHINDUCTOR_CACHE_DIR"]  # what torch does in the suite
     proc = warm_python.start([sys.executable, str(code)], cwd=tmp_path, env=env)
     assert isinstance(proc, warm_python.WarmProcess)

@@ -16,7 +16,9 @@ fresh interpreter puts above the module's frames.
 What a fork cannot give is a fresh import: a variable that torch, transformers or the trainer read while they
 were imported keeps the value the fork server saw. So `run` falls back to a real subprocess when the command
 is not `sys.executable` with `-m` or a script, when its environment differs from the server's in a variable
-read at import (`IMPORT_TIME_PREFIXES`), or when its PYTHONPATH holds another copy of a preloaded package.
+read at import (`IMPORT_TIME_PREFIXES`, less the `RUN_TIME_ONLY` ones libraries set while tests run), or when
+its PYTHONPATH holds another copy of a preloaded package; `WARM_PYTHON_LOG=FILE` in pytest's environment
+records each command's choice and its reason.
 Tests whose subject is a fresh interpreter (which modules a command imports, thread pools, kernel pins, disk
 caches, hash seeds) keep `subprocess.run`.
 
@@ -121,9 +123,14 @@ _READ_IN_THE_CHILD = ("PYTHONPATH", "OMP_NUM_THREADS")
 #: never fork again in that process. torch's inductor stores its default cache folder in
 #: TORCHINDUCTOR_CACHE_DIR the first time it compiles and reads it only when it compiles; verl's Megatron
 #: engine module sets TORCH_CUDA_ARCH_LIST while it imports on a machine without CUDA (and leaves it set when
-#: that import fails), which torch reads only when it builds a C++ extension. The child still gets them in
-#: its `os.environ`, where those reads happen.
-RUN_TIME_ONLY = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_CUDA_ARCH_LIST")
+#: that import fails), which torch reads only when it builds a C++ extension; `ray.init` points
+#: PYTHONBREAKPOINT at its remote debugger, which Python reads at each `breakpoint()` call. The child still
+#: gets them in its `os.environ`, where those reads happen.
+RUN_TIME_ONLY = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_CUDA_ARCH_LIST", "PYTHONBREAKPOINT")
+
+#: A file to which `start` appends one JSON line per command: forked, or the reason it was not (set it in the
+#: environment pytest starts with to see which commands of a run paid for a fresh interpreter).
+LOG_ENV = "WARM_PYTHON_LOG"
 
 
 def _import_time_env(env: Any) -> dict[str, str]:
@@ -146,11 +153,23 @@ def _threads(env: dict[str, str]) -> tuple[bool, int | None]:
     return True, int(mine)
 
 
+def _package_folders() -> dict[str, Path | None]:
+    """The folder each preloaded top-level package imports from in this process, as the fork server's did."""
+    out: dict[str, Path | None] = {}
+    for name in {module.split(".")[0] for module in PRELOAD}:
+        spec = importlib.util.find_spec(name)
+        out[name] = Path(spec.origin).resolve().parent if spec and spec.origin else None
+    return out
+
+
+#: Where the session imports each preloaded package from, read once at the start (a test may later put another
+#: folder first on `sys.path` or swap a module in `sys.modules`; the fork server imported from these).
+_LOADED = _package_folders()
+
+
 def _shadowed(env: dict[str, str], cwd: str) -> bool:
     """True when the command's PYTHONPATH holds another copy of a preloaded package than the one loaded."""
-    for name in {module.split(".")[0] for module in PRELOAD}:
-        spec = importlib.util.find_spec(name)  # where this process (and so the fork server) imports it from
-        loaded = Path(spec.origin).resolve().parent if spec and spec.origin else None
+    for name, loaded in _LOADED.items():
         for entry in filter(None, env.get("PYTHONPATH", "").split(os.pathsep)):
             found = Path(cwd, entry, name)
             if (found.is_dir() or found.with_suffix(".py").is_file()) and found.resolve() != loaded:
@@ -277,6 +296,28 @@ class WarmProcess:
         return out, err
 
 
+def _why_not_forked(entry: tuple[str, str] | None, env: dict[str, str], cwd: str) -> str | None:
+    """None when the command can be forked warm; else what a fork would get wrong."""
+    if entry is None:
+        return "not `python -m MODULE` or `python SCRIPT` with this interpreter"
+    if not _threads(env)[0]:
+        return f"OMP_NUM_THREADS={env.get('OMP_NUM_THREADS')!r}, the fork server's {_SERVER_THREADS!r}"
+    mine = _import_time_env(env)
+    differ = sorted(k for k in {*mine, *_SERVER_ENV} if mine.get(k) != _SERVER_ENV.get(k))
+    if differ:
+        return "variables read at import differ from the fork server's: " + ", ".join(differ)
+    if _shadowed(env, cwd):
+        return f"PYTHONPATH={env.get('PYTHONPATH')!r} holds another copy of a preloaded package"
+    return None
+
+
+def _log(cmd: list[str], why: str | None) -> None:
+    path = os.environ.get(LOG_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"cmd": cmd[:4], "forked": why is None, "why": why}) + "\n")
+
+
 def start(
     cmd: list[str], *, cwd: str | Path | None = None, env: dict[str, str] | None = None, new_session: bool = False
 ) -> WarmProcess | subprocess.Popen:
@@ -289,8 +330,10 @@ def start(
     cwd = str(cwd if cwd is not None else os.getcwd())
     entry = _entry(cmd)
     ctx = _context() if entry is not None else None
-    forks, threads = _threads(env)
-    if entry is None or not forks or _import_time_env(env) != _SERVER_ENV or _shadowed(env, cwd):
+    threads = _threads(env)[1]
+    why = _why_not_forked(entry, env, cwd)
+    _log(cmd, why)
+    if entry is None or why is not None:
         pipe = subprocess.PIPE
         return subprocess.Popen(
             cmd, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=True, start_new_session=new_session
