@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -75,32 +76,28 @@ def free_port() -> int:
 
 def descendants(pid: int) -> list[int]:
     """Every live descendant of `pid` (torchrun starts each worker in a session of its own)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def kill_tree(proc: Any) -> None:
-    """SIGKILL `proc`, its process group and every descendant (torchrun's workers have sessions of their own)."""
-    for pid in descendants(proc.pid):
+    """SIGKILL `proc`, its process group and every descendant (torchrun's workers have sessions of their own),
+    and wait until they are gone (a signal lands asynchronously)."""
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for child in tree:
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+            child.kill()
+        except psutil.NoSuchProcess:
             pass
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    psutil.wait_procs(tree, timeout=10)
 
 
 def warm_torchrun(*args: str) -> list[str]:
