@@ -25,6 +25,7 @@ from areal_adv.trainer.parallel.launch_env import prefer_passive_waiting
 prefer_passive_waiting()
 
 import warm_python  # noqa: E402, F401 - its BASE_ENV (the fork server's environment) is this one, before any test runs
+from cpu_profile import collection_done, measure  # noqa: E402 - TEST_CPU_LOG: the suite's CPU by test
 
 #: Property tests draw the same examples on every run (`derandomize`), so the suite cannot fail by the luck
 #: of a draw: a counterexample is found by exploring and then pinned with `@example`. Explore with
@@ -83,3 +84,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return rank.get(item.nodeid.split("::", 1)[0], len(LONG_FIRST))
 
     items.sort(key=key)  # stable: the order within a module and among the rest is pytest's
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With TEST_CPU_LOG set, each test's CPU time goes to that file (tests/cpu_profile.py)."""
+    yield from measure(item.nodeid)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    collection_done()

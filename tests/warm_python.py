@@ -32,6 +32,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import resource
 import runpy
 import signal
 import subprocess
@@ -83,6 +84,7 @@ BASE_ENV = dict(os.environ)
 _CONTEXT: Any = None
 _SERVER_ENV: dict[str, str] = {}
 _SITE_PATH: list[str] = []
+_FORKED_CPU = [0.0]  # CPU-seconds of the forks this process has collected (`forked_cpu_seconds`)
 _SERVER_THREADS: str | None = None
 
 
@@ -245,7 +247,19 @@ def _child(
     except BaseException as exc:  # noqa: BLE001 - an uncaught exception: the traceback and status 1, as Python gives
         traceback.print_exception(type(exc), exc, _own_frames(exc.__traceback__))
         status = 1
-    os._exit(_shutdown(status))
+    status = _shutdown(status)
+    _write_cpu_seconds(os.path.join(os.path.dirname(out), "cpu"))
+    os._exit(status)
+
+
+def _write_cpu_seconds(path: str) -> None:
+    """The fork's CPU time and that of the processes it waited for (its parent, the fork server, cannot ask)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        with open(path, "w") as f:
+            f.write(repr(me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime))
+    except OSError:
+        pass  # the command's status matters more than this count
 
 
 def _own_frames(tb: TracebackType | None) -> TracebackType | None:
@@ -292,8 +306,15 @@ class WarmProcess:
         """Waits (a `subprocess.TimeoutExpired` leaves the command running, as Popen's does), then its output."""
         self.wait(timeout)
         out, err = (Path(p).read_text(errors="replace") for p in self._streams)
+        cpu = Path(self._tmp.name, "cpu")
+        _FORKED_CPU[0] += float(cpu.read_text()) if cpu.is_file() else 0.0  # none when it was killed
         self._tmp.cleanup()
         return out, err
+
+
+def forked_cpu_seconds() -> float:
+    """CPU-seconds spent by the commands this process forked and collected (tests/cpu_profile.py)."""
+    return _FORKED_CPU[0]
 
 
 def _why_not_forked(entry: tuple[str, str] | None, env: dict[str, str], cwd: str) -> str | None:
