@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 LOG_ENV = "TEST_CPU_LOG"
+#: A pytest run started by a test (the newest-transformers environment runs test files in its own venv) inherits
+#: the variable; its CPU is already its parent test's subprocess time, so it writes nothing.
+_NESTED = "PYTEST_CURRENT_TEST" in os.environ
 
 
 def own_cpu_seconds() -> tuple[float, float]:
@@ -32,16 +35,20 @@ def own_cpu_seconds() -> tuple[float, float]:
     return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
 
 
+def _logging() -> bool:
+    return bool(os.environ.get(LOG_ENV)) and not _NESTED
+
+
 def _append(row: dict[str, Any]) -> None:
     path = os.environ.get(LOG_ENV)
-    if path:
+    if path and not _NESTED:
         with open(path, "a") as f:
             f.write(json.dumps({**row, "worker": os.environ.get("PYTEST_XDIST_WORKER")}) + "\n")
 
 
 def measure(nodeid: str) -> Iterator[None]:
     """Wraps one test's run protocol (a hook wrapper's body): appends its CPU row when `TEST_CPU_LOG` is set."""
-    if not os.environ.get(LOG_ENV):
+    if not _logging():
         yield
         return
     import warm_python
@@ -62,7 +69,7 @@ def measure(nodeid: str) -> Iterator[None]:
 
 def collection_done() -> None:
     """The worker's CPU up to the end of collection (interpreter start, conftest imports, test modules)."""
-    if os.environ.get(LOG_ENV):
+    if _logging():
         me, children = own_cpu_seconds()
         _append({"test": "<start-up and collection>", "self": me, "children": children, "forked": 0.0})
 

@@ -46,6 +46,22 @@ def test_no_row_without_the_variable(tmp_path: Path, monkeypatch) -> None:
     assert next(wrapper, "done") == "done" and not list(tmp_path.iterdir())
 
 
+def test_a_pytest_run_started_by_a_test_writes_no_rows(tmp_path: Path) -> None:
+    """Its CPU is its parent test's subprocess time already (a nested run would count it twice)."""
+    env = {
+        **warm_python.BASE_ENV,
+        cpu_profile.LOG_ENV: str(tmp_path / "cpu.jsonl"),
+        "PYTEST_CURRENT_TEST": "outer (call)",
+    }
+    conftest_dir = Path(__file__).resolve().parent
+    code = f"import sys; sys.path.insert(0, {str(conftest_dir)!r}); import cpu_profile; print(cpu_profile._logging())"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "False", proc.stderr
+    env.pop("PYTEST_CURRENT_TEST")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "True", proc.stderr
+
+
 def test_the_report_sums_by_file_largest_first(tmp_path: Path) -> None:
     log = tmp_path / "cpu.jsonl"
     rows = [
