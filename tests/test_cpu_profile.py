@@ -39,13 +39,6 @@ def test_a_test_row_counts_its_own_its_subprocesses_and_its_forks_cpu(tmp_path: 
     assert row["self"] >= 0
 
 
-def test_no_row_without_the_variable(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.delenv(cpu_profile.LOG_ENV, raising=False)
-    wrapper = cpu_profile.measure("tests/x.py::test_y")
-    next(wrapper)
-    assert next(wrapper, "done") == "done" and not list(tmp_path.iterdir())
-
-
 def test_a_pytest_run_started_by_a_test_writes_no_rows(tmp_path: Path) -> None:
     """Its CPU is its parent test's subprocess time already (a nested run would count it twice)."""
     env = {
