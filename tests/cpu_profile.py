@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from warm_python import append_json_line, cpu_seconds, forked_cpu_seconds
 
 LOG_ENV = "TEST_CPU_LOG"
 #: A pytest run started by a test (the newest-transformers environment runs test files in its own venv) inherits
@@ -29,21 +30,13 @@ LOG_ENV = "TEST_CPU_LOG"
 _NESTED = "PYTEST_CURRENT_TEST" in os.environ
 
 
-def own_cpu_seconds() -> tuple[float, float]:
-    """(this process, the children it has waited for): user + system CPU-seconds."""
-    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
-
-
 def _logging() -> bool:
     return bool(os.environ.get(LOG_ENV)) and not _NESTED
 
 
 def _append(row: dict[str, Any]) -> None:
-    path = os.environ.get(LOG_ENV)
-    if path and not _NESTED:
-        with open(path, "a") as f:
-            f.write(json.dumps({**row, "worker": os.environ.get("PYTEST_XDIST_WORKER")}) + "\n")
+    """One row of the log (only called where `_logging()`), with the xdist worker that wrote it."""
+    append_json_line(os.environ[LOG_ENV], {**row, "worker": os.environ.get("PYTEST_XDIST_WORKER")})
 
 
 def measure(nodeid: str) -> Iterator[None]:
@@ -51,18 +44,16 @@ def measure(nodeid: str) -> Iterator[None]:
     if not _logging():
         yield
         return
-    import warm_python
-
-    me, children = own_cpu_seconds()
-    forked = warm_python.forked_cpu_seconds()
+    me, children = cpu_seconds()
+    forked = forked_cpu_seconds()
     yield
-    me2, children2 = own_cpu_seconds()
+    me2, children2 = cpu_seconds()
     _append(
         {
             "test": nodeid,
             "self": me2 - me,
             "children": children2 - children,
-            "forked": warm_python.forked_cpu_seconds() - forked,
+            "forked": forked_cpu_seconds() - forked,
         }
     )
 
@@ -70,7 +61,7 @@ def measure(nodeid: str) -> Iterator[None]:
 def collection_done() -> None:
     """The worker's CPU up to the end of collection (interpreter start, conftest imports, test modules)."""
     if _logging():
-        me, children = own_cpu_seconds()
+        me, children = cpu_seconds()
         _append({"test": "<start-up and collection>", "self": me, "children": children, "forked": 0.0})
 
 

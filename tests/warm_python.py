@@ -252,12 +252,17 @@ def _child(
     os._exit(status)
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """(this process, the children it has waited for): user + system CPU-seconds."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
+
+
 def _write_cpu_seconds(path: str) -> None:
     """The fork's CPU time and that of the processes it waited for (its parent, the fork server, cannot ask)."""
-    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         with open(path, "w") as f:
-            f.write(repr(me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime))
+            f.write(repr(sum(cpu_seconds())))
     except OSError:
         pass  # the command's status matters more than this count
 
@@ -332,11 +337,15 @@ def _why_not_forked(entry: tuple[str, str] | None, env: dict[str, str], cwd: str
     return None
 
 
+def append_json_line(path: str, row: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def _log(cmd: list[str], why: str | None) -> None:
     path = os.environ.get(LOG_ENV)
     if path:
-        with open(path, "a") as f:
-            f.write(json.dumps({"cmd": cmd[:4], "forked": why is None, "why": why}) + "\n")
+        append_json_line(path, {"cmd": cmd[:4], "forked": why is None, "why": why})
 
 
 def start(
@@ -391,16 +400,28 @@ def run(
     return subprocess.CompletedProcess(cmd, proc.returncode if proc.returncode is not None else 1, out, err)
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL `pid` and every live descendant (a command's own subprocesses)."""
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every live descendant of `pid` (none when `pid` is gone)."""
     try:
-        root = psutil.Process(pid)
-        targets = [*root.children(recursive=True), root]
+        return psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
-        return
+        return []
+
+
+def kill_and_wait(targets: list[psutil.Process]) -> None:
+    """SIGKILL each of `targets` still alive, and return once they are gone (a signal lands asynchronously)."""
     for target in targets:
         try:
             target.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(targets, timeout=10)  # a signal lands asynchronously: return once they are gone
+    psutil.wait_procs(targets, timeout=10)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every live descendant (a command's own subprocesses)."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    kill_and_wait([*descendants(pid), root])

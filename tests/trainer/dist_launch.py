@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -76,28 +75,20 @@ def free_port() -> int:
 
 def descendants(pid: int) -> list[int]:
     """Every live descendant of `pid` (torchrun starts each worker in a session of its own)."""
-    try:
-        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
+    import warm_python  # tests/, on the path in the test process (not in the ranks, which import this file)
+
+    return [child.pid for child in warm_python.descendants(pid)]
 
 
 def kill_tree(proc: Any) -> None:
     """SIGKILL `proc`, its process group and every descendant (torchrun's workers have sessions of their own),
-    and wait until they are gone (a signal lands asynchronously)."""
-    try:
-        tree = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        tree = []
-    for child in tree:
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
+    and wait until they are gone. `proc` itself is reaped by its own `wait`, which keeps its exit status."""
+    import warm_python
+
+    warm_python.kill_and_wait(warm_python.descendants(proc.pid))
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    psutil.wait_procs(tree, timeout=10)
 
 
 def warm_torchrun(*args: str) -> list[str]:
