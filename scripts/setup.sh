@@ -44,9 +44,12 @@ if [ "$have_hash" != "$want" ] || [ "$extras" != "$(printf '%s\n' $have_extras |
   .venv/bin/python -m pip install --quiet -c constraints.txt uv
   mapfile -t from_pip < <(pip_settings_for_uv)
   # pip too, upgraded: the newest-transformers folder is installed with it. torch is exactly pinned in
-  # constraints.txt, so nothing can pull a CUDA build. No bytecode is compiled here: each module is compiled
-  # when first imported (a few thousand of the 21,000 files installed), and compiling all of them took a minute.
+  # constraints.txt, so nothing can pull a CUDA build.
   .venv/bin/uv pip install --quiet --python .venv/bin/python --index-strategy unsafe-best-match "${from_pip[@]}" \
     -c constraints.txt --upgrade-package pip pip -e ".${extras:+[$extras]}"
+  # Bytecode for every file, on every core: where PYTHONDONTWRITEBYTECODE is set, an
+  # interpreter never caches what it compiles, and each one would compile torch and transformers anew.
+  # -qq: a file that does not compile (a package's Python 2 test data) is skipped, as pip skips it
+  .venv/bin/python -m compileall -qq -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
   printf '%s\n%s\n' "$want" "${extras//,/ }" > "$stamp"
 fi
