@@ -7,8 +7,10 @@ rows are checked bit for bit (behaviour fingerprints, exact reruns), so its
 scripts set `ATEN_CPU_CAPABILITY=avx2` (the kernels a machine without AVX-512
 runs) before torch is first imported; a caller's own setting is kept. On an
 AVX-512 machine the committed fingerprints matched with the pin and none matched
-without it. ATen reads the variable at its first operation, so the pin must
-come before torch runs anything, which this module checks.
+without it. ATen reads the variable when it first picks a kernel (its first
+operation), not when torch is imported, so the pin must come before torch runs
+anything, which this module checks: an interpreter forked from one that imported
+torch without running it (the test suite starts scripts so) can still pin.
 """
 
 from __future__ import annotations
@@ -21,10 +23,21 @@ LEVEL = "avx2"
 
 
 def pin_before_torch() -> None:
-    """Sets ATEN_CPU_CAPABILITY=avx2 unless already set; an error once torch is imported (too late to take)."""
-    if "torch" in sys.modules and VARIABLE not in os.environ:
-        raise RuntimeError(f"pinned_kernels: torch is already imported, so {VARIABLE}={LEVEL} would not take effect")
+    """Sets ATEN_CPU_CAPABILITY=avx2 unless already set; an error if ATen has already picked other kernels.
+
+    Before torch is imported the pin cannot fail to take. After it, ATen is asked which kernels it runs (that
+    fixes its choice, with the pin in place): anything but the pinned level means an operation ran first.
+    """
     os.environ.setdefault(VARIABLE, LEVEL)
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    got, wanted = torch.backends.cpu.get_cpu_capability(), os.environ[VARIABLE].upper()
+    if got != wanted:
+        raise RuntimeError(
+            f"pinned_kernels: ATen runs its {got} CPU kernels, not the pinned {wanted}: it picked them at an "
+            f"operation before the pin, or this processor lacks {wanted}"
+        )
 
 
 def capability_note() -> str | None:

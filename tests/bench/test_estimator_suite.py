@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import warm_python
 from scipy import stats as scipy_stats
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,7 +160,7 @@ def _suite(tmp: Path, *args: str) -> subprocess.CompletedProcess:
         str(tmp / "rows.jsonl"),
         *args,
     ]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return warm_python.run(cmd, cwd=ROOT, timeout=600)  # forked warm: the script pins ATen's kernels itself
 
 
 def test_a_tiny_suite_writes_rows_resumes_reproduces_and_reports(tmp_path: Path):

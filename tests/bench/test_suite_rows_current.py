@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 
 pytestmark = pytest.mark.xdist_group("suite_rows_current")  # the module fixture runs once
 
@@ -41,13 +42,8 @@ def _rows() -> list[dict]:
 
 
 def _suite(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", SCRIPT, "--results", str(RESULTS), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    # forked warm (tests/warm_python.py): the script pins ATen's kernels itself, and refuses if the pin came too late
+    return warm_python.run([sys.executable, "-m", SCRIPT, "--results", str(RESULTS), *args], cwd=ROOT, timeout=900)
 
 
 def test_every_task_and_estimator_of_the_suite_has_committed_rows_with_a_fingerprint():

@@ -38,7 +38,7 @@ WITHIN_S = 15.0
 
 def _run(after: str) -> list[str]:
     worker = HERE / "dist_agreement_worker.py"
-    results = run_bounded([[sys.executable, str(worker), after]] * 2, rank_envs(2), timeout=180)
+    results = run_bounded([[sys.executable, str(worker), after]] * 2, rank_envs(2), timeout=180, warm=True)
     logs = [out + err for _, out, err in results]
     assert all(code == 0 for code, _, _ in results), logs
     return logs

@@ -255,7 +255,7 @@ def test_a_rank_does_not_return_non_finite_outputs_from_another_ranks_overflow()
     from dist_launch import rank_envs, run_bounded
 
     worker = Path(__file__).resolve().parent / "dist_guard_worker.py"
-    results = run_bounded([[sys.executable, str(worker)]] * 2, rank_envs(2), timeout=120)
+    results = run_bounded([[sys.executable, str(worker)]] * 2, rank_envs(2), timeout=120, warm=True)
     logs = [out + err for _, out, err in results]
     assert all(code == 0 for code, _, _ in results), logs
     # both ranks' guards fire; the call-time agreement raises one CallFailure naming both on each rank
