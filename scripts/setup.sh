@@ -13,22 +13,6 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.areal-setup-stamp
-# pip's index-url, extra-index-url, find-links and constraint settings (files and PIP_* variables) as uv options
-pip_settings_for_uv() {
-  local key value flag v
-  while IFS= read -r line; do
-    key="${line%%=*}" value="${line#*=}"
-    value="${value#\'}" value="${value%\'}"
-    case "${key##*.}" in
-      index-url) flag=--index-url ;;
-      extra-index-url) flag=--extra-index-url ;;
-      find-links) flag=--find-links ;;
-      constraint) flag=--constraint ;;
-      *) continue ;;
-    esac
-    for v in $value; do printf '%s\n%s\n' "$flag" "$v"; done
-  done < <(.venv/bin/python -m pip config list)
-}
 want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
 have_hash="" have_extras=""
 if [ -f "$stamp" ]; then
@@ -42,12 +26,12 @@ if [ "$have_hash" != "$want" ] || [ "$extras" != "$(printf '%s\n' $have_extras |
   # It reads none of pip's configuration, so the index, find-links and constraint settings of this
   # machine's pip are passed on, and it weighs every index's releases together, as pip does.
   .venv/bin/python -m pip install --quiet -c constraints.txt uv
-  mapfile -t from_pip < <(pip_settings_for_uv)
+  mapfile -t from_pip < <(./scripts/uv_options_from_pip.sh .venv/bin/python)
   # pip too, upgraded: the newest-transformers folder is installed with it. torch is exactly pinned in
   # constraints.txt, so nothing can pull a CUDA build.
   .venv/bin/uv pip install --quiet --python .venv/bin/python --index-strategy unsafe-best-match "${from_pip[@]}" \
     -c constraints.txt --upgrade-package pip pip -e ".${extras:+[$extras]}"
-  # Bytecode for every file, on every core: where PYTHONDONTWRITEBYTECODE is set, an
+  # Bytecode, compiled on every core: where PYTHONDONTWRITEBYTECODE is set, an
   # interpreter never caches what it compiles, and each one would compile torch and transformers anew.
   # Packages' own test suites (a sixth of the files: pandas, sympy, numba, scipy...) are never imported, so left
   # out. -qq: a file that does not compile (a package's Python 2 test data) is skipped, as pip skips it.
