@@ -25,7 +25,7 @@ if [ "$have_hash" != "$want" ] || [ "$extras" != "$(printf '%s\n' $have_extras |
   # uv installs what pip would, in a fraction of its time.
   # It reads none of pip's configuration, so the index, find-links and constraint settings of this
   # machine's pip are passed on, and it weighs every index's releases together, as pip does.
-  .venv/bin/python -m pip install --quiet -c constraints.txt uv
+  .venv/bin/python -m pip install -qq -c constraints.txt uv  # -qq: errors only (not the indexes that lack uv)
   mapfile -t from_pip < <(./scripts/uv_options_from_pip.sh .venv/bin/python)
   # pip too, upgraded: the newest-transformers folder is installed with it. torch is exactly pinned in
   # constraints.txt, so nothing can pull a CUDA build.
@@ -34,7 +34,8 @@ if [ "$have_hash" != "$want" ] || [ "$extras" != "$(printf '%s\n' $have_extras |
   # Bytecode, compiled on every core: where PYTHONDONTWRITEBYTECODE is set, an
   # interpreter never caches what it compiles, and each one would compile torch and transformers anew.
   # Packages' own test suites (a sixth of the files: pandas, sympy, numba, scipy...) are never imported, so left
-  # out. -qq: a file that does not compile (a package's Python 2 test data) is skipped, as pip skips it.
-  .venv/bin/python -m compileall -qq -j 0 -x /tests/ "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
+  # out. -qq: a file that does not compile (a package's Python 2 test data) is skipped, as pip skips it; the
+  # warnings of other packages' code (`is` with a literal) are theirs.
+  .venv/bin/python -W ignore::SyntaxWarning -m compileall -qq -j 0 -x /tests/ "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
   printf '%s\n%s\n' "$want" "${extras//,/ }" > "$stamp"
 fi
