@@ -22,15 +22,10 @@ fi
 [ "$have_hash" = "$want" ] || have_extras=""
 extras="$(printf '%s\n' $have_extras "$@" | sed '/^$/d' | sort -u | paste -sd, -)"
 if [ "$have_hash" != "$want" ] || [ "$extras" != "$(printf '%s\n' $have_extras | sed '/^$/d' | sort -u | paste -sd, -)" ]; then
-  # uv installs what pip would, in a fraction of its time.
-  # It reads none of pip's configuration, so the index, find-links and constraint settings of this
-  # machine's pip are passed on, and it weighs every index's releases together, as pip does.
-  .venv/bin/python -m pip install -qq -c constraints.txt uv  # -qq: errors only (not the indexes that lack uv)
-  mapfile -t from_pip < <(./scripts/uv_options_from_pip.sh .venv/bin/python)
-  # pip too, upgraded: the newest-transformers folder is installed with it. torch is exactly pinned in
-  # constraints.txt, so nothing can pull a CUDA build.
-  .venv/bin/uv pip install --quiet --python .venv/bin/python --index-strategy unsafe-best-match "${from_pip[@]}" \
-    -c constraints.txt --upgrade-package pip pip -e ".${extras:+[$extras]}"
+  # uv installs what pip would (scripts/uv_install.sh), in a fraction of its time. pip too, upgraded: the
+  # newest-transformers folder is installed with it. torch is exactly pinned in constraints.txt, so nothing can
+  # pull a CUDA build.
+  ./scripts/uv_install.sh .venv -c constraints.txt --upgrade-package pip pip -e ".${extras:+[$extras]}"
   # Bytecode, compiled on every core: where PYTHONDONTWRITEBYTECODE is set, an
   # interpreter never caches what it compiles, and each one would compile torch and transformers anew.
   # Packages' own test suites (a sixth of the files: pandas, sympy, numba, scipy...) are never imported, so left

@@ -30,12 +30,8 @@ with_pip() {
   "$1/bin/python" -m pip install -q --no-compile -c constraints.txt -e ".[$extras]"
 }
 with_uv() {
-  local options
   "$PY" -m venv "$1"
-  "$1/bin/python" -m pip install -qq -c constraints.txt uv
-  mapfile -t options < <(./scripts/uv_options_from_pip.sh "$1/bin/python")
-  "$1/bin/uv" pip install -q --python "$1/bin/python" --index-strategy unsafe-best-match "${options[@]}" \
-    -c constraints.txt --upgrade-package pip pip -e ".[$extras]"
+  ./scripts/uv_install.sh "$1" -c constraints.txt --upgrade-package pip pip -e ".[$extras]"
 }
 compile_site() { # VENV [compileall options]
   local site="$1/lib/python3.11/site-packages"

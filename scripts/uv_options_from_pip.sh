@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The package-source settings of pip's configuration (its files and PIP_* variables, as `pip config list`
 # shows them) as options of `uv pip install`, one per line: uv reads none of pip's configuration, and
-# scripts/setup.sh installs with uv from the sources pip would use.
+# scripts/uv_install.sh installs with uv from the sources pip would use.
 #   scripts/uv_options_from_pip.sh PYTHON      PYTHON: an interpreter with pip
 # Passed on: index-url, extra-index-url, find-links (lists split on spaces or lines), constraint, no-index.
 set -euo pipefail
